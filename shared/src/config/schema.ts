@@ -1,0 +1,149 @@
+import { z } from "zod";
+
+/**
+ * Backend ids become a URI scheme prefix (`<id>+<uri>`) and a tool prefix (`<id>__<name>`), so they
+ * must start with a letter (URI scheme rule) and may not contain `_` or `+` (keeps both splits
+ * unambiguous).
+ */
+export const BACKEND_ID_PATTERN = /^[a-z][a-z0-9-]{0,62}$/;
+
+const positiveMs = z.number().int().positive();
+
+const reconnectSchema = z
+  .object({
+    initialDelayMs: positiveMs.default(500),
+    maxDelayMs: positiveMs.default(30_000),
+    multiplier: z.number().min(1).default(2),
+  })
+  .strict();
+
+const backendCommon = {
+  id: z
+    .string()
+    .regex(BACKEND_ID_PATTERN, "must be lowercase letters, digits and '-', starting with a letter (at most 63)"),
+  /** Prefix this backend's names (`<id>__tool`, `<id>+uri`). Set false only when names cannot collide. */
+  prefix: z.boolean().default(true),
+  /** Which protocol era to speak: `auto` probes `server/discover` and falls back to `initialize`. */
+  era: z.enum(["auto", "legacy", "modern"]).default("auto"),
+  /** Per-request timeout towards this backend. */
+  timeoutMs: positiveMs.default(30_000),
+  reconnect: reconnectSchema.prefault({}),
+  /** Polling interval for subscribed resources when the backend cannot push updates. */
+  pollIntervalMs: positiveMs.optional(),
+  /** Re-list interval when the backend does not announce list changes. */
+  relistIntervalMs: positiveMs.optional(),
+  /** HTTP backends: ping interval that detects a backend gone away between requests. */
+  healthIntervalMs: positiveMs.default(15_000),
+};
+
+const stdioBackend = z
+  .object({
+    ...backendCommon,
+    command: z.string().min(1),
+    args: z.array(z.string()).default([]),
+    env: z.record(z.string(), z.string()).optional(),
+    cwd: z.string().optional(),
+  })
+  .strict();
+
+const httpBackend = z
+  .object({
+    ...backendCommon,
+    url: z.url({ protocol: /^https?$/, error: "must be an http(s) URL" }),
+    /** Sent on every request to this backend; the client's own credentials never are. */
+    headers: z.record(z.string(), z.string()).default({}),
+  })
+  .strict();
+
+export const backendConfigSchema = z.union([stdioBackend, httpBackend], {
+  error: "a backend needs either `command` (stdio) or `url` (Streamable HTTP), not both",
+});
+
+const apiKeySchema = z
+  .object({
+    key: z.string().min(16, "must be at least 16 characters"),
+    principal: z.string().min(1).regex(/^[^:\s]+$/, "may not contain ':' or white space"),
+  })
+  .strict();
+
+export const brokerConfigSchema = z
+  .object({
+    server: z
+      .object({
+        host: z.string().default("127.0.0.1"),
+        port: z.number().int().min(0).max(65_535).default(3000),
+        /** Hostnames accepted in `Origin`; localhost names are always accepted. */
+        allowedOrigins: z.array(z.string()).default([]),
+        /** Hostnames accepted in `Host`; localhost names are always accepted. */
+        allowedHosts: z.array(z.string()).default([]),
+        maxBodyBytes: z.number().int().positive().default(4 * 1024 * 1024),
+        /** A legacy session with no open stream and no request for this long is ended. */
+        sessionIdleMs: positiveMs.default(30 * 60_000),
+        /** SSE keep-alive comment interval; 0 disables. */
+        keepAliveMs: z.number().int().min(0).default(15_000),
+      })
+      .strict()
+      .prefault({}),
+    auth: z
+      .object({ apiKeys: z.array(apiKeySchema).default([]) })
+      .strict()
+      .prefault({}),
+    backends: z.array(backendConfigSchema),
+    subscriptions: z
+      .object({
+        maxPerSession: z.number().int().positive().default(1_000),
+        maxPerPrincipal: z.number().int().positive().default(10_000),
+        maxTotal: z.number().int().positive().default(1_000_000),
+        /** How long an upstream subscription outlives its last subscriber. */
+        releaseGraceMs: z.number().int().min(0).default(5_000),
+        pollIntervalMs: positiveMs.default(10_000),
+      })
+      .strict()
+      .prefault({}),
+    lists: z
+      .object({
+        debounceMs: z.number().int().min(0).default(1_000),
+        relistIntervalMs: positiveMs.default(5 * 60_000),
+        /** Items per page of the aggregated lists. */
+        pageSize: z.number().int().min(1).max(10_000).default(500),
+      })
+      .strict()
+      .prefault({}),
+    logging: z
+      .object({ level: z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]).default("info") })
+      .strict()
+      .prefault({}),
+    redisUrl: z.string().optional(),
+  })
+  .strict()
+  .superRefine((config, ctx) => {
+    const seen = new Map<string, number>();
+    config.backends.forEach((backend, index) => {
+      const first = seen.get(backend.id);
+      if (first !== undefined) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["backends", index, "id"],
+          message: `duplicate backend id '${backend.id}' (also backends.${first}.id)`,
+        });
+      }
+      seen.set(backend.id, index);
+    });
+    const keys = new Set<string>();
+    config.auth.apiKeys.forEach((entry, index) => {
+      if (keys.has(entry.key)) {
+        ctx.addIssue({ code: "custom", path: ["auth", "apiKeys", index, "key"], message: "duplicate API key" });
+      }
+      keys.add(entry.key);
+    });
+  });
+
+export type BrokerConfig = z.output<typeof brokerConfigSchema>;
+export type BrokerConfigInput = z.input<typeof brokerConfigSchema>;
+export type BackendConfig = z.output<typeof backendConfigSchema>;
+export type StdioBackendConfig = Extract<BackendConfig, { command: string }>;
+export type HttpBackendConfig = Extract<BackendConfig, { url: string }>;
+
+export function isStdioBackend(backend: BackendConfig): backend is StdioBackendConfig {
+  return "command" in backend;
+}

@@ -1,0 +1,42 @@
+/** One client subscription: who holds it and which backend resource it names. */
+export interface SubscriptionRef {
+  principal: string;
+  /** Session id (legacy) or listen-stream id (modern); unique per principal. */
+  sessionId: string;
+  backendId: string;
+  /** The subscribed URI in the backend's own form. */
+  uri: string;
+}
+
+export interface SubscriptionLimits {
+  perSession: number;
+  perPrincipal: number;
+  total: number;
+}
+
+export type AddOutcome =
+  | { status: "added"; first: boolean }
+  | { status: "exists" }
+  | { status: "limit"; limit: "session" | "principal" | "global"; max: number };
+
+export interface RemoveOutcome {
+  removed: boolean;
+  /** The cluster-wide count for (backend, uri) dropped to zero. */
+  last: boolean;
+}
+
+/**
+ * Who is subscribed to what, cluster-wide, with limits. `add` and `remove` are atomic: limits hold
+ * exactly under concurrent calls from any number of processes, and `first`/`last` are reported to
+ * exactly one caller per transition.
+ */
+export interface SubscriptionRegistry {
+  add(ref: SubscriptionRef, limits: SubscriptionLimits): Promise<AddOutcome>;
+  remove(ref: SubscriptionRef): Promise<RemoveOutcome>;
+  /** Everything one session holds. */
+  ofSession(principal: string, sessionId: string): Promise<SubscriptionRef[]>;
+  /** URIs of a backend with at least one subscriber (the desired upstream set). */
+  wanted(backendId: string): Promise<string[]>;
+  count(backendId: string, uri: string): Promise<number>;
+  close(): Promise<void>;
+}

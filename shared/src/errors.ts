@@ -1,0 +1,67 @@
+/**
+ * The broker's error catalog. Local errors carry a stable string code; the MCP edge is the only
+ * place that turns them into JSON-RPC errors (see `jsonRpcCode`). Never branch on a message.
+ *
+ * The catalog is documented in docs/errors.md; a unit test fails when the two drift.
+ */
+export const ERROR_CATALOG = {
+  BAD_PARAMS: { jsonRpc: -32602, summary: "The request's params are missing or malformed." },
+  UNKNOWN_TOOL: { jsonRpc: -32602, summary: "No tool of that name is in the aggregated list." },
+  UNKNOWN_PROMPT: { jsonRpc: -32602, summary: "No prompt of that name is in the aggregated list." },
+  UNKNOWN_RESOURCE: {
+    jsonRpc: -32002,
+    modernJsonRpc: -32602,
+    summary: "The URI names no listed resource, template match or sub-resource (data.uri).",
+  },
+  UNKNOWN_METHOD: { jsonRpc: -32601, summary: "The method is not one the broker serves." },
+  BACKEND_UNAVAILABLE: {
+    jsonRpc: -32000,
+    summary: "The backend that owns the item is not connected right now (data.backend); retry later.",
+  },
+  BACKEND_TIMEOUT: {
+    jsonRpc: -32001,
+    summary: "The backend did not answer within its configured timeout (data.backend, data.timeoutMs).",
+  },
+  SUBSCRIPTION_LIMIT: {
+    jsonRpc: -32010,
+    summary: "A subscription limit was reached (data.limit: session | principal | global, data.max).",
+  },
+  CAPABILITY_MISSING: {
+    jsonRpc: -32601,
+    summary: "The owning backend does not offer this capability (data.backend).",
+  },
+  INTERNAL: { jsonRpc: -32603, summary: "An unexpected failure inside the broker; see its log." },
+} as const satisfies Record<string, { jsonRpc: number; modernJsonRpc?: number; summary: string }>;
+
+export type BrokerErrorCode = keyof typeof ERROR_CATALOG;
+
+export class BrokerError extends Error {
+  override readonly name = "BrokerError";
+  constructor(
+    readonly code: BrokerErrorCode,
+    message: string,
+    readonly data?: Record<string, unknown>,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+export type ProtocolEra = "legacy" | "modern";
+
+/** The JSON-RPC error code a broker error maps to in the given era. */
+export function jsonRpcCode(code: BrokerErrorCode, era: ProtocolEra): number {
+  const entry: { jsonRpc: number; modernJsonRpc?: number } = ERROR_CATALOG[code];
+  return era === "modern" ? (entry.modernJsonRpc ?? entry.jsonRpc) : entry.jsonRpc;
+}
+
+/** A configuration problem; `issues` name the file and the field of each problem. */
+export class ConfigError extends Error {
+  override readonly name = "ConfigError";
+  constructor(
+    readonly file: string,
+    readonly issues: readonly string[],
+  ) {
+    super(`Invalid configuration in ${file}:\n${issues.map((i) => `  - ${i}`).join("\n")}`);
+  }
+}

@@ -1,0 +1,2 @@
+export * from "./uri-template.js";
+export * from "./namespacing.js";

@@ -1,0 +1,83 @@
+import { mkdtemp, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import { ConfigError } from "../../src/errors.js";
+import { loadConfigFile, parseConfig } from "../../src/config/load.js";
+
+async function file(name: string, text: string): Promise<string> {
+  const dir = await mkdtemp(path.join(tmpdir(), "cfg-"));
+  const target = path.join(dir, name);
+  await writeFile(target, text);
+  return target;
+}
+
+function issuesOf(fn: () => unknown): string[] {
+  try {
+    fn();
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError);
+    return [...(error as ConfigError).issues];
+  }
+  throw new Error("expected a ConfigError");
+}
+
+describe("config", () => {
+  it("accepts the documented example as written", async () => {
+    const target = await file(
+      "broker.json",
+      JSON.stringify({
+        backends: [
+          { id: "everything", command: "npx", args: ["-y", "@modelcontextprotocol/server-everything"] },
+          { id: "remote", url: "http://127.0.0.1:3101/mcp", headers: { Authorization: "Bearer x" } },
+        ],
+      }),
+    );
+    const config = await loadConfigFile(target);
+    expect(config.server.host).toBe("127.0.0.1");
+    expect(config.backends.map((b) => b.id)).toEqual(["everything", "remote"]);
+    const stdio = config.backends[0] as { cwd?: string };
+    expect(stdio.cwd).toBe(path.dirname(target));
+  });
+
+  it("reads YAML", async () => {
+    const target = await file("broker.yaml", "backends:\n  - id: a\n    url: http://127.0.0.1:1/mcp\nserver:\n  port: 4000\n");
+    const config = await loadConfigFile(target);
+    expect(config.server.port).toBe(4000);
+  });
+
+  it("names the file and the field of every problem", async () => {
+    const target = await file("bad.json", JSON.stringify({ backends: [{ id: "Bad_Id", url: "http://x/mcp" }], server: { port: "x" } }));
+    const error = await loadConfigFile(target).then(
+      () => undefined,
+      (e: unknown) => e as ConfigError,
+    );
+    expect(error).toBeInstanceOf(ConfigError);
+    expect(error?.message).toContain(target);
+    expect(error?.issues.some((i) => i.startsWith("backends.0.id:"))).toBe(true);
+    expect(error?.issues.some((i) => i.startsWith("server.port:"))).toBe(true);
+  });
+
+  it("rejects a backend with both or neither transport, unknown fields and duplicate ids", () => {
+    expect(issuesOf(() => parseConfig({ backends: [{ id: "a" }] }, "x.json")).join("\n")).toContain("backends.0");
+    expect(issuesOf(() => parseConfig({ backends: [{ id: "a", command: "x", url: "http://h/" }] }, "x.json")).join("\n")).toContain("backends.0");
+    expect(issuesOf(() => parseConfig({ backends: [], extra: 1 }, "x.json")).join("\n")).toContain("extra");
+    const dup = issuesOf(() => parseConfig({ backends: [{ id: "a", command: "x" }, { id: "a", command: "y" }] }, "x.json"));
+    expect(dup.join("\n")).toContain("backends.1.id: duplicate backend id 'a'");
+  });
+
+  it("reports unreadable files and bad syntax as config errors", async () => {
+    await expect(loadConfigFile("/nonexistent/broker.json")).rejects.toBeInstanceOf(ConfigError);
+    const target = await file("broken.json", "{ not json");
+    await expect(loadConfigFile(target)).rejects.toThrow(/not valid JSON/);
+  });
+
+  it("applies PORT, HOST and REDIS_URL over the file, and command-line flags over both", () => {
+    const config = parseConfig({ backends: [] }, "x.json", { PORT: "4100", HOST: "0.0.0.0", REDIS_URL: "redis://r:6379" });
+    expect(config.server).toMatchObject({ port: 4100, host: "0.0.0.0" });
+    expect(config.redisUrl).toBe("redis://r:6379");
+    const flagged = parseConfig({ backends: [] }, "x.json", { PORT: "4100" }, { port: 4200, host: "::1" });
+    expect(flagged.server).toMatchObject({ port: 4200, host: "::1" });
+    expect(issuesOf(() => parseConfig({ backends: [] }, "x.json", { PORT: "http" }))).toEqual(["PORT (environment): 'http' is not a port number"]);
+  });
+});

@@ -1,0 +1,31 @@
+import { afterEach, describe, vi } from "vitest";
+import type { Clock } from "../../src/clock.js";
+import { MemoryBus, MemoryBusHub } from "../../src/engine/memory/memory-bus.js";
+import { MemoryJobQueue } from "../../src/engine/memory/memory-job-queue.js";
+import { MemoryLeases } from "../../src/engine/memory/memory-leases.js";
+import { MemoryRegistry } from "../../src/engine/memory/memory-registry.js";
+import { busContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
+
+busContract("memory", async () => {
+  const hub = new MemoryBusHub();
+  return [new MemoryBus(hub), new MemoryBus(hub)];
+});
+registryContract("memory", async () => new MemoryRegistry());
+leasesContract("memory", async (clock) => new MemoryLeases(clock));
+
+describe("memory job queue on fake timers", () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+  const fakeClock: Clock = { now: () => Date.now(), setTimeout: (f, ms) => setTimeout(f, ms), clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };
+  jobQueueContract(
+    "memory",
+    async () => {
+      vi.useFakeTimers();
+      return new MemoryJobQueue<number>({ clock: fakeClock });
+    },
+    async (ms) => {
+      await vi.advanceTimersByTimeAsync(ms);
+    },
+  );
+});
