@@ -1,0 +1,198 @@
+import { randomUUID } from "node:crypto";
+import type { AddressInfo } from "node:net";
+import type { Server } from "node:http";
+import {
+  CHANNEL,
+  MemoryBus,
+  MemoryJobQueue,
+  MemoryRegistry,
+  systemClock,
+  type BrokerConfig,
+  type Bus,
+  type Clock,
+  type SubscriptionRegistry,
+} from "@mcp-broker/shared";
+import { CatalogService, type ReloadJob } from "./catalog/catalog-service.js";
+import { EdgeSecurity } from "./http/edge-security.js";
+import { createHttpServer } from "./http/http-server.js";
+import { McpEndpoint } from "./http/mcp-endpoint.js";
+import { createLogger, type Logger } from "./logger.js";
+import { Dispatcher } from "./routing/dispatcher.js";
+import { Router } from "./routing/router.js";
+import { SessionHost } from "./session/session-host.js";
+import { BackendPool } from "./upstream/backend-pool.js";
+import { UpstreamSubscriptions } from "./upstream/upstream-subscriptions.js";
+import { BROKER_VERSION } from "./version.js";
+
+export interface BrokerDeps {
+  logger?: Logger;
+  clock?: Clock;
+  /** Engine parts; the memory engine is used for any not given. */
+  bus?: Bus;
+  registry?: SubscriptionRegistry;
+  instanceId?: string;
+}
+
+export interface Broker {
+  readonly config: BrokerConfig;
+  readonly pool: BackendPool;
+  readonly catalog: CatalogService;
+  readonly sessions: SessionHost;
+  readonly upstream: UpstreamSubscriptions;
+  readonly dispatcher: Dispatcher;
+  readonly router: Router;
+  readonly logger: Logger;
+  /** Starts backends and the HTTP listener; resolves with the bound URL of the MCP endpoint. */
+  listen(): Promise<string>;
+  /** Starts backends only (stdio mode). */
+  startBackends(): Promise<void>;
+  /** Resolves once every backend has connected and loaded its lists (or the timeout passed). */
+  whenReady(timeoutMs?: number): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+/** Builds one broker process from its config: everything is constructed here and passed down. */
+export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broker {
+  const logger = deps.logger ?? createLogger(config.logging.level);
+  const clock = deps.clock ?? systemClock;
+  const instanceId = deps.instanceId ?? randomUUID();
+  const bus = deps.bus ?? new MemoryBus();
+  const registry = deps.registry ?? new MemoryRegistry();
+  const serverInfo = { name: "mcp-broker", version: BROKER_VERSION };
+  const jobs = new MemoryJobQueue<ReloadJob>({
+    clock,
+    onError: (key, error) => logger.warn({ key, err: (error as Error).message }, "list reload failed"),
+  });
+
+  const catalog = new CatalogService(config.backends, {
+    logger,
+    clock,
+    jobs,
+    debounceMs: config.lists.debounceMs,
+    relistIntervalMs: config.lists.relistIntervalMs,
+    onListChanged: (list) => {
+      void bus
+        .publish(CHANNEL.lists, { kind: "list.changed", v: 1, origin: instanceId, list, version: Date.now() })
+        .catch((error: unknown) => logger.warn({ err: (error as Error).message }, "publish failed"));
+    },
+  });
+  const upstream = new UpstreamSubscriptions({
+    registry,
+    bus,
+    clock,
+    logger,
+    instanceId,
+    releaseGraceMs: config.subscriptions.releaseGraceMs,
+    pollIntervalMs: config.subscriptions.pollIntervalMs,
+  });
+  let router: Router | undefined = undefined;
+  const pool = new BackendPool(config.backends, {
+    logger,
+    clock,
+    clientInfo: serverInfo,
+    listener: {
+      connected: (backend) => {
+        void catalog.backendConnected(backend).then(() => upstream.backendConnected(backend));
+      },
+      disconnected: (backend) => {
+        upstream.backendDisconnected(backend);
+        catalog.backendDisconnected(backend);
+      },
+      resourceUpdated: (backend, uri) => upstream.resourceUpdated(backend.id, uri),
+      listChanged: (backend, kind) => catalog.listChanged(backend, kind),
+      log: (backend, params) => router?.relayLog(backend.id, params),
+    },
+  });
+  catalog.attach(pool);
+  upstream.attach(pool);
+  router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize });
+  const dispatcher = new Dispatcher(router, logger, { serverInfo, cacheScope: config.auth.apiKeys.length > 0 ? "private" : "public" });
+  const sessions = new SessionHost({
+    catalog: catalog.catalog,
+    registry,
+    upstream,
+    bus,
+    clock,
+    logger,
+    limits: {
+      perSession: config.subscriptions.maxPerSession,
+      perPrincipal: config.subscriptions.maxPerPrincipal,
+      total: config.subscriptions.maxTotal,
+    },
+    idleTimeoutMs: config.server.sessionIdleMs,
+    releaseGraceMs: config.subscriptions.releaseGraceMs,
+  });
+  const endpoint = new McpEndpoint({
+    dispatcher,
+    host: sessions,
+    security: new EdgeSecurity({
+      allowedHosts: config.server.allowedHosts,
+      allowedOrigins: config.server.allowedOrigins,
+      apiKeys: config.auth.apiKeys,
+    }),
+    clock,
+    logger,
+    options: { maxBodyBytes: config.server.maxBodyBytes, keepAliveMs: config.server.keepAliveMs, serverInfo },
+  });
+  let http: Server | undefined;
+  let backendsStarted = false;
+
+  const startBackends = async (): Promise<void> => {
+    if (backendsStarted) return;
+    backendsStarted = true;
+    await sessions.start();
+    pool.start();
+  };
+
+  return {
+    config,
+    pool,
+    catalog,
+    sessions,
+    upstream,
+    dispatcher,
+    router,
+    logger,
+    startBackends,
+    async listen() {
+      await startBackends();
+      http = createHttpServer({ endpoint, pool, logger });
+      const server = http;
+      await new Promise<void>((resolve, reject) => {
+        server.once("error", reject);
+        server.listen(config.server.port, config.server.host, () => {
+          server.off("error", reject);
+          resolve();
+        });
+      });
+      const address = server.address() as AddressInfo;
+      const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
+      const url = `http://${host}:${address.port}/mcp`;
+      logger.info({ url, backends: config.backends.map((b) => b.id) }, "mcp-broker listening");
+      return url;
+    },
+    async whenReady(timeoutMs = 30_000) {
+      const deadline = Date.now() + timeoutMs;
+      while (Date.now() < deadline) {
+        if (pool.ready() && (await jobs.pending()).length === 0 && catalog.loading() === 0) return true;
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      return false;
+    },
+    async close() {
+      endpoint.closeStreams();
+      sessions.close();
+      if (http !== undefined) {
+        const server = http;
+        server.closeAllConnections();
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+      }
+      upstream.close();
+      catalog.close();
+      await jobs.close();
+      await pool.close();
+      await bus.close();
+      await registry.close();
+    },
+  };
+}

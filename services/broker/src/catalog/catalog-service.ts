@@ -1,0 +1,172 @@
+import type { BackendConfig, Clock, JobQueue, ListName, TimerHandle } from "@mcp-broker/shared";
+import type { Logger } from "../logger.js";
+import type { BackendConnection, ListKind } from "../upstream/backend-connection.js";
+import type { BackendPool } from "../upstream/backend-pool.js";
+import { Catalog, isEmptyDiff, type CatalogDiff, type CatalogKind } from "./catalog.js";
+
+/** A reload job: re-list one kind of one backend. */
+export interface ReloadJob {
+  backendId: string;
+  kind: CatalogKind;
+}
+
+export function listNameOf(kind: CatalogKind): ListName {
+  return kind === "resourceTemplates" ? "resources" : kind;
+}
+
+const LIST_METHODS: Record<CatalogKind, { method: string; field: string; capability: "tools" | "prompts" | "resources" }> = {
+  tools: { method: "tools/list", field: "tools", capability: "tools" },
+  prompts: { method: "prompts/list", field: "prompts", capability: "prompts" },
+  resources: { method: "resources/list", field: "resources", capability: "resources" },
+  resourceTemplates: { method: "resources/templates/list", field: "resourceTemplates", capability: "resources" },
+};
+
+const KINDS_OF_LIST: Record<ListKind, CatalogKind[]> = {
+  tools: ["tools"],
+  prompts: ["prompts"],
+  resources: ["resources", "resourceTemplates"],
+};
+
+const MAX_PAGES = 1_000;
+
+/**
+ * Keeps the catalog in step with the backends: a full load on connect, a clear on disconnect,
+ * debounced reloads on `list_changed`, periodic re-lists for backends that do not announce
+ * changes. `onListChanged` fires once per client-visible list whose aggregate really changed.
+ */
+export class CatalogService {
+  readonly catalog: Catalog;
+  private readonly relistTimers = new Map<string, TimerHandle>();
+  private pool: BackendPool | undefined;
+  private loads = 0;
+
+  constructor(
+    private readonly backends: readonly BackendConfig[],
+    private readonly deps: {
+      logger: Logger;
+      clock: Clock;
+      jobs: JobQueue<ReloadJob>;
+      debounceMs: number;
+      relistIntervalMs: number;
+      onListChanged: (list: ListName, diffs: Map<CatalogKind, CatalogDiff>) => void;
+    },
+  ) {
+    this.catalog = new Catalog(backends.map((b) => ({ id: b.id, prefix: b.prefix })));
+    deps.jobs.process((_key, job) => this.reload(job));
+  }
+
+  attach(pool: BackendPool): void {
+    this.pool = pool;
+  }
+
+  close(): void {
+    for (const timer of this.relistTimers.values()) this.deps.clock.clearTimeout(timer);
+    this.relistTimers.clear();
+  }
+
+  /** Full loads in progress (backends that just connected). */
+  loading(): number {
+    return this.loads;
+  }
+
+  /** A backend (re)connected: load all its lists now, without debounce. */
+  async backendConnected(backend: BackendConnection): Promise<void> {
+    this.loads++;
+    try {
+      const diffs = new Map<CatalogKind, CatalogDiff>();
+      for (const kind of Object.keys(LIST_METHODS) as CatalogKind[]) {
+        try {
+          diffs.set(kind, await this.load(backend, kind));
+        } catch (error) {
+          this.deps.logger.warn({ backend: backend.id, kind, err: (error as Error).message }, "initial list failed");
+        }
+      }
+      this.announce(backend.id, diffs);
+      this.armRelist(backend);
+    } finally {
+      this.loads--;
+    }
+  }
+
+  backendDisconnected(backend: BackendConnection): void {
+    const timer = this.relistTimers.get(backend.id);
+    if (timer !== undefined) this.deps.clock.clearTimeout(timer);
+    this.relistTimers.delete(backend.id);
+    this.announce(backend.id, this.catalog.clearBackend(backend.id));
+  }
+
+  /** A backend said `list_changed`: schedule a debounced reload of that list. */
+  listChanged(backend: BackendConnection, list: ListKind): void {
+    for (const kind of KINDS_OF_LIST[list]) {
+      void this.deps.jobs.schedule(`reload:${backend.id}:${kind}`, { backendId: backend.id, kind }, this.deps.debounceMs);
+    }
+  }
+
+  private async reload({ backendId, kind }: ReloadJob): Promise<void> {
+    const backend = this.pool?.get(backendId);
+    if (backend === undefined || backend.state !== "connected") return;
+    this.announce(backendId, new Map([[kind, await this.load(backend, kind)]]));
+  }
+
+  /** Lists one kind from a backend, following pagination, and stores it. */
+  private async load(backend: BackendConnection, kind: CatalogKind): Promise<CatalogDiff> {
+    const { method, field, capability } = LIST_METHODS[kind];
+    if (backend.capabilities?.[capability] === undefined) return this.catalog.replace(kind, backend.id, []);
+    const items: Record<string, unknown>[] = [];
+    const seenCursors = new Set<string>();
+    let cursor: string | undefined;
+    for (let page = 0; page < MAX_PAGES; page++) {
+      const result = await backend.request(method, cursor === undefined ? undefined : { cursor });
+      const pageItems = result[field];
+      if (Array.isArray(pageItems)) items.push(...(pageItems as Record<string, unknown>[]));
+      const next = result.nextCursor;
+      if (typeof next !== "string" || next === "" || seenCursors.has(next)) break;
+      seenCursors.add(next);
+      cursor = next;
+    }
+    if (backend.state !== "connected") throw new Error(`backend '${backend.id}' dropped while listing ${kind}`);
+    const diff = this.catalog.replace(kind, backend.id, items);
+    if (!isEmptyDiff(diff)) {
+      this.deps.logger.info(
+        { backend: backend.id, kind, added: diff.added.length, removed: diff.removed.length, changed: diff.changed.length, diff },
+        "catalog changed",
+      );
+    }
+    return diff;
+  }
+
+  private announce(backendId: string, diffs: Map<CatalogKind, CatalogDiff>): void {
+    const byList = new Map<ListName, Map<CatalogKind, CatalogDiff>>();
+    for (const [kind, diff] of diffs) {
+      if (isEmptyDiff(diff)) continue;
+      const list = listNameOf(kind);
+      const entry = byList.get(list) ?? new Map<CatalogKind, CatalogDiff>();
+      entry.set(kind, diff);
+      byList.set(list, entry);
+    }
+    for (const [list, listDiffs] of byList) {
+      this.deps.logger.debug({ backend: backendId, list }, "list changed");
+      this.deps.onListChanged(list, listDiffs);
+    }
+  }
+
+  /** Backends that do not announce list changes are re-listed on a schedule. */
+  private armRelist(backend: BackendConnection): void {
+    const caps = backend.capabilities ?? {};
+    const silent: ListKind[] = [];
+    if (caps.tools !== undefined && !caps.tools.listChanged) silent.push("tools");
+    if (caps.prompts !== undefined && !caps.prompts.listChanged) silent.push("prompts");
+    if (caps.resources !== undefined && !caps.resources.listChanged) silent.push("resources");
+    if (silent.length === 0) return;
+    const config = this.backends.find((b) => b.id === backend.id);
+    const interval = config?.relistIntervalMs ?? this.deps.relistIntervalMs;
+    const timer = this.deps.clock.setTimeout(() => {
+      this.relistTimers.delete(backend.id);
+      if (backend.state !== "connected") return;
+      for (const list of silent) this.listChanged(backend, list);
+      this.armRelist(backend);
+    }, interval);
+    timer.unref?.();
+    this.relistTimers.set(backend.id, timer);
+  }
+}

@@ -1,0 +1,243 @@
+import {
+  prefixName,
+  prefixUri,
+  prefixUriTemplate,
+  rewriteUris,
+  splitPrefixedUri,
+  UriTemplate,
+} from "@mcp-broker/shared";
+import { canonicalHash } from "./canonical-hash.js";
+
+/** The four aggregated lists. `resources/list_changed` covers both resource kinds. */
+export type CatalogKind = "tools" | "prompts" | "resources" | "resourceTemplates";
+export const CATALOG_KINDS: readonly CatalogKind[] = ["tools", "prompts", "resources", "resourceTemplates"];
+
+export interface CatalogItem {
+  /** `name` for tools and prompts, `uri` for resources, `uriTemplate` for templates. */
+  readonly key: string;
+  readonly exposedKey: string;
+  readonly backendId: string;
+  /** The definition as the backend sent it. */
+  readonly original: Record<string, unknown>;
+  /** The definition with the broker's names and URIs. */
+  readonly exposed: Record<string, unknown>;
+  readonly hash: string;
+  /** Parsed template, for `resourceTemplates` only. */
+  readonly template?: UriTemplate;
+}
+
+export interface CatalogDiff {
+  added: string[];
+  removed: string[];
+  changed: string[];
+}
+
+export function isEmptyDiff(diff: CatalogDiff): boolean {
+  return diff.added.length === 0 && diff.removed.length === 0 && diff.changed.length === 0;
+}
+
+export interface BackendNaming {
+  id: string;
+  prefix: boolean;
+}
+
+/** Where a client-facing resource URI goes, and how sure we are that it exists. */
+export interface ResolvedResource {
+  backendId: string;
+  uri: string;
+  /** `listed`: an exact listed resource; `template`: matches a listed template; `sub-resource`: below a listed one; `prefix`: only the backend prefix is known. */
+  match: "listed" | "template" | "sub-resource" | "prefix";
+}
+
+const KEY_FIELD: Record<CatalogKind, string> = { tools: "name", prompts: "name", resources: "uri", resourceTemplates: "uriTemplate" };
+
+/**
+ * The aggregated, namespaced lists of every backend, with a version per kind that moves only when
+ * the aggregated list really changed. Backends are ordered as configured; within a backend, items
+ * keep the backend's order. On a name collision between unprefixed backends the earlier backend
+ * wins and the collision is reported by `collisions()`.
+ */
+export class Catalog {
+  private readonly items = new Map<CatalogKind, Map<string, CatalogItem[]>>();
+  private readonly views = new Map<CatalogKind, { list: CatalogItem[]; byExposed: Map<string, CatalogItem> }>();
+  private readonly versions = new Map<CatalogKind, number>();
+  private readonly collisionsByKind = new Map<CatalogKind, string[]>();
+
+  constructor(private readonly backends: readonly BackendNaming[]) {
+    for (const kind of CATALOG_KINDS) {
+      this.items.set(kind, new Map());
+      this.versions.set(kind, 0);
+    }
+    for (const kind of CATALOG_KINDS) this.rebuild(kind);
+  }
+
+  version(kind: CatalogKind): number {
+    return this.versions.get(kind) ?? 0;
+  }
+
+  list(kind: CatalogKind): readonly CatalogItem[] {
+    return this.view(kind).list;
+  }
+
+  get(kind: CatalogKind, exposedKey: string): CatalogItem | undefined {
+    return this.view(kind).byExposed.get(exposedKey);
+  }
+
+  backendItems(kind: CatalogKind, backendId: string): readonly CatalogItem[] {
+    return this.items.get(kind)?.get(backendId) ?? [];
+  }
+
+  /** Items hidden because an earlier unprefixed backend exposes the same name. */
+  collisions(): readonly string[] {
+    return [...this.collisionsByKind.values()].flat();
+  }
+
+  /** Replaces one backend's list of one kind; returns what changed in that backend's items. */
+  replace(kind: CatalogKind, backendId: string, definitions: readonly Record<string, unknown>[]): CatalogDiff {
+    const naming = this.naming(backendId);
+    const previous = new Map((this.items.get(kind)?.get(backendId) ?? []).map((item) => [item.key, item]));
+    const next: CatalogItem[] = [];
+    const seen = new Set<string>();
+    for (const definition of definitions) {
+      const key = definition[KEY_FIELD[kind]];
+      if (typeof key !== "string" || seen.has(key)) continue;
+      seen.add(key);
+      const item = buildItem(kind, naming, key, definition);
+      if (item !== undefined) next.push(item);
+    }
+    const diff: CatalogDiff = { added: [], removed: [], changed: [] };
+    for (const item of next) {
+      const old = previous.get(item.key);
+      if (old === undefined) diff.added.push(item.exposedKey);
+      else if (old.hash !== item.hash) diff.changed.push(item.exposedKey);
+      previous.delete(item.key);
+    }
+    for (const old of previous.values()) diff.removed.push(old.exposedKey);
+    const perBackend = this.items.get(kind);
+    if (perBackend === undefined) return diff;
+    if (next.length === 0) perBackend.delete(backendId);
+    else perBackend.set(backendId, next);
+    if (!isEmptyDiff(diff)) {
+      this.rebuild(kind);
+      this.versions.set(kind, this.version(kind) + 1);
+    }
+    return diff;
+  }
+
+  /** Drops everything a backend contributed (it disconnected). */
+  clearBackend(backendId: string): Map<CatalogKind, CatalogDiff> {
+    const diffs = new Map<CatalogKind, CatalogDiff>();
+    for (const kind of CATALOG_KINDS) diffs.set(kind, this.replace(kind, backendId, []));
+    return diffs;
+  }
+
+  /**
+   * Maps a client-facing URI to its backend: a listed resource, then a listed template match, then
+   * a sub-resource of a listed resource, then (prefixed backends) the bare prefix.
+   */
+  resolveResource(exposedUri: string): ResolvedResource | undefined {
+    const listed = this.get("resources", exposedUri);
+    if (listed !== undefined) return { backendId: listed.backendId, uri: listed.key, match: "listed" };
+    for (const candidate of this.candidates(exposedUri)) {
+      for (const template of this.backendItems("resourceTemplates", candidate.backendId)) {
+        if (template.template?.match(candidate.uri)) return { ...candidate, match: "template" };
+      }
+      for (const resource of this.backendItems("resources", candidate.backendId)) {
+        if (isSubResource(candidate.uri, resource.key)) return { ...candidate, match: "sub-resource" };
+      }
+    }
+    const prefixed = splitPrefixedUri(exposedUri);
+    if (prefixed !== null && this.naming(prefixed.backendId, false)?.prefix === true) {
+      return { backendId: prefixed.backendId, uri: prefixed.uri, match: "prefix" };
+    }
+    return undefined;
+  }
+
+  /** The client-facing form of a backend URI. */
+  exposeUri(backendId: string, uri: string): string {
+    return this.naming(backendId).prefix ? prefixUri(backendId, uri) : uri;
+  }
+
+  /** Rewrites every URI inside a backend result to the client-facing form. */
+  exposeResult<T>(backendId: string, result: T): T {
+    if (!this.naming(backendId).prefix) return result;
+    return rewriteUris(
+      result,
+      (uri) => prefixUri(backendId, uri),
+      (template) => prefixUriTemplate(backendId, template),
+    ) as T;
+  }
+
+  private candidates(exposedUri: string): { backendId: string; uri: string }[] {
+    const out: { backendId: string; uri: string }[] = [];
+    const prefixed = splitPrefixedUri(exposedUri);
+    if (prefixed !== null && this.naming(prefixed.backendId, false)?.prefix === true) out.push(prefixed);
+    for (const backend of this.backends) if (!backend.prefix) out.push({ backendId: backend.id, uri: exposedUri });
+    return out;
+  }
+
+  private naming(backendId: string): BackendNaming;
+  private naming(backendId: string, required: false): BackendNaming | undefined;
+  private naming(backendId: string, required = true): BackendNaming | undefined {
+    const naming = this.backends.find((b) => b.id === backendId);
+    if (naming === undefined && required) throw new Error(`unknown backend '${backendId}'`);
+    return naming;
+  }
+
+  private view(kind: CatalogKind): { list: CatalogItem[]; byExposed: Map<string, CatalogItem> } {
+    const view = this.views.get(kind);
+    if (view === undefined) throw new Error(`no view for ${kind}`);
+    return view;
+  }
+
+  private rebuild(kind: CatalogKind): void {
+    const list: CatalogItem[] = [];
+    const byExposed = new Map<string, CatalogItem>();
+    const collisions: string[] = [];
+    const perBackend = this.items.get(kind);
+    for (const backend of this.backends) {
+      for (const item of perBackend?.get(backend.id) ?? []) {
+        const winner = byExposed.get(item.exposedKey);
+        if (winner !== undefined) {
+          collisions.push(`${kind} '${item.exposedKey}' of backend '${backend.id}' is hidden by backend '${winner.backendId}'`);
+          continue;
+        }
+        byExposed.set(item.exposedKey, item);
+        list.push(item);
+      }
+    }
+    this.views.set(kind, { list, byExposed });
+    this.collisionsByKind.set(kind, collisions);
+  }
+}
+
+function buildItem(kind: CatalogKind, naming: BackendNaming, key: string, definition: Record<string, unknown>): CatalogItem | undefined {
+  const hash = canonicalHash(definition);
+  switch (kind) {
+    case "tools":
+    case "prompts": {
+      const exposedKey = naming.prefix ? prefixName(naming.id, key) : key;
+      return { key, exposedKey, backendId: naming.id, original: definition, exposed: { ...definition, name: exposedKey }, hash };
+    }
+    case "resources": {
+      const exposedKey = naming.prefix ? prefixUri(naming.id, key) : key;
+      return { key, exposedKey, backendId: naming.id, original: definition, exposed: { ...definition, uri: exposedKey }, hash };
+    }
+    case "resourceTemplates": {
+      let template: UriTemplate;
+      try {
+        template = new UriTemplate(key);
+      } catch {
+        return undefined;
+      }
+      const exposedKey = naming.prefix ? prefixUriTemplate(naming.id, key) : key;
+      return { key, exposedKey, backendId: naming.id, original: definition, exposed: { ...definition, uriTemplate: exposedKey }, hash, template };
+    }
+  }
+}
+
+/** `child` lies below `parent` in a path sense: `file:///a` → `file:///a/b`. */
+export function isSubResource(child: string, parent: string): boolean {
+  if (!child.startsWith(parent) || child.length === parent.length) return false;
+  return parent.endsWith("/") || child[parent.length] === "/";
+}

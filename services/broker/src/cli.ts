@@ -1,0 +1,92 @@
+#!/usr/bin/env node
+import { parseArgs } from "node:util";
+import { ConfigError, loadConfigFile } from "@mcp-broker/shared";
+import { createBroker } from "./broker.js";
+import { createLogger } from "./logger.js";
+import { serveStdio } from "./stdio/stdio-server.js";
+
+const USAGE = `Usage:
+  mcp-broker --config <file> [--port N] [--host H]   serve Streamable HTTP at /mcp
+  mcp-broker --stdio --config <file>                 serve one local client over stdio
+
+The config file is JSON (.json) or YAML. MCP_BROKER_CONFIG may name it instead of --config;
+PORT, HOST and REDIS_URL override the file.`;
+
+async function main(argv: string[]): Promise<number> {
+  let args;
+  try {
+    args = parseArgs({
+      args: argv,
+      options: {
+        config: { type: "string", short: "c" },
+        port: { type: "string", short: "p" },
+        host: { type: "string" },
+        stdio: { type: "boolean", default: false },
+        help: { type: "boolean", short: "h", default: false },
+      },
+      strict: true,
+    });
+  } catch (error) {
+    process.stderr.write(`${(error as Error).message}\n\n${USAGE}\n`);
+    return 2;
+  }
+  const { values } = args;
+  if (values.help) {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  const file = values.config ?? process.env.MCP_BROKER_CONFIG;
+  if (file === undefined || file === "") {
+    process.stderr.write(`No config file: pass --config <file> or set MCP_BROKER_CONFIG.\n\n${USAGE}\n`);
+    return 2;
+  }
+  const port = values.port === undefined ? undefined : Number(values.port);
+  let config;
+  try {
+    config = await loadConfigFile(file, process.env, { port, host: values.host });
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      process.stderr.write(`${error.message}\n`);
+      return 2;
+    }
+    throw error;
+  }
+  const logger = createLogger(config.logging.level);
+  const broker = createBroker(config, { logger });
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, "shutting down");
+    await broker.close();
+    process.exit(0);
+  };
+  process.on("SIGTERM", () => void stop("SIGTERM"));
+  process.on("SIGINT", () => void stop("SIGINT"));
+
+  if (values.stdio) {
+    await broker.startBackends();
+    await serveStdio(broker, { input: process.stdin, output: process.stdout });
+    await stop("stdin closed");
+    return 0;
+  }
+  try {
+    const url = await broker.listen();
+    process.stderr.write(`mcp-broker ready: ${url}\n`);
+  } catch (error) {
+    logger.fatal({ err: (error as Error).message }, "cannot listen");
+    await broker.close();
+    return 1;
+  }
+  return -1; // keep running
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    if (code >= 0) process.exit(code);
+  },
+  (error: unknown) => {
+    process.stderr.write(`mcp-broker: ${(error as Error).stack ?? String(error)}\n`);
+    process.exit(1);
+  },
+);

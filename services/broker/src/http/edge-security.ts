@@ -1,0 +1,53 @@
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { IncomingMessage } from "node:http";
+import { localhostAllowedHostnames, validateHostHeader, validateOriginHeader } from "@modelcontextprotocol/server";
+
+export const ANONYMOUS = "anonymous";
+
+export type EdgeVerdict = { ok: true; principal: string } | { ok: false; status: 401 | 403; message: string; headers?: Record<string, string> };
+
+/**
+ * The checks every MCP request passes before anything else: Host (DNS rebinding), Origin (403),
+ * then bearer API keys (401) when any are configured. A session id is never authentication.
+ */
+export class EdgeSecurity {
+  private readonly hosts: string[] | "any";
+  private readonly origins: string[] | "any";
+  private readonly keys: { digest: Buffer; principal: string }[];
+
+  constructor(options: { allowedHosts: string[]; allowedOrigins: string[]; apiKeys: { key: string; principal: string }[] }) {
+    this.hosts = options.allowedHosts.includes("*") ? "any" : [...localhostAllowedHostnames(), ...options.allowedHosts];
+    this.origins = options.allowedOrigins.includes("*") ? "any" : [...localhostAllowedHostnames(), ...options.allowedOrigins];
+    this.keys = options.apiKeys.map((k) => ({ digest: digest(k.key), principal: k.principal }));
+  }
+
+  get authRequired(): boolean {
+    return this.keys.length > 0;
+  }
+
+  check(req: IncomingMessage): EdgeVerdict {
+    if (this.hosts !== "any") {
+      const host = validateHostHeader(req.headers.host, this.hosts);
+      if (!host.ok) return { ok: false, status: 403, message: host.message };
+    }
+    if (this.origins !== "any" && req.headers.origin !== undefined) {
+      const origin = validateOriginHeader(req.headers.origin, this.origins);
+      if (!origin.ok) return { ok: false, status: 403, message: origin.message };
+    }
+    if (this.keys.length === 0) return { ok: true, principal: ANONYMOUS };
+    const header = req.headers.authorization;
+    const match = typeof header === "string" ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
+    const challenge = { "www-authenticate": 'Bearer realm="mcp-broker"' };
+    if (match?.[1] === undefined) return { ok: false, status: 401, message: "Missing bearer token: send Authorization: Bearer <api key>.", headers: challenge };
+    const presented = digest(match[1]);
+    const found = this.keys.find((k) => timingSafeEqual(k.digest, presented));
+    if (found === undefined) {
+      return { ok: false, status: 401, message: "Invalid API key.", headers: { "www-authenticate": 'Bearer realm="mcp-broker", error="invalid_token"' } };
+    }
+    return { ok: true, principal: found.principal };
+  }
+}
+
+function digest(key: string): Buffer {
+  return createHash("sha256").update(key).digest();
+}

@@ -1,0 +1,41 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { Logger } from "../logger.js";
+import type { BackendPool } from "../upstream/backend-pool.js";
+import type { McpEndpoint } from "./mcp-endpoint.js";
+import { sendJson } from "./mcp-endpoint.js";
+
+/** The broker's HTTP face: `/mcp`, `/healthz` (process up), `/readyz` (every backend connected). */
+export function createHttpServer(deps: { endpoint: McpEndpoint; pool: BackendPool; logger: Logger; mcpPath?: string }): Server {
+  const mcpPath = deps.mcpPath ?? "/mcp";
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const path = (req.url ?? "/").split("?")[0];
+    if (path === mcpPath) {
+      deps.endpoint.handle(req, res).catch((error: unknown) => {
+        deps.logger.error({ err: error }, "unhandled error in the MCP endpoint");
+        if (!res.headersSent) sendJson(res, 500, { jsonrpc: "2.0", id: null, error: { code: -32603, message: "Internal error" } });
+        else res.end();
+      });
+      return;
+    }
+    req.resume();
+    if (path === "/healthz" && req.method === "GET") {
+      sendJson(res, 200, { status: "ok" });
+      return;
+    }
+    if (path === "/readyz" && req.method === "GET") {
+      const backends = deps.pool.all().map((b) => ({
+        id: b.id,
+        state: b.state,
+        ...(b.era !== undefined && { era: b.era }),
+        ...(b.lastFailure !== undefined && { lastFailure: b.lastFailure }),
+      }));
+      const ready = deps.pool.ready();
+      sendJson(res, ready ? 200 : 503, { status: ready ? "ready" : "degraded", backends });
+      return;
+    }
+    sendJson(res, 404, { error: `Not found: the MCP endpoint is ${mcpPath}` });
+  });
+  server.headersTimeout = 30_000;
+  server.requestTimeout = 0; // SSE streams are long-lived
+  return server;
+}

@@ -1,0 +1,406 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { classifyInboundRequest } from "@modelcontextprotocol/server";
+import {
+  LEGACY_PROTOCOL_VERSIONS,
+  META,
+  NOTIFICATION,
+  jsonRpcCode,
+  type Clock,
+  type ProtocolEra,
+} from "@mcp-broker/shared";
+import type { Logger } from "../logger.js";
+import type { Dispatcher, JsonRpcRequest, JsonRpcResponse } from "../routing/dispatcher.js";
+import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
+import type { LegacySession } from "../session/legacy-session.js";
+import type { ListenFlags } from "../session/listen-machine.js";
+import type { PreparedNotification } from "../session/prepared-notification.js";
+import type { SessionHost } from "../session/session-host.js";
+import type { EdgeSecurity } from "./edge-security.js";
+import { SseStream, encodeEvent } from "./sse-stream.js";
+
+const SESSION_HEADER = "mcp-session-id";
+
+export interface McpEndpointOptions {
+  maxBodyBytes: number;
+  keepAliveMs: number;
+  serverInfo: { name: string; version: string };
+}
+
+type Json = Record<string, unknown>;
+
+/**
+ * Streamable HTTP at one path, both protocol eras. Legacy: sessions (initialize, Mcp-Session-Id,
+ * standalone GET stream, DELETE, 404 for unknown sessions). Modern: stateless requests validated
+ * by the SDK's inbound classification, and `subscriptions/listen` streams served here.
+ */
+export class McpEndpoint {
+  private readonly listenStreams = new Set<{ stream: SseStream; finalFrame: Buffer }>();
+
+  constructor(
+    private readonly deps: {
+      dispatcher: Dispatcher;
+      host: SessionHost;
+      security: EdgeSecurity;
+      clock: Clock;
+      logger: Logger;
+      options: McpEndpointOptions;
+    },
+  ) {}
+
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const verdict = this.deps.security.check(req);
+    if (!verdict.ok) {
+      sendJson(res, verdict.status, { jsonrpc: "2.0", id: null, error: { code: -32600, message: verdict.message } }, verdict.headers);
+      req.resume();
+      return;
+    }
+    switch (req.method) {
+      case "POST":
+        return this.post(req, res, verdict.principal);
+      case "GET":
+        return this.get(req, res, verdict.principal);
+      case "DELETE":
+        return this.delete(req, res, verdict.principal);
+      default:
+        req.resume();
+        sendJson(res, 405, rpcError(null, -32600, `Method ${req.method ?? "?"} not allowed; use POST, GET or DELETE.`), { allow: "GET, POST, DELETE" });
+    }
+  }
+
+  /** Graceful shutdown: every listen stream gets its listen result, then ends. */
+  closeStreams(): void {
+    for (const { stream, finalFrame } of this.listenStreams) {
+      stream.write(finalFrame);
+      stream.close();
+    }
+    this.listenStreams.clear();
+  }
+
+  private async post(req: IncomingMessage, res: ServerResponse, principal: string): Promise<void> {
+    const contentType = req.headers["content-type"] ?? "";
+    if (!contentType.toLowerCase().includes("application/json")) {
+      req.resume();
+      sendJson(res, 415, rpcError(null, -32600, "Content-Type must be application/json."));
+      return;
+    }
+    const body = await readBody(req, this.deps.options.maxBodyBytes);
+    if (body === "too-large") {
+      sendJson(res, 413, rpcError(null, -32600, `Request body exceeds ${this.deps.options.maxBodyBytes} bytes.`), { connection: "close" });
+      return;
+    }
+    if (body === "aborted") return;
+    let message: unknown;
+    try {
+      message = JSON.parse(body.toString("utf8"));
+    } catch {
+      sendJson(res, 400, rpcError(null, -32700, "Parse error: the body is not valid JSON."));
+      return;
+    }
+    const route = classifyInboundRequest({
+      httpMethod: "POST",
+      protocolVersionHeader: header(req, "mcp-protocol-version"),
+      mcpMethodHeader: header(req, "mcp-method"),
+      mcpNameHeader: header(req, "mcp-name"),
+      body: message,
+    });
+    const id = idOf(message);
+    if (route.kind === "reject") {
+      sendJson(res, route.httpStatus, rpcError(id, route.code, route.message, route.data));
+      return;
+    }
+    if (route.kind === "modern") {
+      if (route.messageKind === "notification") {
+        res.writeHead(202).end();
+        return;
+      }
+      if (route.message.method === "subscriptions/listen") {
+        this.listen(req, res, route.message, principal);
+        return;
+      }
+      await this.respond(req, res, route.message, { era: "modern", principal, session: undefined });
+      return;
+    }
+    await this.legacyPost(req, res, message, principal);
+  }
+
+  private async legacyPost(req: IncomingMessage, res: ServerResponse, message: unknown, principal: string): Promise<void> {
+    if (Array.isArray(message)) {
+      sendJson(res, 400, rpcError(null, -32600, "JSON-RPC batches are not supported; send one message per request."));
+      return;
+    }
+    if (!isObject(message) || message.jsonrpc !== "2.0") {
+      sendJson(res, 400, rpcError(idOf(message), -32600, "Invalid Request: expected a JSON-RPC 2.0 message."));
+      return;
+    }
+    if (typeof message.method !== "string") {
+      // A response to a server→client request; the broker never sends those, so it is ignored.
+      res.writeHead(202).end();
+      return;
+    }
+    const isRequest = message.id !== undefined && message.id !== null;
+    if (isRequest && !(typeof message.id === "string" || typeof message.id === "number")) {
+      sendJson(res, 400, rpcError(null, -32600, "Invalid Request: id must be a string or a number."));
+      return;
+    }
+    const version = header(req, "mcp-protocol-version");
+    if (version !== undefined && !(LEGACY_PROTOCOL_VERSIONS as readonly string[]).includes(version)) {
+      sendJson(res, 400, rpcError(idOf(message), -32600, `Unsupported MCP-Protocol-Version '${version}'.`));
+      return;
+    }
+    if (message.method === "initialize") {
+      if (!isRequest) {
+        sendJson(res, 400, rpcError(null, -32600, "initialize must be a request."));
+        return;
+      }
+      const session = this.deps.host.createLegacySession(principal);
+      await this.respond(req, res, message as unknown as JsonRpcRequest, { era: "legacy", principal, session }, { [SESSION_HEADER]: session.id });
+      return;
+    }
+    const session = this.sessionFor(req, res, principal, idOf(message));
+    if (session === undefined) return;
+    session.touch();
+    if (!isRequest) {
+      if (message.method === NOTIFICATION.cancelled && isObject(message.params)) {
+        const requestId = message.params.requestId;
+        if (typeof requestId === "string" || typeof requestId === "number") session.inflight.get(requestId)?.abort();
+      }
+      res.writeHead(202).end();
+      return;
+    }
+    await this.respond(req, res, message as unknown as JsonRpcRequest, { era: "legacy", principal, session }, { [SESSION_HEADER]: session.id });
+  }
+
+  private get(req: IncomingMessage, res: ServerResponse, principal: string): void {
+    req.resume();
+    if (!(req.headers.accept ?? "").includes("text/event-stream")) {
+      sendJson(res, 406, rpcError(null, -32600, "Not Acceptable: the GET stream needs Accept: text/event-stream."));
+      return;
+    }
+    const session = this.sessionFor(req, res, principal, null);
+    if (session === undefined) return;
+    session.touch();
+    const stream = new SseStream(res, { keepAliveMs: this.deps.options.keepAliveMs, clock: this.deps.clock, headers: { [SESSION_HEADER]: session.id } });
+    const writer = {
+      get closed() {
+        return stream.closed;
+      },
+      write: (notification: PreparedNotification, eventId: string) => stream.write(notification.legacyBody(), eventId),
+      onClose: (listener: () => void) => stream.onClose(listener),
+      close: () => stream.close(),
+    };
+    if (session.attachStream(writer, header(req, "last-event-id")) === "conflict") {
+      // Headers are out already; end this second stream at once (each message goes on exactly one stream).
+      stream.close();
+    }
+  }
+
+  private delete(req: IncomingMessage, res: ServerResponse, principal: string): void {
+    req.resume();
+    const session = this.sessionFor(req, res, principal, null);
+    if (session === undefined) return;
+    session.close("client DELETE");
+    res.writeHead(200).end();
+  }
+
+  /** The caller's session, or an error response already sent (400 no header, 404 unknown or not theirs). */
+  private sessionFor(req: IncomingMessage, res: ServerResponse, principal: string, id: string | number | null): LegacySession | undefined {
+    const sessionId = header(req, SESSION_HEADER);
+    if (sessionId === undefined) {
+      sendJson(res, 400, rpcError(id, -32600, "Bad Request: Mcp-Session-Id header is required; send initialize first."));
+      return undefined;
+    }
+    const session = this.deps.host.legacySession(sessionId, principal);
+    if (session === undefined) {
+      sendJson(res, 404, rpcError(id, -32001, "Session not found: it ended or never existed; send initialize again."));
+      return undefined;
+    }
+    return session;
+  }
+
+  /**
+   * Runs one request. The answer is plain JSON unless the handler sends a related notification
+   * (progress, log) first, in which case the response becomes an SSE stream carrying those and
+   * then the result.
+   */
+  private async respond(
+    req: IncomingMessage,
+    res: ServerResponse,
+    request: JsonRpcRequest,
+    who: { era: ProtocolEra; principal: string; session: LegacySession | undefined },
+    headers: Record<string, string> = {},
+  ): Promise<void> {
+    const abort = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) abort.abort();
+    });
+    const meta = isObject(request.params?._meta) ? request.params._meta : {};
+    const token = meta.progressToken;
+    const modernLevel = meta[META.logLevel];
+    let sse: SseStream | undefined;
+    const ctx: RequestContext = {
+      era: who.era,
+      principal: who.principal,
+      sessionId: who.session?.id,
+      signal: abort.signal,
+      progressToken: typeof token === "string" || typeof token === "number" ? token : undefined,
+      logLevel: who.era === "modern" ? (LOG_LEVELS.includes(modernLevel as LogLevel) ? (modernLevel as LogLevel) : undefined) : who.session?.logLevel,
+      notify: (method, params) => {
+        if (res.writableEnded) return;
+        sse ??= new SseStream(res, { keepAliveMs: this.deps.options.keepAliveMs, clock: this.deps.clock, headers });
+        sse.write(encodeEvent({ jsonrpc: "2.0", method, params }));
+      },
+    };
+    who.session?.inflight.set(request.id, abort);
+    let response: JsonRpcResponse;
+    try {
+      response = await this.deps.dispatcher.handle(request, ctx, who.session);
+    } finally {
+      who.session?.inflight.delete(request.id);
+    }
+    if (sse !== undefined) {
+      sse.write(encodeEvent(response));
+      sse.close();
+    } else if (!res.writableEnded && !res.destroyed) {
+      sendJson(res, 200, response, headers);
+    }
+  }
+
+  private listen(req: IncomingMessage, res: ServerResponse, message: JsonRpcRequest, principal: string): void {
+    const filter = isObject(message.params?.notifications) ? message.params.notifications : {};
+    const flags: ListenFlags = {
+      toolsListChanged: filter.toolsListChanged === true,
+      promptsListChanged: filter.promptsListChanged === true,
+      resourcesListChanged: filter.resourcesListChanged === true,
+    };
+    const requested = Array.isArray(filter.resourceSubscriptions)
+      ? filter.resourceSubscriptions.filter((u): u is string => typeof u === "string")
+      : undefined;
+    const idJson = JSON.stringify(message.id);
+    let stream: SseStream | undefined;
+    let backlog: Buffer[][] | undefined = [];
+    const write = (parts: Buffer[]) => stream?.write(parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts));
+    const handle = this.deps.host.openListen(
+      principal,
+      flags,
+      requested ?? [],
+      () => ({
+        principal,
+        flags,
+        deliver: (notification: PreparedNotification) => {
+          const parts = notification.modernBody(idJson);
+          // Nothing may precede the acknowledgement on this subscription.
+          if (backlog !== undefined) backlog.push(parts);
+          else write(parts);
+        },
+      }),
+      (outcome) => {
+        if (res.destroyed) return;
+        if (outcome.type === "listen.rejected") {
+          const error = outcome.error;
+          sendJson(res, 200, rpcError(message.id, jsonRpcCode(error.code, "modern"), error.message, error.data));
+          return;
+        }
+        stream = new SseStream(res, { keepAliveMs: this.deps.options.keepAliveMs, clock: this.deps.clock });
+        const honored: Json = {};
+        for (const [flag, on] of Object.entries(flags)) if (on) honored[flag] = true;
+        if (requested !== undefined) honored.resourceSubscriptions = outcome.honored;
+        stream.write(
+          encodeEvent({
+            jsonrpc: "2.0",
+            method: NOTIFICATION.subscriptionsAcknowledged,
+            params: { notifications: honored, _meta: { [META.subscriptionId]: message.id } },
+          }),
+        );
+        for (const parts of backlog ?? []) write(parts);
+        backlog = undefined;
+        const entry = {
+          stream,
+          finalFrame: encodeEvent({
+            jsonrpc: "2.0",
+            id: message.id,
+            result: { resultType: "complete", _meta: { [META.subscriptionId]: message.id, [META.serverInfo]: this.deps.options.serverInfo } },
+          }),
+        };
+        this.listenStreams.add(entry);
+        stream.onClose(() => this.listenStreams.delete(entry));
+      },
+    );
+    res.on("close", () => handle.close());
+    req.on("close", () => {
+      if (res.writableEnded) handle.close();
+    });
+  }
+}
+
+function header(req: IncomingMessage, name: string): string | undefined {
+  const value = req.headers[name];
+  return Array.isArray(value) ? value[0] : value;
+}
+
+function isObject(value: unknown): value is Json {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function idOf(message: unknown): string | number | null {
+  if (!isObject(message)) return null;
+  return typeof message.id === "string" || typeof message.id === "number" ? message.id : null;
+}
+
+export function rpcError(id: string | number | null, code: number, message: string, data?: unknown): JsonRpcResponse {
+  return { jsonrpc: "2.0", id, error: { code, message, ...(data !== undefined && { data }) } };
+}
+
+export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  if (res.headersSent) {
+    res.end();
+    return;
+  }
+  const payload = JSON.stringify(body);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(payload), ...headers });
+  res.end(payload);
+}
+
+/** Reads a request body up to `limit` bytes. */
+function readBody(req: IncomingMessage, limit: number): Promise<Buffer | "too-large" | "aborted"> {
+  return new Promise((resolve) => {
+    const declared = Number(req.headers["content-length"]);
+    if (Number.isFinite(declared) && declared > limit) {
+      req.resume();
+      resolve("too-large");
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let done = false;
+    req.on("data", (chunk: Buffer) => {
+      if (done) return;
+      size += chunk.length;
+      if (size > limit) {
+        done = true;
+        req.resume();
+        resolve("too-large");
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on("end", () => {
+      if (!done) {
+        done = true;
+        resolve(Buffer.concat(chunks));
+      }
+    });
+    req.on("error", () => {
+      if (!done) {
+        done = true;
+        resolve("aborted");
+      }
+    });
+    req.on("aborted", () => {
+      if (!done) {
+        done = true;
+        resolve("aborted");
+      }
+    });
+  });
+}
+

@@ -1,0 +1,87 @@
+import type { ServerResponse } from "node:http";
+import type { Clock, TimerHandle } from "@mcp-broker/shared";
+
+/**
+ * One open Server-Sent Events response. Frames are written pre-encoded: a notification that goes
+ * to many streams is serialised once (see `encodeFrame`) and the same buffer is written to each.
+ * Writes after close are dropped. Backpressure: when the socket buffer is over `maxBufferedBytes`
+ * the stream is closed (the client resumes with Last-Event-ID) rather than buffering without bound.
+ */
+export class SseStream {
+  private closedFlag = false;
+  private keepAlive: TimerHandle | undefined;
+  private readonly closeListeners: (() => void)[] = [];
+
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly options: { keepAliveMs: number; clock: Clock; maxBufferedBytes?: number; headers?: Record<string, string> },
+  ) {
+    res.writeHead(200, {
+      "content-type": "text/event-stream",
+      "cache-control": "no-cache, no-transform",
+      connection: "keep-alive",
+      "x-accel-buffering": "no",
+      ...options.headers,
+    });
+    res.flushHeaders();
+    res.on("close", () => this.markClosed());
+    this.armKeepAlive();
+  }
+
+  get closed(): boolean {
+    return this.closedFlag;
+  }
+
+  onClose(listener: () => void): void {
+    if (this.closedFlag) listener();
+    else this.closeListeners.push(listener);
+  }
+
+  /**
+   * Writes one pre-encoded event body (see `encodeEvent`), preceded by its id line when given;
+   * returns false when the stream is closed.
+   */
+  write(body: Buffer, eventId?: string): boolean {
+    if (this.closedFlag) return false;
+    if (eventId === undefined) this.res.write(body);
+    else {
+      this.res.cork();
+      this.res.write(`id: ${eventId}\n`);
+      this.res.write(body);
+      process.nextTick(() => this.res.uncork());
+    }
+    if (this.res.writableLength > (this.options.maxBufferedBytes ?? 8 * 1024 * 1024)) {
+      this.close();
+      return false;
+    }
+    return true;
+  }
+
+  close(): void {
+    if (this.closedFlag) return;
+    this.res.end();
+    this.markClosed();
+  }
+
+  private markClosed(): void {
+    if (this.closedFlag) return;
+    this.closedFlag = true;
+    if (this.keepAlive !== undefined) this.options.clock.clearTimeout(this.keepAlive);
+    for (const listener of this.closeListeners.splice(0)) listener();
+  }
+
+  private armKeepAlive(): void {
+    if (this.options.keepAliveMs <= 0) return;
+    this.keepAlive = this.options.clock.setTimeout(() => {
+      if (this.closedFlag) return;
+      this.res.write(": keep-alive\n\n");
+      this.armKeepAlive();
+    }, this.options.keepAliveMs);
+    this.keepAlive.unref?.();
+  }
+}
+
+/** The body of one SSE `message` event carrying a JSON-RPC message; encode once, write to many. */
+export function encodeEvent(message: unknown): Buffer {
+  return Buffer.from(`event: message\ndata: ${JSON.stringify(message)}\n\n`);
+}

@@ -1,0 +1,210 @@
+import { ProtocolError, specTypeSchemas } from "@modelcontextprotocol/server";
+import {
+  BrokerError,
+  LEGACY_PROTOCOL_VERSIONS,
+  META,
+  MODERN_PROTOCOL_VERSION,
+  jsonRpcCode,
+  type ProtocolEra,
+} from "@mcp-broker/shared";
+import type { CatalogKind } from "../catalog/catalog.js";
+import type { Logger } from "../logger.js";
+import { LOG_LEVELS, type LogLevel, type RequestContext } from "./request-context.js";
+import type { Router } from "./router.js";
+
+type Params = Record<string, unknown>;
+type Result = Record<string, unknown>;
+
+export interface JsonRpcRequest {
+  jsonrpc: "2.0";
+  id: string | number;
+  method: string;
+  params?: Params;
+}
+
+export interface JsonRpcError {
+  code: number;
+  message: string;
+  data?: unknown;
+}
+
+export type JsonRpcResponse =
+  | { jsonrpc: "2.0"; id: string | number | null; result: Result }
+  | { jsonrpc: "2.0"; id: string | number | null; error: JsonRpcError };
+
+/** What a legacy session offers the dispatcher (subscriptions and the session log level). */
+export interface LegacySessionPort {
+  subscribe(uri: string): Promise<void>;
+  unsubscribe(uri: string): Promise<void>;
+  setLogLevel(level: LogLevel): void;
+}
+
+export const BROKER_CAPABILITIES = {
+  tools: { listChanged: true },
+  prompts: { listChanged: true },
+  resources: { subscribe: true, listChanged: true },
+  completions: {},
+  logging: {},
+} as const;
+
+/** Results that the 2026-07-28 revision marks cacheable (`ttlMs` and `cacheScope` required). */
+const CACHEABLE = new Set(["tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read", "server/discover"]);
+
+const LIST_KINDS: Record<string, CatalogKind> = {
+  "tools/list": "tools",
+  "prompts/list": "prompts",
+  "resources/list": "resources",
+  "resources/templates/list": "resourceTemplates",
+};
+
+const PARAM_SCHEMAS: Record<string, keyof typeof specTypeSchemas> = {
+  initialize: "InitializeRequestParams",
+  "tools/call": "CallToolRequestParams",
+  "prompts/get": "GetPromptRequestParams",
+  "resources/read": "ReadResourceRequestParams",
+  "resources/subscribe": "SubscribeRequestParams",
+  "resources/unsubscribe": "UnsubscribeRequestParams",
+  "completion/complete": "CompleteRequestParams",
+  "logging/setLevel": "SetLevelRequestParams",
+  "tools/list": "PaginatedRequestParams",
+  "prompts/list": "PaginatedRequestParams",
+  "resources/list": "PaginatedRequestParams",
+  "resources/templates/list": "PaginatedRequestParams",
+};
+
+/** Methods that exist only in one era. */
+const LEGACY_ONLY = new Set(["initialize", "resources/subscribe", "resources/unsubscribe", "logging/setLevel"]);
+const MODERN_ONLY = new Set(["server/discover"]);
+
+export interface DispatcherOptions {
+  serverInfo: { name: string; version: string };
+  instructions?: string;
+  /** `private` when results depend on who asks (API keys configured). */
+  cacheScope: "public" | "private";
+}
+
+/**
+ * Turns one JSON-RPC request into one JSON-RPC response, for either era. Params are validated
+ * against the SDK's spec schemas; local errors become wire errors here and only here.
+ */
+export class Dispatcher {
+  constructor(
+    private readonly router: Router,
+    private readonly logger: Logger,
+    private readonly options: DispatcherOptions,
+  ) {}
+
+  /** Legacy `initialize` result; the edge creates the session around it. */
+  initializeResult(params: Params | undefined): Result {
+    const requested = params?.protocolVersion;
+    const protocolVersion =
+      typeof requested === "string" && (LEGACY_PROTOCOL_VERSIONS as readonly string[]).includes(requested) ? requested : LEGACY_PROTOCOL_VERSIONS[0];
+    return {
+      protocolVersion,
+      capabilities: BROKER_CAPABILITIES,
+      serverInfo: this.options.serverInfo,
+      ...(this.options.instructions !== undefined && { instructions: this.options.instructions }),
+    };
+  }
+
+  async handle(request: JsonRpcRequest, ctx: RequestContext, session?: LegacySessionPort): Promise<JsonRpcResponse> {
+    try {
+      const result = await this.execute(request, ctx, session);
+      return { jsonrpc: "2.0", id: request.id, result: this.encodeResult(request.method, result, ctx.era) };
+    } catch (error) {
+      return { jsonrpc: "2.0", id: request.id, error: this.toWireError(error, ctx.era, request.method) };
+    }
+  }
+
+  /** The error response for a request that could not be attributed to a handler. */
+  errorResponse(id: string | number | null, error: unknown, era: ProtocolEra): JsonRpcResponse {
+    return { jsonrpc: "2.0", id, error: this.toWireError(error, era, undefined) };
+  }
+
+  private async execute(request: JsonRpcRequest, ctx: RequestContext, session: LegacySessionPort | undefined): Promise<Result> {
+    const { method } = request;
+    if ((ctx.era === "modern" && LEGACY_ONLY.has(method)) || (ctx.era === "legacy" && MODERN_ONLY.has(method))) {
+      throw new BrokerError("UNKNOWN_METHOD", `Method '${method}' does not exist in the ${ctx.era} protocol era.`, { method });
+    }
+    const params = validateParams(method, request.params ?? {});
+    const listKind = LIST_KINDS[method];
+    if (listKind !== undefined) return this.router.list(listKind, params);
+    switch (method) {
+      case "ping":
+        return {};
+      case "initialize":
+        return this.initializeResult(params);
+      case "server/discover":
+        return {
+          supportedVersions: [MODERN_PROTOCOL_VERSION],
+          capabilities: BROKER_CAPABILITIES,
+          ...(this.options.instructions !== undefined && { instructions: this.options.instructions }),
+        };
+      case "tools/call":
+        return this.router.callTool(params, ctx);
+      case "prompts/get":
+        return this.router.getPrompt(params, ctx);
+      case "resources/read":
+        return this.router.readResource(params, ctx);
+      case "completion/complete":
+        return this.router.complete(params, ctx);
+      case "logging/setLevel": {
+        const level = params.level as LogLevel;
+        session?.setLogLevel(level);
+        return this.router.setLogLevel(level, ctx);
+      }
+      case "resources/subscribe":
+      case "resources/unsubscribe": {
+        if (session === undefined) throw new BrokerError("UNKNOWN_METHOD", `${method} needs a session.`);
+        const uri = params.uri as string;
+        await (method === "resources/subscribe" ? session.subscribe(uri) : session.unsubscribe(uri));
+        return {};
+      }
+      default:
+        throw new BrokerError("UNKNOWN_METHOD", `Method '${method}' is not served by this broker.`, { method });
+    }
+  }
+
+  private encodeResult(method: string, result: Result, era: ProtocolEra): Result {
+    if (era === "legacy") return result;
+    const meta = { ...(result._meta as Params | undefined), [META.serverInfo]: this.options.serverInfo };
+    const encoded: Result = { ...result, resultType: "complete", _meta: meta };
+    if (CACHEABLE.has(method)) {
+      // Lists change under list_changed and reads under resources/updated: never serve stale.
+      encoded.ttlMs = 0;
+      encoded.cacheScope = this.options.cacheScope;
+    }
+    return encoded;
+  }
+
+  private toWireError(error: unknown, era: ProtocolEra, method: string | undefined): JsonRpcError {
+    if (error instanceof BrokerError) {
+      return { code: jsonRpcCode(error.code, era), message: error.message, ...(error.data !== undefined && { data: error.data }) };
+    }
+    if (error instanceof ProtocolError) {
+      // A backend's own JSON-RPC error, passed through; resource-not-found follows the client's era.
+      const code = error.code === -32002 && era === "modern" ? -32602 : error.code;
+      return { code, message: error.message, ...(error.data !== undefined && { data: error.data }) };
+    }
+    if (error instanceof Error && error.name === "AbortError") {
+      return { code: -32800, message: "Request cancelled" };
+    }
+    this.logger.error({ err: error, method }, "unexpected error while handling a request");
+    return { code: jsonRpcCode("INTERNAL", era), message: "Internal error in the broker; see its log." };
+  }
+}
+
+function validateParams(method: string, params: Params): Params {
+  const schemaName = PARAM_SCHEMAS[method];
+  if (schemaName === undefined) return params;
+  const outcome = specTypeSchemas[schemaName]["~standard"].validate(params);
+  if (outcome instanceof Promise) return params;
+  if (outcome.issues !== undefined) {
+    const detail = outcome.issues.map((i) => `${(i.path ?? []).map((p) => (typeof p === "object" ? String(p.key) : String(p))).join(".") || "params"}: ${i.message}`);
+    throw new BrokerError("BAD_PARAMS", `Invalid params for ${method}: ${detail.join("; ")}`, { issues: detail });
+  }
+  if (method === "logging/setLevel" && !LOG_LEVELS.includes(params.level as LogLevel)) {
+    throw new BrokerError("BAD_PARAMS", `Unknown log level '${String(params.level)}'.`);
+  }
+  return params;
+}

@@ -1,0 +1,169 @@
+import { ProtocolError } from "@modelcontextprotocol/client";
+import { BrokerError, META, NOTIFICATION } from "@mcp-broker/shared";
+import type { Catalog, CatalogKind } from "../catalog/catalog.js";
+import type { BackendConnection } from "../upstream/backend-connection.js";
+import type { BackendPool } from "../upstream/backend-pool.js";
+import { levelAtLeast, type LogLevel, type RequestContext } from "./request-context.js";
+
+type Params = Record<string, unknown>;
+type Result = Record<string, unknown>;
+
+const LIST_FIELD: Record<CatalogKind, string> = {
+  tools: "tools",
+  prompts: "prompts",
+  resources: "resources",
+  resourceTemplates: "resourceTemplates",
+};
+
+/**
+ * Serves the aggregated catalog and forwards calls to the owning backend, translating names and
+ * URIs both ways. Knows nothing about transports or sessions.
+ */
+export class Router {
+  /** Requests in flight per backend: backend log messages go to the caller when it is unambiguous. */
+  private readonly inflight = new Map<string, Set<RequestContext>>();
+
+  constructor(
+    private readonly catalog: Catalog,
+    private readonly pool: BackendPool,
+    private readonly options: { pageSize: number },
+  ) {}
+
+  list(kind: CatalogKind, params: Params | undefined): Result {
+    const items = this.catalog.list(kind);
+    const offset = decodeCursor(params?.cursor, kind);
+    const page = items.slice(offset, offset + this.options.pageSize).map((item) => item.exposed);
+    const next = offset + this.options.pageSize;
+    return { [LIST_FIELD[kind]]: page, ...(next < items.length && { nextCursor: encodeCursor(kind, next) }) };
+  }
+
+  async callTool(params: Params, ctx: RequestContext): Promise<Result> {
+    const name = requireString(params, "name");
+    const item = this.catalog.get("tools", name);
+    if (item === undefined) throw new BrokerError("UNKNOWN_TOOL", `Unknown tool '${name}'. Call tools/list for the available tools.`, { name });
+    const result = await this.forward(item.backendId, "tools/call", { ...params, name: item.key }, ctx);
+    return this.catalog.exposeResult(item.backendId, result);
+  }
+
+  async getPrompt(params: Params, ctx: RequestContext): Promise<Result> {
+    const name = requireString(params, "name");
+    const item = this.catalog.get("prompts", name);
+    if (item === undefined) throw new BrokerError("UNKNOWN_PROMPT", `Unknown prompt '${name}'. Call prompts/list for the available prompts.`, { name });
+    const result = await this.forward(item.backendId, "prompts/get", { ...params, name: item.key }, ctx);
+    return this.catalog.exposeResult(item.backendId, result);
+  }
+
+  async readResource(params: Params, ctx: RequestContext): Promise<Result> {
+    const uri = requireString(params, "uri");
+    const target = this.catalog.resolveResource(uri);
+    if (target === undefined) throw unknownResource(uri);
+    const result = await this.forward(target.backendId, "resources/read", { ...params, uri: target.uri }, ctx);
+    return this.catalog.exposeResult(target.backendId, result);
+  }
+
+  async complete(params: Params, ctx: RequestContext): Promise<Result> {
+    const ref = params.ref as Params | undefined;
+    if (ref === undefined || typeof ref !== "object") throw new BrokerError("BAD_PARAMS", "completion/complete needs params.ref.");
+    if (ref.type === "ref/prompt") {
+      const name = requireString(ref, "name");
+      const item = this.catalog.get("prompts", name);
+      if (item === undefined) throw new BrokerError("UNKNOWN_PROMPT", `Unknown prompt '${name}'.`, { name });
+      return this.forward(item.backendId, "completion/complete", { ...params, ref: { ...ref, name: item.key } }, ctx);
+    }
+    if (ref.type === "ref/resource") {
+      const uri = requireString(ref, "uri");
+      const template = this.catalog.get("resourceTemplates", uri);
+      const target = template !== undefined ? { backendId: template.backendId, uri: template.key } : this.catalog.resolveResource(uri);
+      if (target === undefined) throw unknownResource(uri);
+      return this.forward(target.backendId, "completion/complete", { ...params, ref: { ...ref, uri: target.uri } }, ctx);
+    }
+    throw new BrokerError("BAD_PARAMS", `Unknown completion reference type '${String(ref.type)}'.`);
+  }
+
+  /** Legacy `logging/setLevel`: passed on to every connected backend that logs. */
+  async setLogLevel(level: LogLevel, ctx: RequestContext): Promise<Result> {
+    const targets = this.pool.all().filter((b) => b.state === "connected" && b.era === "legacy" && b.capabilities?.logging !== undefined);
+    await Promise.allSettled(targets.map((b) => this.forward(b.id, "logging/setLevel", { level }, ctx)));
+    return {};
+  }
+
+  /**
+   * A backend log message. It reaches the one client with a request in flight on that backend
+   * (and only if it asked for that level); with none or several in flight it is not forwarded,
+   * since it cannot be attributed to a caller.
+   */
+  relayLog(backendId: string, params: Params): void {
+    const callers = this.inflight.get(backendId);
+    if (callers?.size !== 1) return;
+    const [ctx] = callers;
+    if (ctx?.logLevel !== undefined && levelAtLeast(params.level, ctx.logLevel)) {
+      ctx.notify(NOTIFICATION.message, { ...params, logger: typeof params.logger === "string" ? `${backendId}/${params.logger}` : backendId });
+    }
+  }
+
+  /** A backend error that names a URI names it in the broker's form. */
+  private exposeError(backendId: string, error: unknown): unknown {
+    if (!(error instanceof ProtocolError)) return error;
+    const data = error.data as Params | undefined;
+    if (typeof data?.uri !== "string") return error;
+    return new ProtocolError(error.code, error.message, { ...data, uri: this.catalog.exposeUri(backendId, data.uri) });
+  }
+
+  private async forward(backendId: string, method: string, params: Params, ctx: RequestContext): Promise<Result> {
+    const backend: BackendConnection = this.pool.get(backendId);
+    const callers = this.inflight.get(backendId) ?? new Set<RequestContext>();
+    this.inflight.set(backendId, callers);
+    callers.add(ctx);
+    const progressToken = ctx.progressToken;
+    try {
+      const forwarded = stripMeta(params);
+      // Modern backends take the log level per request; legacy ones got logging/setLevel.
+      if (ctx.logLevel !== undefined && backend.era === "modern") forwarded._meta = { [META.logLevel]: ctx.logLevel };
+      return await backend.request(method, forwarded, {
+        signal: ctx.signal,
+        onprogress:
+          progressToken === undefined
+            ? undefined
+            : (progress) => ctx.notify(NOTIFICATION.progress, { progressToken, ...progress }),
+      });
+    } catch (error) {
+      throw this.exposeError(backendId, error);
+    } finally {
+      callers.delete(ctx);
+      if (callers.size === 0) this.inflight.delete(backendId);
+    }
+  }
+}
+
+/** The client's `_meta` (progress token, envelope) is the broker's, not the backend's. */
+function stripMeta(params: Params): Params {
+  const { _meta: _ignored, ...rest } = params;
+  return rest;
+}
+
+function requireString(params: Params, field: string): string {
+  const value = params[field];
+  if (typeof value !== "string" || value === "") throw new BrokerError("BAD_PARAMS", `params.${field} must be a non-empty string.`, { field });
+  return value;
+}
+
+export function unknownResource(uri: string): BrokerError {
+  return new BrokerError("UNKNOWN_RESOURCE", `Unknown resource '${uri}'. Call resources/list or resources/templates/list for what is available.`, { uri });
+}
+
+function encodeCursor(kind: CatalogKind, offset: number): string {
+  return Buffer.from(JSON.stringify({ k: kind, o: offset })).toString("base64url");
+}
+
+function decodeCursor(cursor: unknown, kind: CatalogKind): number {
+  if (cursor === undefined) return 0;
+  if (typeof cursor === "string") {
+    try {
+      const value = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8")) as { k?: unknown; o?: unknown };
+      if (value.k === kind && typeof value.o === "number" && Number.isInteger(value.o) && value.o >= 0) return value.o;
+    } catch {
+      // fall through to the error below
+    }
+  }
+  throw new BrokerError("BAD_PARAMS", "Invalid cursor: pass back a nextCursor from the same list, unchanged.");
+}

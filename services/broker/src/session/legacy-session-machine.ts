@@ -1,0 +1,209 @@
+import { BrokerError } from "@mcp-broker/shared";
+import { assign, emit, enqueueActions, fromPromise, setup } from "xstate";
+import { subscriptionFlow, type SubscriptionTarget } from "./subscription-flow.js";
+
+export type ReplyTo = number;
+
+export type Op = { kind: "subscribe" | "unsubscribe"; uri: string; replyTo: ReplyTo };
+
+export interface LegacySessionInput {
+  id: string;
+  principal: string;
+  idleTimeoutMs: number;
+}
+
+export interface LegacySessionContext extends LegacySessionInput {
+  /** Client URI → backend resource, for every subscription this session holds. */
+  subscriptions: Record<string, SubscriptionTarget>;
+  queue: Op[];
+  /** The subscription an in-flight unsubscribe is releasing. */
+  removing: SubscriptionTarget | undefined;
+}
+
+export type LegacySessionEvent =
+  | { type: "subscription.add"; uri: string; replyTo: ReplyTo }
+  | { type: "subscription.remove"; uri: string; replyTo: ReplyTo }
+  | { type: "session.touch" }
+  | { type: "stream.opened" }
+  | { type: "stream.closed" }
+  | { type: "session.close"; reason: string };
+
+/** Effects the host performs. */
+export type LegacySessionEmitted =
+  | { type: "reply"; replyTo: ReplyTo; error: BrokerError | undefined }
+  | { type: "interest.add"; uri: string; target: SubscriptionTarget }
+  | { type: "interest.remove"; uri: string; target: SubscriptionTarget }
+  | { type: "session.ended"; reason: string };
+
+const closedError = () => new BrokerError("BAD_PARAMS", "The session is closing; initialize a new one.");
+
+/**
+ * One legacy (2025-era) client session. Owns its subscription set and lifecycle:
+ * active (with ops processed one at a time, and an idle timer while no stream is attached) →
+ * closing (releases everything) → closed. Pure: I/O is done by the host through the provided
+ * actors and the emitted effects; time comes from the actor's clock.
+ */
+export const legacySessionMachine = setup({
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-assertion -- xstate typegen idiom
+  types: {} as { input: LegacySessionInput; context: LegacySessionContext; events: LegacySessionEvent; emitted: LegacySessionEmitted },
+  actors: {
+    subscribe: subscriptionFlow,
+    unsubscribe: fromPromise<void, { principal: string; sessionId: string; target: SubscriptionTarget }>(async () => {
+      throw new Error("unsubscribe not provided");
+    }),
+    releaseAll: fromPromise<void, { principal: string; sessionId: string }>(async () => {
+      throw new Error("releaseAll not provided");
+    }),
+  },
+  delays: {
+    idleTimeout: ({ context }) => context.idleTimeoutMs,
+  },
+  guards: {
+    nextIsSubscribe: ({ context }) => context.queue[0]?.kind === "subscribe",
+    nextIsUnsubscribe: ({ context }) => context.queue[0]?.kind === "unsubscribe",
+    nextIsNoopUnsubscribe: ({ context }) => {
+      const op = context.queue[0];
+      return op?.kind === "unsubscribe" && context.subscriptions[op.uri] === undefined;
+    },
+  },
+  actions: {
+    /** Answers the op at the head of the queue with success and drops it. */
+    answerHead: enqueueActions(({ context, enqueue }) => {
+      const [op, ...rest] = context.queue;
+      if (op !== undefined) enqueue.emit({ type: "reply", replyTo: op.replyTo, error: undefined });
+      enqueue.assign({ queue: rest });
+    }),
+    enqueue: assign({
+      queue: ({ context, event }) =>
+        event.type === "subscription.add" || event.type === "subscription.remove"
+          ? [...context.queue, { kind: event.type === "subscription.add" ? "subscribe" : "unsubscribe", uri: event.uri, replyTo: event.replyTo }]
+          : context.queue,
+    }),
+    rejectClosed: emit(({ event }) => ({
+      type: "reply" as const,
+      replyTo: "replyTo" in event ? event.replyTo : -1,
+      error: closedError(),
+    })),
+  },
+}).createMachine({
+  id: "legacy-session",
+  context: ({ input }) => ({ ...input, subscriptions: {}, queue: [], removing: undefined }),
+  initial: "active",
+  states: {
+    active: {
+      type: "parallel",
+      on: {
+        "subscription.add": { actions: "enqueue" },
+        "subscription.remove": { actions: "enqueue" },
+        "session.close": { target: "closing" },
+      },
+      states: {
+        ops: {
+          initial: "idle",
+          states: {
+            idle: {
+              always: [
+                // Unsubscribing what is not subscribed answers {} at once (idempotent).
+                { guard: "nextIsNoopUnsubscribe", actions: "answerHead" },
+                { guard: "nextIsSubscribe", target: "subscribing" },
+                { guard: "nextIsUnsubscribe", target: "unsubscribing" },
+              ],
+            },
+            subscribing: {
+              invoke: {
+                src: "subscribe",
+                input: ({ context }) => ({ principal: context.principal, sessionId: context.id, uri: context.queue[0]?.uri ?? "" }),
+                onDone: {
+                  target: "idle",
+                  actions: enqueueActions(({ context, event, enqueue }) => {
+                    const [op, ...rest] = context.queue;
+                    const output = event.output;
+                    if (op === undefined) return;
+                    if (output.ok) {
+                      if (context.subscriptions[op.uri] === undefined) {
+                        enqueue.assign({ subscriptions: { ...context.subscriptions, [op.uri]: output.target } });
+                        enqueue.emit({ type: "interest.add", uri: op.uri, target: output.target });
+                      }
+                      enqueue.emit({ type: "reply", replyTo: op.replyTo, error: undefined });
+                    } else {
+                      enqueue.emit({ type: "reply", replyTo: op.replyTo, error: output.error });
+                    }
+                    enqueue.assign({ queue: rest });
+                  }),
+                },
+                onError: {
+                  target: "idle",
+                  actions: enqueueActions(({ context, event, enqueue }) => {
+                    const [op, ...rest] = context.queue;
+                    if (op !== undefined) {
+                      enqueue.emit({ type: "reply", replyTo: op.replyTo, error: new BrokerError("INTERNAL", String(event.error)) });
+                    }
+                    enqueue.assign({ queue: rest });
+                  }),
+                },
+              },
+            },
+            unsubscribing: {
+              // Local interest goes first, so no notification follows an answered unsubscribe.
+              entry: enqueueActions(({ context, enqueue }) => {
+                const op = context.queue[0];
+                const target = op === undefined ? undefined : context.subscriptions[op.uri];
+                if (op === undefined || target === undefined) return;
+                const { [op.uri]: _removed, ...remaining } = context.subscriptions;
+                enqueue.emit({ type: "interest.remove", uri: op.uri, target });
+                enqueue.assign({ subscriptions: remaining, removing: target });
+              }),
+              invoke: {
+                src: "unsubscribe",
+                input: ({ context }) => ({
+                  principal: context.principal,
+                  sessionId: context.id,
+                  target: context.removing ?? { backendId: "", uri: "" },
+                }),
+                onDone: { target: "idle", actions: "answerHead" },
+                onError: { target: "idle", actions: "answerHead" },
+              },
+              exit: assign({ removing: undefined }),
+            },
+          },
+        },
+        stream: {
+          initial: "detached",
+          states: {
+            detached: {
+              after: { idleTimeout: { target: "#legacy-session.closing" } },
+              on: {
+                "session.touch": { target: "detached", reenter: true },
+                "stream.opened": { target: "attached" },
+              },
+            },
+            attached: {
+              on: { "stream.closed": { target: "detached" } },
+            },
+          },
+        },
+      },
+    },
+    closing: {
+      entry: enqueueActions(({ context, enqueue }) => {
+        for (const op of context.queue) enqueue.emit({ type: "reply", replyTo: op.replyTo, error: closedError() });
+        for (const [uri, target] of Object.entries(context.subscriptions)) enqueue.emit({ type: "interest.remove", uri, target });
+        enqueue.assign({ queue: [], subscriptions: {} });
+      }),
+      on: {
+        "subscription.add": { actions: "rejectClosed" },
+        "subscription.remove": { actions: "rejectClosed" },
+      },
+      invoke: {
+        src: "releaseAll",
+        input: ({ context }) => ({ principal: context.principal, sessionId: context.id }),
+        onDone: { target: "closed" },
+        onError: { target: "closed" },
+      },
+    },
+    closed: {
+      type: "final",
+      entry: emit({ type: "session.ended", reason: "closed" }),
+    },
+  },
+});

@@ -1,0 +1,128 @@
+import type { BrokerError } from "@mcp-broker/shared";
+import type { Actor } from "xstate";
+import type { LogLevel } from "../routing/request-context.js";
+import type { LegacySessionPort } from "../routing/dispatcher.js";
+import type { NotificationSink } from "./interest-table.js";
+import type { legacySessionMachine } from "./legacy-session-machine.js";
+import { PreparedNotification } from "./prepared-notification.js";
+
+/** How many standalone-stream events a session keeps for `Last-Event-ID` resumption. */
+const HISTORY = 512;
+
+export type StreamAttachOutcome = "attached" | "conflict";
+
+/** Where a session's unsolicited notifications go: its standalone SSE stream, or stdout in stdio mode. */
+export interface NotificationWriter {
+  readonly closed: boolean;
+  write(notification: PreparedNotification, eventId: string): void;
+  onClose(listener: () => void): void;
+  close(): void;
+}
+
+/**
+ * The I/O side of one legacy session: its standalone SSE stream, the event history for
+ * resumption, and the promise plumbing between requests and the session actor, which owns the
+ * state. Each notification goes on the standalone stream only (exactly one stream), with an
+ * event id unique within the session.
+ */
+export class LegacySession implements NotificationSink, LegacySessionPort {
+  logLevel: LogLevel | undefined;
+  /** Requests in flight, by JSON-RPC id, for `notifications/cancelled`. */
+  readonly inflight = new Map<string | number, AbortController>();
+  private stream: NotificationWriter | undefined;
+  private seq = 0;
+  private readonly history: { id: number; notification: PreparedNotification }[] = [];
+  private nextReply = 0;
+  private readonly replies = new Map<number, { resolve: () => void; reject: (error: BrokerError) => void }>();
+
+  constructor(
+    readonly id: string,
+    readonly principal: string,
+    readonly actor: Actor<typeof legacySessionMachine>,
+  ) {
+    actor.on("reply", ({ replyTo, error }) => {
+      const waiter = this.replies.get(replyTo);
+      this.replies.delete(replyTo);
+      if (error === undefined) waiter?.resolve();
+      else waiter?.reject(error);
+    });
+  }
+
+  get closed(): boolean {
+    return this.actor.getSnapshot().status !== "active" || this.actor.getSnapshot().matches("closing");
+  }
+
+  /** Subscribed client URIs. */
+  subscriptions(): string[] {
+    return Object.keys(this.actor.getSnapshot().context.subscriptions);
+  }
+
+  subscribe(uri: string): Promise<void> {
+    return this.ask((replyTo) => this.actor.send({ type: "subscription.add", uri, replyTo }));
+  }
+
+  unsubscribe(uri: string): Promise<void> {
+    return this.ask((replyTo) => this.actor.send({ type: "subscription.remove", uri, replyTo }));
+  }
+
+  setLogLevel(level: LogLevel): void {
+    this.logLevel = level;
+  }
+
+  /** Any request on the session: restarts the idle timer. */
+  touch(): void {
+    this.actor.send({ type: "session.touch" });
+  }
+
+  close(reason: string): void {
+    this.stream?.close();
+    this.actor.send({ type: "session.close", reason });
+  }
+
+  deliver(notification: PreparedNotification): void {
+    const id = ++this.seq;
+    this.history.push({ id, notification });
+    if (this.history.length > HISTORY) this.history.shift();
+    this.stream?.write(notification, String(id));
+  }
+
+  /**
+   * Attaches the standalone GET stream. With `lastEventId`, replays what the client missed; when
+   * the history no longer covers the gap, re-notifies every subscription (an extra `updated` is
+   * harmless, a missed one is not).
+   */
+  attachStream(stream: NotificationWriter, lastEventId: string | undefined): StreamAttachOutcome {
+    if (this.stream !== undefined && !this.stream.closed) return "conflict";
+    this.stream = stream;
+    this.actor.send({ type: "stream.opened" });
+    stream.onClose(() => {
+      if (this.stream !== stream) return;
+      this.stream = undefined;
+      this.actor.send({ type: "stream.closed" });
+    });
+    if (lastEventId !== undefined) this.replay(stream, lastEventId);
+    return "attached";
+  }
+
+  private replay(stream: NotificationWriter, lastEventId: string): void {
+    const last = Number(lastEventId);
+    const oldest = this.history[0]?.id ?? this.seq + 1;
+    if (!Number.isInteger(last) || last < oldest - 1 || last > this.seq) {
+      for (const uri of this.subscriptions()) {
+        const id = ++this.seq;
+        const notification = PreparedNotification.resourceUpdated(uri);
+        this.history.push({ id, notification });
+        stream.write(notification, String(id));
+      }
+      return;
+    }
+    for (const event of this.history) if (event.id > last) stream.write(event.notification, String(event.id));
+  }
+
+  private ask(send: (replyTo: number) => void): Promise<void> {
+    const replyTo = ++this.nextReply;
+    const promise = new Promise<void>((resolve, reject) => this.replies.set(replyTo, { resolve, reject }));
+    send(replyTo);
+    return promise;
+  }
+}

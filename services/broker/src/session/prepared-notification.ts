@@ -1,0 +1,51 @@
+import { META, NOTIFICATION, LIST_CHANGED_METHOD, type ListName } from "@mcp-broker/shared";
+import { encodeEvent } from "../http/sse-stream.js";
+
+/**
+ * One notification on its way to many streams, encoded at most once per era: legacy streams all
+ * get the same bytes; modern streams get the same bytes around their own subscription id.
+ */
+export class PreparedNotification {
+  private legacy: Buffer | undefined;
+  private modern: { head: Buffer; tail: Buffer } | undefined;
+  private line: string | undefined;
+
+  private constructor(
+    private readonly method: string,
+    private readonly params: Record<string, unknown>,
+  ) {}
+
+  static resourceUpdated(uri: string): PreparedNotification {
+    return new PreparedNotification(NOTIFICATION.resourceUpdated, { uri });
+  }
+
+  static listChanged(list: ListName): PreparedNotification {
+    return new PreparedNotification(LIST_CHANGED_METHOD[list], {});
+  }
+
+  /** The SSE event body for legacy streams. */
+  legacyBody(): Buffer {
+    this.legacy ??= encodeEvent({ jsonrpc: "2.0", method: this.method, params: this.params });
+    return this.legacy;
+  }
+
+  /** One newline-terminated JSON-RPC message, for stdio. */
+  jsonLine(subscriptionId?: string | number): string {
+    if (subscriptionId !== undefined) {
+      return `${JSON.stringify({ jsonrpc: "2.0", method: this.method, params: { ...this.params, _meta: { [META.subscriptionId]: subscriptionId } } })}\n`;
+    }
+    this.line ??= `${JSON.stringify({ jsonrpc: "2.0", method: this.method, params: this.params })}\n`;
+    return this.line;
+  }
+
+  /** The SSE event body for a modern listen stream, tagged with its subscription id (JSON-encoded). */
+  modernBody(subscriptionIdJson: string): Buffer[] {
+    if (this.modern === undefined) {
+      const marker = "\u0000SUBSCRIPTION_ID\u0000";
+      const full = encodeEvent({ jsonrpc: "2.0", method: this.method, params: { ...this.params, _meta: { [META.subscriptionId]: marker } } }).toString("utf8");
+      const [head = "", tail = ""] = full.split(JSON.stringify(marker));
+      this.modern = { head: Buffer.from(head), tail: Buffer.from(tail) };
+    }
+    return [this.modern.head, Buffer.from(subscriptionIdJson), this.modern.tail];
+  }
+}

@@ -1,0 +1,198 @@
+import { randomUUID } from "node:crypto";
+import {
+  CHANNEL,
+  busMessageSchema,
+  type Bus,
+  type BusMessage,
+  type Clock,
+  type SubscriptionLimits,
+  type SubscriptionRef,
+  type SubscriptionRegistry,
+} from "@mcp-broker/shared";
+import { createActor, fromPromise } from "xstate";
+import type { Catalog } from "../catalog/catalog.js";
+import type { Logger } from "../logger.js";
+import { unknownResource } from "../routing/router.js";
+import type { UpstreamPort } from "../upstream/upstream-subscriptions.js";
+import { InterestTable, type NotificationSink } from "./interest-table.js";
+import { LegacySession } from "./legacy-session.js";
+import { legacySessionMachine } from "./legacy-session-machine.js";
+import { listenMachine, type ListenEmitted, type ListenFlags } from "./listen-machine.js";
+import { PreparedNotification } from "./prepared-notification.js";
+import { subscriptionFlow, type SubscriptionTarget } from "./subscription-flow.js";
+
+export interface SessionHostDeps {
+  catalog: Catalog;
+  registry: SubscriptionRegistry;
+  upstream: UpstreamPort;
+  bus: Bus;
+  clock: Clock;
+  logger: Logger;
+  limits: SubscriptionLimits;
+  idleTimeoutMs: number;
+  releaseGraceMs: number;
+}
+
+/** A modern listen stream as the host sees it. */
+export interface ListenSink extends NotificationSink {
+  readonly flags: ListenFlags;
+}
+
+/**
+ * Runs the session and listen actors: provides their I/O (catalog validation, registry, upstream),
+ * performs their effects (local interest), and routes bus messages to the interested sinks.
+ */
+export class SessionHost {
+  private readonly legacy = new Map<string, LegacySession>();
+  private readonly listens = new Set<ListenSink>();
+  private readonly interest: InterestTable;
+  private readonly flow;
+  private readonly legacyMachine;
+  private readonly listenLogic;
+
+  constructor(private readonly deps: SessionHostDeps) {
+    this.interest = new InterestTable({
+      bus: deps.bus,
+      clock: deps.clock,
+      graceMs: deps.releaseGraceMs,
+      onError: (error) => deps.logger.warn({ err: (error as Error).message }, "bus subscription failed"),
+    });
+    this.flow = subscriptionFlow.provide({
+      actors: {
+        validate: fromPromise(async ({ input }) => this.validate(input.uri)),
+        reserve: fromPromise(async ({ input }) => deps.registry.add(input, deps.limits)),
+        ensureUpstream: fromPromise(async ({ input }) => deps.upstream.ensure(input.backendId, input.uri)),
+        release: fromPromise(async ({ input }) => this.release(input)),
+      },
+    });
+    const releaseAll = fromPromise<void, { principal: string; sessionId: string }>(async ({ input }) => this.releaseAll(input.principal, input.sessionId));
+    this.legacyMachine = legacySessionMachine.provide({
+      actors: {
+        subscribe: this.flow,
+        unsubscribe: fromPromise(async ({ input }) => this.release({ principal: input.principal, sessionId: input.sessionId, ...input.target })),
+        releaseAll,
+      },
+    });
+    this.listenLogic = listenMachine.provide({
+      actors: {
+        validateAll: fromPromise(async ({ input }) => {
+          for (const uri of input.uris) this.validate(uri);
+        }),
+        subscribe: this.flow,
+        releaseAll,
+      },
+    });
+    deps.bus.onMessage((channel, message) => this.onBusMessage(channel, message));
+  }
+
+  async start(): Promise<void> {
+    await this.deps.bus.subscribe(CHANNEL.lists);
+  }
+
+  /** Creates a legacy session for an authenticated principal (on `initialize`). */
+  createLegacySession(principal: string): LegacySession {
+    const id = randomUUID();
+    const actor = createActor(this.legacyMachine, {
+      input: { id, principal, idleTimeoutMs: this.deps.idleTimeoutMs },
+      clock: this.deps.clock,
+    });
+    const session = new LegacySession(id, principal, actor);
+    actor.on("interest.add", ({ target }) => this.interest.add(CHANNEL.resource(target.backendId, target.uri), session));
+    actor.on("interest.remove", ({ target }) => this.interest.remove(CHANNEL.resource(target.backendId, target.uri), session));
+    actor.on("session.ended", () => {
+      this.legacy.delete(id);
+      this.deps.logger.info({ session: id, principal }, "session ended");
+    });
+    this.legacy.set(id, session);
+    actor.start();
+    this.deps.logger.info({ session: id, principal }, "session started");
+    return session;
+  }
+
+  /** The session, only if it exists and belongs to this principal. */
+  legacySession(id: string, principal: string): LegacySession | undefined {
+    const session = this.legacy.get(id);
+    return session !== undefined && session.principal === principal && !session.closed ? session : undefined;
+  }
+
+  legacySessions(): LegacySession[] {
+    return [...this.legacy.values()];
+  }
+
+  listenCount(): number {
+    return this.listens.size;
+  }
+
+  /**
+   * Opens a listen actor. `onOutcome` hears exactly one of rejected / acknowledged (with the
+   * honored URIs), before any notification reaches `sink`.
+   */
+  openListen(
+    principal: string,
+    flags: ListenFlags,
+    uris: string[],
+    makeSink: (streamId: string) => ListenSink,
+    onOutcome: (outcome: Extract<ListenEmitted, { type: "listen.rejected" | "listen.acknowledged" }>) => void,
+  ): { close(): void } {
+    const id = `listen-${randomUUID()}`;
+    const sink = makeSink(id);
+    const actor = createActor(this.listenLogic, { input: { id, principal, flags, uris: [...new Set(uris)] }, clock: this.deps.clock });
+    actor.on("interest.add", ({ target }) => this.interest.add(CHANNEL.resource(target.backendId, target.uri), sink));
+    actor.on("interest.remove", ({ target }) => this.interest.remove(CHANNEL.resource(target.backendId, target.uri), sink));
+    actor.on("listen.subscription.refused", ({ uri, error }) => this.deps.logger.info({ principal, uri, code: error.code }, "listen: subscription refused"));
+    actor.on("listen.rejected", (event) => onOutcome(event));
+    actor.on("listen.acknowledged", (event) => {
+      this.listens.add(sink);
+      onOutcome(event);
+    });
+    actor.on("listen.ended", () => this.listens.delete(sink));
+    actor.start();
+    return {
+      close: () => {
+        this.listens.delete(sink);
+        actor.send({ type: "stream.closed" });
+      },
+    };
+  }
+
+  close(): void {
+    for (const session of this.legacy.values()) session.close("broker shutting down");
+    this.interest.close();
+  }
+
+  /** Accepts a listed resource, a template match or a sub-resource of a listed resource. */
+  private validate(uri: string): SubscriptionTarget {
+    const resolved = this.deps.catalog.resolveResource(uri);
+    if (resolved === undefined || resolved.match === "prefix") throw unknownResource(uri);
+    return { backendId: resolved.backendId, uri: resolved.uri };
+  }
+
+  private async release(ref: SubscriptionRef): Promise<void> {
+    const outcome = await this.deps.registry.remove(ref);
+    if (outcome.last) this.deps.upstream.release(ref.backendId, ref.uri);
+  }
+
+  private async releaseAll(principal: string, sessionId: string): Promise<void> {
+    for (const ref of await this.deps.registry.ofSession(principal, sessionId)) await this.release(ref);
+  }
+
+  private onBusMessage(channel: string, raw: unknown): void {
+    const parsed = busMessageSchema.safeParse(raw);
+    if (!parsed.success) {
+      this.deps.logger.warn({ channel, issues: parsed.error.issues.length }, "malformed bus message dropped");
+      return;
+    }
+    const message: BusMessage = parsed.data;
+    if (message.kind === "resource.updated") {
+      const sinks = this.interest.of(channel);
+      if (sinks === undefined || sinks.size === 0) return;
+      const notification = PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(message.backendId, message.uri));
+      for (const sink of sinks) sink.deliver(notification);
+      return;
+    }
+    const notification = PreparedNotification.listChanged(message.list);
+    for (const session of this.legacy.values()) session.deliver(notification);
+    const flag: keyof ListenFlags = `${message.list}ListChanged`;
+    for (const listen of this.listens) if (listen.flags[flag]) listen.deliver(notification);
+  }
+}

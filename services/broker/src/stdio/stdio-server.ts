@@ -1,0 +1,180 @@
+import type { Readable, Writable } from "node:stream";
+import { classifyInboundRequest } from "@modelcontextprotocol/server";
+import { META, NOTIFICATION, jsonRpcCode } from "@mcp-broker/shared";
+import type { Broker } from "../broker.js";
+import type { JsonRpcRequest } from "../routing/dispatcher.js";
+import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
+import type { LegacySession } from "../session/legacy-session.js";
+import type { ListenFlags } from "../session/listen-machine.js";
+import type { PreparedNotification } from "../session/prepared-notification.js";
+
+const STDIO_PRINCIPAL = "stdio";
+
+type Json = Record<string, unknown>;
+
+/**
+ * Serves one local client over stdio (newline-delimited JSON-RPC), in either era: a legacy client
+ * opens with `initialize` and gets one session; a modern client sends enveloped requests and
+ * `subscriptions/listen`, each listen tagged by its request id on the shared channel.
+ * Resolves when the input ends.
+ */
+export function serveStdio(broker: Broker, io: { input: Readable; output: Writable }): Promise<void> {
+  const maxLine = broker.config.server.maxBodyBytes;
+  let pending = "";
+  const writeLine = (line: string) => io.output.write(line);
+  const send = (message: unknown) => writeLine(`${JSON.stringify(message)}\n`);
+  let session: LegacySession | undefined;
+  let stdoutClosed = false;
+  const listens = new Map<string | number, { close(): void }>();
+  const inflight = new Map<string | number, AbortController>();
+
+  const context = (era: "legacy" | "modern", request: JsonRpcRequest, signal: AbortSignal): RequestContext => {
+    const meta = (request.params?._meta ?? {}) as Json;
+    const token = meta.progressToken;
+    const level = meta[META.logLevel];
+    return {
+      era,
+      principal: STDIO_PRINCIPAL,
+      sessionId: session?.id,
+      signal,
+      progressToken: typeof token === "string" || typeof token === "number" ? token : undefined,
+      logLevel: era === "modern" ? (LOG_LEVELS.includes(level as LogLevel) ? (level as LogLevel) : undefined) : session?.logLevel,
+      notify: (method, params) => send({ jsonrpc: "2.0", method, params }),
+    };
+  };
+
+  const run = async (era: "legacy" | "modern", request: JsonRpcRequest): Promise<void> => {
+    const abort = new AbortController();
+    inflight.set(request.id, abort);
+    try {
+      send(await broker.dispatcher.handle(request, context(era, request, abort.signal), era === "legacy" ? session : undefined));
+    } finally {
+      inflight.delete(request.id);
+    }
+  };
+
+  const listen = (request: JsonRpcRequest): void => {
+    const filter = (request.params?.notifications ?? {}) as Json;
+    const flags: ListenFlags = {
+      toolsListChanged: filter.toolsListChanged === true,
+      promptsListChanged: filter.promptsListChanged === true,
+      resourcesListChanged: filter.resourcesListChanged === true,
+    };
+    const requested = Array.isArray(filter.resourceSubscriptions) ? filter.resourceSubscriptions.filter((u): u is string => typeof u === "string") : undefined;
+    let backlog: string[] | undefined = [];
+    const handle = broker.sessions.openListen(
+      STDIO_PRINCIPAL,
+      flags,
+      requested ?? [],
+      () => ({
+        principal: STDIO_PRINCIPAL,
+        flags,
+        deliver: (notification: PreparedNotification) => {
+          const line = notification.jsonLine(request.id);
+          if (backlog !== undefined) backlog.push(line);
+          else writeLine(line);
+        },
+      }),
+      (outcome) => {
+        if (outcome.type === "listen.rejected") {
+          listens.delete(request.id);
+          send({ jsonrpc: "2.0", id: request.id, error: { code: jsonRpcCode(outcome.error.code, "modern"), message: outcome.error.message, data: outcome.error.data } });
+          return;
+        }
+        const honored: Json = {};
+        for (const [flag, on] of Object.entries(flags)) if (on) honored[flag] = true;
+        if (requested !== undefined) honored.resourceSubscriptions = outcome.honored;
+        send({ jsonrpc: "2.0", method: NOTIFICATION.subscriptionsAcknowledged, params: { notifications: honored, _meta: { [META.subscriptionId]: request.id } } });
+        for (const line of backlog ?? []) writeLine(line);
+        backlog = undefined;
+      },
+    );
+    listens.set(request.id, handle);
+  };
+
+  const handleMessage = (message: unknown): void => {
+    if (typeof message !== "object" || message === null || Array.isArray(message)) {
+      send({ jsonrpc: "2.0", id: null, error: { code: -32600, message: "Invalid Request: expected one JSON-RPC message per line." } });
+      return;
+    }
+    const msg = message as Json;
+    if (typeof msg.method !== "string") return; // a response; the broker sends no requests
+    const route = classifyInboundRequest({ httpMethod: "POST", body: message });
+    const id = typeof msg.id === "string" || typeof msg.id === "number" ? msg.id : null;
+    if (route.kind === "reject") {
+      if (id !== null) send({ jsonrpc: "2.0", id, error: { code: route.code, message: route.message, ...(route.data !== undefined && { data: route.data }) } });
+      return;
+    }
+    if (msg.method === NOTIFICATION.cancelled) {
+      const requestId = (msg.params as Json | undefined)?.requestId;
+      if (typeof requestId === "string" || typeof requestId === "number") {
+        inflight.get(requestId)?.abort();
+        listens.get(requestId)?.close();
+        listens.delete(requestId);
+      }
+      return;
+    }
+    if (id === null) return; // other notifications need no answer
+    const request = message as unknown as JsonRpcRequest;
+    if (route.kind === "modern") {
+      if (request.method === "subscriptions/listen") listen(request);
+      else void run("modern", request);
+      return;
+    }
+    if (request.method === "initialize") {
+      session?.close("re-initialized");
+      session = broker.sessions.createLegacySession(STDIO_PRINCIPAL);
+      session.attachStream(
+        {
+          get closed() {
+            return stdoutClosed;
+          },
+          write: (notification) => writeLine(notification.jsonLine()),
+          onClose: () => undefined,
+          close: () => undefined,
+        },
+        undefined,
+      );
+      void run("legacy", request);
+      return;
+    }
+    if (session === undefined) {
+      send({ jsonrpc: "2.0", id, error: { code: -32600, message: "Send initialize first (or use the 2026-07-28 per-request envelope)." } });
+      return;
+    }
+    session.touch();
+    void run("legacy", request);
+  };
+
+  return new Promise((resolve) => {
+    io.input.on("data", (chunk: Buffer) => {
+      pending += chunk.toString("utf8");
+      let newline: number;
+      while ((newline = pending.indexOf("\n")) >= 0) {
+        const line = pending.slice(0, newline).replace(/\r$/, "");
+        pending = pending.slice(newline + 1);
+        if (line.trim() === "") continue;
+        let message: unknown;
+        try {
+          message = JSON.parse(line);
+        } catch {
+          send({ jsonrpc: "2.0", id: null, error: { code: -32700, message: "Parse error: a line is not valid JSON." } });
+          continue;
+        }
+        handleMessage(message);
+      }
+      if (pending.length > maxLine) {
+        pending = "";
+        send({ jsonrpc: "2.0", id: null, error: { code: -32600, message: `Message exceeds ${maxLine} bytes; dropped.` } });
+      }
+    });
+    const end = () => {
+      stdoutClosed = true;
+      for (const listenHandle of listens.values()) listenHandle.close();
+      session?.close("stdin closed");
+      resolve();
+    };
+    io.input.once("end", end);
+    io.input.once("close", end);
+  });
+}

@@ -1,0 +1,75 @@
+import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
+import { parseConfig, type BrokerConfigInput } from "@mcp-broker/shared";
+import { pino } from "pino";
+import { createBroker, type Broker, type BrokerDeps } from "../../src/broker.js";
+
+export interface RunningBroker {
+  broker: Broker;
+  url: string;
+  close(): Promise<void>;
+}
+
+/** Starts a broker on an ephemeral port and waits until every backend is connected and listed. */
+export async function startBroker(config: Omit<BrokerConfigInput, "server"> & { server?: BrokerConfigInput["server"] }, deps: BrokerDeps = {}): Promise<RunningBroker> {
+  const parsed = parseConfig({ ...config, server: { port: 0, ...config.server } }, "test config");
+  const logger = deps.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
+  const broker = createBroker(parsed, { ...deps, logger });
+  const url = await broker.listen();
+  const ready = await broker.whenReady(30_000);
+  if (!ready) {
+    const states = broker.pool.all().map((b) => `${b.id}: ${b.state} ${b.lastFailure ?? ""}`);
+    await broker.close();
+    throw new Error(`broker not ready: ${states.join("; ")}`);
+  }
+  return { broker, url, close: () => broker.close() };
+}
+
+export type Era = "legacy" | "modern";
+
+/** An SDK v2 client connected to `url` in the given era. */
+export async function connectClient(url: string, era: Era, options: { headers?: Record<string, string>; name?: string } = {}): Promise<Client> {
+  const client = new Client(
+    { name: options.name ?? `test-${era}`, version: "1.0.0" },
+    { versionNegotiation: { mode: era === "modern" ? { pin: "2026-07-28" } : "legacy" } },
+  );
+  const transport = new StreamableHTTPClientTransport(new URL(url), options.headers ? { requestInit: { headers: options.headers } } : {});
+  await client.connect(transport);
+  if (client.getProtocolEra() !== era) throw new Error(`expected a ${era} connection, got ${client.getProtocolEra()}`);
+  return client;
+}
+
+/** Collects `notifications/resources/updated` URIs a client receives. */
+export function collectUpdates(client: Client): string[] {
+  const uris: string[] = [];
+  client.setNotificationHandler("notifications/resources/updated", (n) => {
+    uris.push(n.params.uri);
+  });
+  return uris;
+}
+
+/** Resolves when `predicate` holds, polling briefly; rejects with `what` after `timeoutMs`. */
+export async function eventually(predicate: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await predicate()) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** Raw JSON-RPC POST to the broker (for edge-case tests the SDK would not send). */
+export async function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; headers: Headers; json: unknown; text: string }> {
+  const response = await fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+  });
+  const text = await response.text();
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: response.status, headers: response.headers, json, text };
+}

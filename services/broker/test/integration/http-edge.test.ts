@@ -1,0 +1,128 @@
+import { request } from "node:http";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connectClient, startBroker, type RunningBroker } from "../helpers/harness.js";
+
+interface RawResponse {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+}
+
+/** A raw HTTP exchange, so tests can send what well-behaved clients never would (Host, sizes, junk). */
+function raw(url: string, options: { method?: string; headers?: Record<string, string>; body?: string | Buffer }): Promise<RawResponse> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: options.method ?? "POST", headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...options.headers } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString("utf8") }));
+      if ((res.headers["content-type"] ?? "").includes("text/event-stream")) {
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: "" });
+        res.destroy();
+      }
+    });
+    req.on("error", reject);
+    if (options.body !== undefined) req.write(options.body);
+    req.end();
+  });
+}
+
+const initialize = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
+const KEY_A = "key-for-team-a-0123456789";
+const KEY_B = "key-for-team-b-0123456789";
+
+describe("HTTP edge", () => {
+  let running: RunningBroker;
+
+  beforeAll(async () => {
+    running = await startBroker({
+      backends: [],
+      server: { maxBodyBytes: 10_000, allowedOrigins: ["app.example.com"] },
+      auth: { apiKeys: [{ key: KEY_A, principal: "team-a" }, { key: KEY_B, principal: "team-b" }] },
+    });
+  });
+
+  afterAll(async () => {
+    await running?.close();
+  });
+
+  const auth = (key: string) => ({ authorization: `Bearer ${key}` });
+
+  it("answers 401 without a valid API key and serves SDK clients that send one", async () => {
+    expect((await raw(running.url, { body: initialize })).status).toBe(401);
+    const wrong = await raw(running.url, { body: initialize, headers: auth("not-a-key-at-all-xxxxx") });
+    expect(wrong.status).toBe(401);
+    expect(wrong.headers["www-authenticate"]).toContain("invalid_token");
+    const client = await connectClient(running.url, "legacy", { headers: auth(KEY_A) });
+    expect((await client.listTools()).tools).toEqual([]);
+    await client.close();
+    const modern = await connectClient(running.url, "modern", { headers: auth(KEY_B) });
+    expect((await modern.listTools()).tools).toEqual([]);
+    await modern.close();
+  });
+
+  it("binds sessions to their principal: another key gets 404 for it", async () => {
+    const init = await raw(running.url, { body: initialize, headers: auth(KEY_A) });
+    const sessionId = String(init.headers["mcp-session-id"]);
+    const ping = JSON.stringify({ jsonrpc: "2.0", id: 2, method: "ping" });
+    expect((await raw(running.url, { body: ping, headers: { ...auth(KEY_A), "mcp-session-id": sessionId } })).status).toBe(200);
+    expect((await raw(running.url, { body: ping, headers: { ...auth(KEY_B), "mcp-session-id": sessionId } })).status).toBe(404);
+    expect((await raw(running.url, { method: "DELETE", headers: { ...auth(KEY_B), "mcp-session-id": sessionId } })).status).toBe(404);
+    expect((await raw(running.url, { method: "DELETE", headers: { ...auth(KEY_A), "mcp-session-id": sessionId } })).status).toBe(200);
+    expect((await raw(running.url, { body: ping, headers: { ...auth(KEY_A), "mcp-session-id": sessionId } })).status).toBe(404);
+  });
+
+  it("rejects foreign Origin and Host headers with 403, accepts configured and local ones", async () => {
+    expect((await raw(running.url, { body: initialize, headers: { ...auth(KEY_A), origin: "http://evil.example" } })).status).toBe(403);
+    expect((await raw(running.url, { body: initialize, headers: { ...auth(KEY_A), origin: "https://app.example.com" } })).status).toBe(200);
+    expect((await raw(running.url, { body: initialize, headers: { ...auth(KEY_A), origin: "http://localhost:5173" } })).status).toBe(200);
+    expect((await raw(running.url, { body: initialize, headers: { ...auth(KEY_A), host: "attacker.example:80" } })).status).toBe(403);
+  });
+
+  it("bounds bodies and rejects malformed input with the right status and code", async () => {
+    const big = await raw(running.url, { body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping", params: { pad: "x".repeat(20_000) } }), headers: auth(KEY_A) });
+    expect(big.status).toBe(413);
+    const junk = await raw(running.url, { body: "{not json", headers: auth(KEY_A) });
+    expect(junk.status).toBe(400);
+    expect(JSON.parse(junk.body)).toMatchObject({ id: null, error: { code: -32700 } });
+    expect((await raw(running.url, { body: "[]", headers: auth(KEY_A) })).status).toBe(400);
+    expect((await raw(running.url, { body: initialize, headers: { ...auth(KEY_A), "content-type": "text/plain" } })).status).toBe(415);
+    expect((await raw(running.url, { method: "PUT", headers: auth(KEY_A) })).status).toBe(405);
+    const noSession = await raw(running.url, { body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" }), headers: auth(KEY_A) });
+    expect(noSession.status).toBe(400);
+    const unknown = await raw(running.url, { body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" }), headers: { ...auth(KEY_A), "mcp-session-id": "no-such-session" } });
+    expect(unknown.status).toBe(404);
+  });
+
+  it("answers modern header/body disagreement with 400 and -32020", async () => {
+    const body = JSON.stringify({
+      jsonrpc: "2.0",
+      id: 1,
+      method: "tools/list",
+      params: { _meta: { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} } },
+    });
+    const mismatch = await raw(running.url, { body, headers: { ...auth(KEY_A), "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call" } });
+    expect(mismatch.status).toBe(400);
+    expect(JSON.parse(mismatch.body)).toMatchObject({ error: { code: -32020 } });
+    const ok = await raw(running.url, { body, headers: { ...auth(KEY_A), "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list" } });
+    expect(JSON.parse(ok.body)).toMatchObject({ result: { tools: [], resultType: "complete", ttlMs: 0, cacheScope: "private" } });
+  });
+
+  it("serves one standalone GET stream per session and 406/400 for bad GETs", async () => {
+    const init = await raw(running.url, { body: initialize, headers: auth(KEY_A) });
+    const sessionId = String(init.headers["mcp-session-id"]);
+    const headers = { ...auth(KEY_A), "mcp-session-id": sessionId, accept: "text/event-stream" };
+    expect((await raw(running.url, { method: "GET", headers: { ...headers, accept: "application/json" } })).status).toBe(406);
+    expect((await raw(running.url, { method: "GET", headers: { ...auth(KEY_A), accept: "text/event-stream" } })).status).toBe(400);
+    const stream = await raw(running.url, { method: "GET", headers });
+    expect(stream.status).toBe(200);
+    expect(stream.headers["content-type"]).toContain("text/event-stream");
+  });
+
+  it("reports health and readiness", async () => {
+    const base = running.url.replace(/\/mcp$/, "");
+    expect((await fetch(`${base}/healthz`)).status).toBe(200);
+    const ready = await fetch(`${base}/readyz`);
+    expect(ready.status).toBe(200);
+    expect(await ready.json()).toEqual({ status: "ready", backends: [] });
+  });
+});

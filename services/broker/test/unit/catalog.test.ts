@@ -1,0 +1,146 @@
+import { MemoryJobQueue, type Clock } from "@mcp-broker/shared";
+import { pino } from "pino";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { Catalog, isSubResource } from "../../src/catalog/catalog.js";
+import { CatalogService, type ReloadJob } from "../../src/catalog/catalog-service.js";
+import type { BackendConnection } from "../../src/upstream/backend-connection.js";
+import type { BackendPool } from "../../src/upstream/backend-pool.js";
+
+describe("catalog", () => {
+  const catalog = () =>
+    new Catalog([
+      { id: "a", prefix: true },
+      { id: "b", prefix: false },
+      { id: "c", prefix: false },
+    ]);
+
+  it("namespaces, diffs by canonical hash and moves the version only on a real change", () => {
+    const cat = catalog();
+    const first = cat.replace("tools", "a", [{ name: "echo", inputSchema: { type: "object", properties: { x: {}, y: {} } } }, { name: "add" }]);
+    expect(first).toEqual({ added: ["a__echo", "a__add"], removed: [], changed: [] });
+    expect(cat.version("tools")).toBe(1);
+    // Same definitions with keys in another order: no change, no new version.
+    const same = cat.replace("tools", "a", [{ name: "add" }, { inputSchema: { properties: { y: {}, x: {} }, type: "object" }, name: "echo" }]);
+    expect(same).toEqual({ added: [], removed: [], changed: [] });
+    expect(cat.version("tools")).toBe(1);
+    const changed = cat.replace("tools", "a", [{ name: "echo", description: "new" }]);
+    expect(changed).toEqual({ added: [], removed: ["a__add"], changed: ["a__echo"] });
+    expect(cat.version("tools")).toBe(2);
+    expect(cat.list("tools").map((t) => t.exposed.name)).toEqual(["a__echo"]);
+  });
+
+  it("lets the first unprefixed backend win a name collision and reports it", () => {
+    const cat = catalog();
+    cat.replace("tools", "c", [{ name: "shared", description: "from c" }]);
+    cat.replace("tools", "b", [{ name: "shared", description: "from b" }]);
+    expect(cat.get("tools", "shared")?.backendId).toBe("b");
+    expect(cat.collisions()).toEqual(["tools 'shared' of backend 'c' is hidden by backend 'b'"]);
+    cat.clearBackend("b");
+    expect(cat.get("tools", "shared")?.backendId).toBe("c");
+    expect(cat.collisions()).toEqual([]);
+  });
+
+  it("resolves listed resources, template matches, sub-resources and bare prefixes", () => {
+    const cat = catalog();
+    cat.replace("resources", "a", [{ uri: "file:///docs", name: "docs" }]);
+    cat.replace("resourceTemplates", "a", [{ uriTemplate: "users://{id}/profile", name: "user" }]);
+    cat.replace("resourceTemplates", "b", [{ uriTemplate: "weather://{city}{?units}", name: "weather" }]);
+    expect(cat.resolveResource("a+file:///docs")).toEqual({ backendId: "a", uri: "file:///docs", match: "listed" });
+    expect(cat.resolveResource("a+users://42/profile")).toEqual({ backendId: "a", uri: "users://42/profile", match: "template" });
+    expect(cat.resolveResource("a+file:///docs/guide.md")).toEqual({ backendId: "a", uri: "file:///docs/guide.md", match: "sub-resource" });
+    expect(cat.resolveResource("a+file:///docsx")).toEqual({ backendId: "a", uri: "file:///docsx", match: "prefix" });
+    expect(cat.resolveResource("weather://paris?units=metric")).toEqual({ backendId: "b", uri: "weather://paris?units=metric", match: "template" });
+    expect(cat.resolveResource("nope://x")).toBeUndefined();
+    expect(cat.resolveResource("z+file:///docs")).toBeUndefined();
+  });
+
+  it("translates URIs inside results for prefixed backends only", () => {
+    const cat = catalog();
+    const result = { contents: [{ uri: "file:///x", text: "t" }], content: [{ type: "resource_link", uri: "ui://w", name: "w" }] };
+    expect(cat.exposeResult("a", result)).toEqual({ contents: [{ uri: "a+file:///x", text: "t" }], content: [{ type: "resource_link", uri: "a+ui://w", name: "w" }] });
+    expect(cat.exposeResult("b", result)).toBe(result);
+  });
+
+  it("knows sub-resources by path", () => {
+    expect(isSubResource("file:///a/b", "file:///a")).toBe(true);
+    expect(isSubResource("file:///a/b", "file:///a/")).toBe(true);
+    expect(isSubResource("file:///ab", "file:///a")).toBe(false);
+    expect(isSubResource("file:///a", "file:///a")).toBe(false);
+  });
+});
+
+describe("catalog service: debounced reloads on fake timers", () => {
+  const clock: Clock = { now: () => Date.now(), setTimeout: (f, ms) => setTimeout(f, ms), clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };
+  let tools: Record<string, unknown>[];
+  let listCalls: number;
+  let release: (() => void) | undefined;
+  let backend: BackendConnection;
+  let service: CatalogService;
+  let announced: string[];
+
+  beforeEach(() => {
+    vi.useFakeTimers();
+    tools = [{ name: "one" }];
+    listCalls = 0;
+    release = undefined;
+    announced = [];
+    backend = {
+      id: "a",
+      state: "connected",
+      capabilities: { tools: { listChanged: true } },
+      request: async (method: string) => {
+        if (method !== "tools/list") return {};
+        listCalls++;
+        const snapshot = [...tools];
+        if (release === undefined && listCalls === 2) await new Promise<void>((r) => (release = r));
+        return { tools: snapshot };
+      },
+    } as unknown as BackendConnection;
+    service = new CatalogService([{ id: "a", command: "x", args: [], prefix: true, era: "auto", timeoutMs: 1000, reconnect: { initialDelayMs: 1, maxDelayMs: 1, multiplier: 1 }, healthIntervalMs: 1000 }], {
+      logger: pino({ level: "silent" }),
+      clock,
+      jobs: new MemoryJobQueue<ReloadJob>({ clock }),
+      debounceMs: 1_000,
+      relistIntervalMs: 60_000,
+      onListChanged: (list) => announced.push(list),
+    });
+    service.attach({ get: () => backend } as unknown as BackendPool);
+  });
+
+  afterEach(() => {
+    service.close();
+    vi.useRealTimers();
+  });
+
+  it("turns a burst into one reload, a change during a reload into exactly one more, and announces only real changes", async () => {
+    await service.backendConnected(backend);
+    expect(listCalls).toBe(1);
+    expect(announced).toEqual(["tools"]);
+
+    tools = [{ name: "one" }, { name: "two" }];
+    for (let i = 0; i < 50; i++) service.listChanged(backend, "tools");
+    await vi.advanceTimersByTimeAsync(999);
+    expect(listCalls).toBe(1);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(listCalls).toBe(2); // running, held open by the test
+
+    tools = [{ name: "one" }, { name: "two" }, { name: "three" }];
+    service.listChanged(backend, "tools");
+    service.listChanged(backend, "tools");
+    release?.();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(announced).toEqual(["tools", "tools"]);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(listCalls).toBe(3);
+    expect(announced).toEqual(["tools", "tools", "tools"]);
+    expect(service.catalog.list("tools").map((t) => t.exposedKey)).toEqual(["a__one", "a__two", "a__three"]);
+
+    // list_changed without a real change: a reload, but nothing announced.
+    service.listChanged(backend, "tools");
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(listCalls).toBe(4);
+    expect(announced).toHaveLength(3);
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(listCalls).toBe(4);
+  });
+});

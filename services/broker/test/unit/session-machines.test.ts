@@ -1,0 +1,218 @@
+import { BrokerError, type AddOutcome } from "@mcp-broker/shared";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { createActor, fromPromise, SimulatedClock, waitFor } from "xstate";
+import { legacySessionMachine, type LegacySessionEmitted } from "../../src/session/legacy-session-machine.js";
+import { listenMachine, type ListenEmitted } from "../../src/session/listen-machine.js";
+import { subscriptionFlow, type SubscriptionTarget } from "../../src/session/subscription-flow.js";
+
+/** A fake I/O world for the machines: a registry with limits and an upstream that can fail. */
+function world(options: { maxPerSession?: number; upstreamFails?: boolean } = {}) {
+  const held = new Map<string, Set<string>>();
+  const calls: string[] = [];
+  const flow = subscriptionFlow.provide({
+    actors: {
+      validate: fromPromise(async ({ input }: { input: { uri: string } }): Promise<SubscriptionTarget> => {
+        calls.push(`validate ${input.uri}`);
+        if (input.uri.startsWith("bad")) throw new BrokerError("UNKNOWN_RESOURCE", "unknown", { uri: input.uri });
+        return { backendId: "b", uri: input.uri };
+      }),
+      reserve: fromPromise(async ({ input }): Promise<AddOutcome> => {
+        calls.push(`reserve ${input.uri}`);
+        const set = held.get(input.sessionId) ?? new Set<string>();
+        held.set(input.sessionId, set);
+        if (set.has(input.uri)) return { status: "exists" };
+        if (set.size >= (options.maxPerSession ?? 10)) return { status: "limit", limit: "session", max: options.maxPerSession ?? 10 };
+        set.add(input.uri);
+        return { status: "added", first: true };
+      }),
+      ensureUpstream: fromPromise(async ({ input }) => {
+        calls.push(`ensure ${input.uri}`);
+        if (options.upstreamFails) throw new BrokerError("BACKEND_UNAVAILABLE", "down");
+      }),
+      release: fromPromise(async ({ input }) => {
+        calls.push(`release ${input.uri}`);
+        held.get(input.sessionId)?.delete(input.uri);
+      }),
+    },
+  });
+  const releaseAll = fromPromise(async ({ input }: { input: { principal: string; sessionId: string } }) => {
+    calls.push("releaseAll");
+    held.delete(input.sessionId);
+  });
+  return {
+    held,
+    calls,
+    legacy: legacySessionMachine.provide({
+      actors: {
+        subscribe: flow,
+        unsubscribe: fromPromise(async ({ input }) => {
+          calls.push(`unsubscribe ${input.target.uri}`);
+          held.get(input.sessionId)?.delete(input.target.uri);
+        }),
+        releaseAll,
+      },
+    }),
+    listen: listenMachine.provide({
+      actors: {
+        validateAll: fromPromise(async ({ input }) => {
+          for (const uri of input.uris) if (uri.startsWith("bad")) throw new BrokerError("UNKNOWN_RESOURCE", "unknown", { uri });
+        }),
+        subscribe: flow,
+        releaseAll,
+      },
+    }),
+  };
+}
+
+function record<T extends { type: string }>(actor: { on: (type: "*", fn: (e: T) => void) => unknown }): T[] {
+  const events: T[] = [];
+  actor.on("*", (e) => events.push(e));
+  return events;
+}
+
+describe("legacy session actor", () => {
+  let clock: SimulatedClock;
+  beforeEach(() => {
+    clock = new SimulatedClock();
+  });
+
+  function start(w: ReturnType<typeof world>, idleTimeoutMs = 60_000) {
+    const actor = createActor(w.legacy, { input: { id: "s1", principal: "p", idleTimeoutMs }, clock });
+    const events = record<LegacySessionEmitted>(actor);
+    actor.start();
+    return { actor, events };
+  }
+
+  const replies = (events: LegacySessionEmitted[]) =>
+    events.filter((e): e is Extract<LegacySessionEmitted, { type: "reply" }> => e.type === "reply").map((e) => [e.replyTo, e.error?.code ?? "ok"]);
+
+  it("runs validate → reserve → ensure, adds interest, then answers; a second subscribe is idempotent", async () => {
+    const w = world();
+    const { actor, events } = start(w);
+    actor.send({ type: "subscription.add", uri: "u1", replyTo: 1 });
+    actor.send({ type: "subscription.add", uri: "u1", replyTo: 2 });
+    await vi.waitFor(() => expect(replies(events)).toEqual([[1, "ok"], [2, "ok"]]));
+    expect(w.calls).toEqual(["validate u1", "reserve u1", "ensure u1", "validate u1", "reserve u1"]);
+    expect(events.filter((e) => e.type === "interest.add")).toHaveLength(1);
+    const interestAt = events.findIndex((e) => e.type === "interest.add");
+    const replyAt = events.findIndex((e) => e.type === "reply");
+    expect(interestAt).toBeLessThan(replyAt);
+    expect(Object.keys(actor.getSnapshot().context.subscriptions)).toEqual(["u1"]);
+  });
+
+  it("rolls the reservation back when the upstream subscription fails", async () => {
+    const w = world({ upstreamFails: true });
+    const { actor, events } = start(w);
+    actor.send({ type: "subscription.add", uri: "u1", replyTo: 1 });
+    await vi.waitFor(() => expect(replies(events)).toEqual([[1, "BACKEND_UNAVAILABLE"]]));
+    expect(w.calls).toEqual(["validate u1", "reserve u1", "ensure u1", "release u1"]);
+    expect(w.held.get("s1")?.size).toBe(0);
+    expect(events.some((e) => e.type === "interest.add")).toBe(false);
+  });
+
+  it("answers unknown URIs and limits with their error codes and keeps nothing", async () => {
+    const w = world({ maxPerSession: 1 });
+    const { actor, events } = start(w);
+    actor.send({ type: "subscription.add", uri: "bad://x", replyTo: 1 });
+    actor.send({ type: "subscription.add", uri: "u1", replyTo: 2 });
+    actor.send({ type: "subscription.add", uri: "u2", replyTo: 3 });
+    await vi.waitFor(() => expect(replies(events)).toEqual([[1, "UNKNOWN_RESOURCE"], [2, "ok"], [3, "SUBSCRIPTION_LIMIT"]]));
+    const limit = events.find((e) => e.type === "reply" && e.replyTo === 3) as Extract<LegacySessionEmitted, { type: "reply" }>;
+    expect(limit.error?.data).toMatchObject({ limit: "session", max: 1 });
+  });
+
+  it("unsubscribes (interest removed before the answer) and answers {} for what is not subscribed", async () => {
+    const w = world();
+    const { actor, events } = start(w);
+    actor.send({ type: "subscription.add", uri: "u1", replyTo: 1 });
+    actor.send({ type: "subscription.remove", uri: "u1", replyTo: 2 });
+    actor.send({ type: "subscription.remove", uri: "never", replyTo: 3 });
+    await vi.waitFor(() => expect(replies(events)).toEqual([[1, "ok"], [2, "ok"], [3, "ok"]]));
+    expect(w.calls).toContain("unsubscribe u1");
+    expect(w.calls).not.toContain("unsubscribe never");
+    const removeAt = events.findIndex((e) => e.type === "interest.remove");
+    const replyAt = events.findIndex((e) => e.type === "reply" && e.replyTo === 2);
+    expect(removeAt).toBeGreaterThan(-1);
+    expect(removeAt).toBeLessThan(replyAt);
+  });
+
+  it("expires after the idle timeout without a stream, and a request restarts the timer", async () => {
+    const w = world();
+    const { actor, events } = start(w, 1_000);
+    actor.send({ type: "subscription.add", uri: "u1", replyTo: 1 });
+    await vi.waitFor(() => expect(replies(events)).toHaveLength(1));
+    clock.increment(900);
+    actor.send({ type: "session.touch" });
+    clock.increment(900);
+    expect(actor.getSnapshot().status).toBe("active");
+    clock.increment(100);
+    await waitFor(actor, (s) => s.status === "done");
+    expect(w.calls.at(-1)).toBe("releaseAll");
+    expect(events.map((e) => e.type)).toEqual(expect.arrayContaining(["interest.remove", "session.ended"]));
+  });
+
+  it("does not expire while its stream is attached", async () => {
+    const w = world();
+    const { actor } = start(w, 1_000);
+    actor.send({ type: "stream.opened" });
+    clock.increment(10_000);
+    expect(actor.getSnapshot().status).toBe("active");
+    actor.send({ type: "stream.closed" });
+    clock.increment(1_000);
+    await waitFor(actor, (s) => s.status === "done");
+  });
+
+  it("releases everything on close and rejects operations while closing", async () => {
+    const w = world();
+    const { actor, events } = start(w);
+    actor.send({ type: "subscription.add", uri: "u1", replyTo: 1 });
+    await vi.waitFor(() => expect(replies(events)).toHaveLength(1));
+    actor.send({ type: "session.close", reason: "DELETE" });
+    await waitFor(actor, (s) => s.status === "done");
+    expect(w.held.has("s1")).toBe(false);
+    expect(events.filter((e) => e.type === "interest.remove")).toHaveLength(1);
+  });
+});
+
+describe("listen actor", () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  function start(w: ReturnType<typeof world>, uris: string[]) {
+    const actor = createActor(w.listen, {
+      input: { id: "l1", principal: "p", flags: { toolsListChanged: true, promptsListChanged: false, resourcesListChanged: false }, uris },
+    });
+    const events = record<ListenEmitted>(actor);
+    actor.start();
+    return { actor, events };
+  }
+
+  it("acknowledges after subscribing, leaving out URIs over the limit, before anything else", async () => {
+    const w = world({ maxPerSession: 2 });
+    const { events } = start(w, ["u1", "u2", "u3"]);
+    await vi.waitFor(() => expect(events.some((e) => e.type === "listen.acknowledged")).toBe(true));
+    const ack = events.find((e) => e.type === "listen.acknowledged") as Extract<ListenEmitted, { type: "listen.acknowledged" }>;
+    expect(ack.honored).toEqual(["u1", "u2"]);
+    expect(events.filter((e) => e.type === "listen.subscription.refused").map((e) => (e as { uri: string }).uri)).toEqual(["u3"]);
+  });
+
+  it("rejects the whole request when a URI is unknown, holding nothing", async () => {
+    const w = world();
+    const { actor, events } = start(w, ["u1", "bad://x"]);
+    await waitFor(actor, (s) => s.status === "done");
+    const rejected = events.find((e) => e.type === "listen.rejected") as Extract<ListenEmitted, { type: "listen.rejected" }>;
+    expect(rejected.error.data).toEqual({ uri: "bad://x" });
+    expect(w.calls.filter((c) => c.startsWith("reserve"))).toEqual([]);
+  });
+
+  it("releases everything when the stream closes", async () => {
+    const w = world();
+    const { actor, events } = start(w, ["u1"]);
+    await vi.waitFor(() => expect(events.some((e) => e.type === "listen.acknowledged")).toBe(true));
+    actor.send({ type: "stream.closed" });
+    await waitFor(actor, (s) => s.status === "done");
+    expect(w.calls.at(-1)).toBe("releaseAll");
+    expect(events.map((e) => e.type)).toEqual(expect.arrayContaining(["interest.remove", "listen.ended"]));
+  });
+});
