@@ -112,7 +112,7 @@ describe("subscriptions", () => {
     legacyServer.emitUpdate("test://static/b"); // nobody's
     await eventually(() => received.every((r) => r.length >= 1), "each client's own update");
     received.forEach((r, i) => expect(r).toEqual([`leg+test://items/${i}`]));
-    await Promise.all(listens.map((l) => l?.close()));
+    await Promise.all(listens.map(async (l) => l?.close()));
   });
 
   it("polls a backend that cannot push and reports content changes", async () => {
@@ -165,7 +165,7 @@ describe("subscriptions", () => {
       const legacy = await connectClient(shortLived.url, "legacy");
       await legacy.subscribeResource({ uri: "leg+test://items/d" });
       expect(shortLived.broker.upstream.watched("leg")).toContain("test://items/d");
-      await (legacy.transport as { terminateSession(): Promise<void> }).terminateSession();
+      await (legacy.transport as unknown as { terminateSession(): Promise<void> }).terminateSession();
       await eventually(() => legacyServer.stats.unsubscribeCount("test://items/d") === 1, "release after DELETE");
       await legacy.close();
 
