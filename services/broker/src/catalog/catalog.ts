@@ -142,8 +142,10 @@ export class Catalog {
       for (const template of this.backendItems("resourceTemplates", candidate.backendId)) {
         if (template.template?.match(candidate.uri)) return { ...candidate, match: "template" };
       }
-      for (const resource of this.backendItems("resources", candidate.backendId)) {
-        if (isSubResource(candidate.uri, resource.key)) return { ...candidate, match: "sub-resource" };
+      for (const parent of ancestorsOf(candidate.uri)) {
+        if (this.get("resources", this.exposeUri(candidate.backendId, parent))?.backendId === candidate.backendId) {
+          return { ...candidate, match: "sub-resource" };
+        }
       }
     }
     const prefixed = splitPrefixedUri(exposedUri);
@@ -240,4 +242,17 @@ function buildItem(kind: CatalogKind, naming: BackendNaming, key: string, defini
 export function isSubResource(child: string, parent: string): boolean {
   if (!child.startsWith(parent) || child.length === parent.length) return false;
   return parent.endsWith("/") || child[parent.length] === "/";
+}
+
+/**
+ * Every `parent` with `isSubResource(uri, parent)`, nearest first: the URI cut before and after
+ * each `/`. Lets a lookup walk a URI's few ancestors instead of scanning every known URI.
+ */
+export function ancestorsOf(uri: string): string[] {
+  const out: string[] = [];
+  for (let i = uri.lastIndexOf("/"); i >= 0; i = i === 0 ? -1 : uri.lastIndexOf("/", i - 1)) {
+    if (i + 1 < uri.length) out.push(uri.slice(0, i + 1));
+    if (i > 0 && uri[i - 1] !== "/") out.push(uri.slice(0, i));
+  }
+  return out;
 }

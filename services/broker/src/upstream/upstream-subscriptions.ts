@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { BrokerError, CHANNEL, type Bus, type Clock, type SubscriptionRegistry, type TimerHandle } from "@mcp-broker/shared";
-import { isSubResource } from "../catalog/catalog.js";
+import { ancestorsOf } from "../catalog/catalog.js";
 import type { Logger } from "../logger.js";
 import type { BackendConnection } from "./backend-connection.js";
 import type { BackendPool } from "./backend-pool.js";
@@ -100,11 +100,12 @@ export class UpstreamSubscriptions implements UpstreamPort {
     this.clearBackend(backend.id);
   }
 
-  /** An update from a backend: published once per watched key it falls under. */
+  /** An update from a backend: published once per watched key it falls under (itself and its ancestors). */
   resourceUpdated(backendId: string, uri: string): void {
     const at = this.deps.clock.now();
-    for (const key of this.watchesOf(backendId).keys()) {
-      if (key !== uri && !isSubResource(uri, key)) continue;
+    const watches = this.watchesOf(backendId);
+    for (const key of [uri, ...ancestorsOf(uri)]) {
+      if (!watches.has(key)) continue;
       void this.deps.bus
         .publish(CHANNEL.resource(backendId, key), { kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, key, uri, at })
         .catch((error: unknown) => this.deps.logger.warn({ backendId, uri, err: (error as Error).message }, "publish failed"));

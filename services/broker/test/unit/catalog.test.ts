@@ -1,7 +1,7 @@
 import { MemoryJobQueue, type Clock } from "@mcp-broker/shared";
 import { pino } from "pino";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { Catalog, isSubResource } from "../../src/catalog/catalog.js";
+import { ancestorsOf, Catalog, isSubResource } from "../../src/catalog/catalog.js";
 import { CatalogService, type ReloadJob } from "../../src/catalog/catalog-service.js";
 import type { BackendConnection } from "../../src/upstream/backend-connection.js";
 import type { BackendPool } from "../../src/upstream/backend-pool.js";
@@ -66,6 +66,14 @@ describe("catalog", () => {
     expect(isSubResource("file:///a/b", "file:///a/")).toBe(true);
     expect(isSubResource("file:///ab", "file:///a")).toBe(false);
     expect(isSubResource("file:///a", "file:///a")).toBe(false);
+  });
+
+  it("lists exactly the ancestors isSubResource accepts, nearest first", () => {
+    expect(ancestorsOf("file:///a/b")).toEqual(["file:///a/", "file:///a", "file:///", "file://", "file:/", "file:"]);
+    for (const uri of ["file:///a/b", "demo://files/x.txt", "ui://w//x/", "a/b/c", "/x", "urn:isbn:1", "test://odd/a%20b?x=1#frag/y", "s://h/", "x"]) {
+      const expected = Array.from({ length: uri.length }, (_, n) => uri.slice(0, n)).filter((parent) => parent !== "" && isSubResource(uri, parent));
+      expect([...ancestorsOf(uri)].sort(), uri).toEqual(expected.sort());
+    }
   });
 });
 
