@@ -12,6 +12,8 @@ const USAGE = `Usage:
 The config file is JSON (.json) or YAML. MCP_BROKER_CONFIG may name it instead of --config;
 PORT, HOST and REDIS_URL override the file.`;
 
+const STDIO_READY_TIMEOUT_MS = 10_000;
+
 async function main(argv: string[]): Promise<number> {
   let args;
   try {
@@ -66,6 +68,9 @@ async function main(argv: string[]): Promise<number> {
 
   if (values.stdio) {
     await broker.startBackends();
+    // A local client lists tools right after initialize and many never re-list: give the
+    // backends a moment to connect first (stdin waits meanwhile; nothing is lost).
+    await broker.whenReady(STDIO_READY_TIMEOUT_MS);
     await serveStdio(broker, { input: process.stdin, output: process.stdout });
     await stop("stdin closed");
     return 0;

@@ -1,0 +1,107 @@
+import { spawn } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import { Client } from "@modelcontextprotocol/client";
+import { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { collectUpdates, eventually } from "../helpers/harness.js";
+
+const BROKER_DIR = resolve(import.meta.dirname, "../..");
+const CLI = join(BROKER_DIR, "src/cli.ts");
+const STDIO_BACKEND = join(BROKER_DIR, "test/fixtures/stdio-backend.ts");
+
+/** `mcp-broker --stdio`: one local client over stdin/stdout, in either era. */
+describe("stdio mode", () => {
+  let dir: string;
+  let configFile: string;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), "broker-stdio-"));
+    configFile = join(dir, "broker.json");
+    await writeFile(
+      configFile,
+      JSON.stringify({
+        backends: [{ id: "t", command: process.execPath, args: ["--import", "tsx", STDIO_BACKEND], cwd: BROKER_DIR }],
+        logging: { level: "warn" },
+      }),
+    );
+  });
+
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  async function connect(era: "legacy" | "modern"): Promise<Client> {
+    const client = new Client({ name: `stdio-${era}`, version: "1.0.0" }, { versionNegotiation: { mode: era === "modern" ? { pin: "2026-07-28" } : "legacy" } });
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: ["--import", "tsx", CLI, "--stdio", "--config", configFile],
+      cwd: BROKER_DIR,
+      stderr: "pipe",
+    });
+    transport.stderr?.resume();
+    await client.connect(transport);
+    expect(client.getProtocolEra()).toBe(era);
+    return client;
+  }
+
+  it("serves a legacy client: namespaced tools, subscribe, updates on stdout", async () => {
+    const client = await connect("legacy");
+    try {
+      // In stdio mode the broker waits for its backends before it reads the first message.
+      expect((await client.listResourceTemplates()).resourceTemplates.map((t) => t.uriTemplate)).toContain("t+test://items/{id}");
+      const updates = collectUpdates(client);
+      await client.subscribeResource({ uri: "t+test://items/5" });
+      await client.callTool({ name: "t__emit_update", arguments: { uri: "test://items/6" } });
+      await client.callTool({ name: "t__emit_update", arguments: { uri: "test://items/5" } });
+      await eventually(() => updates.length === 1, "the subscribed update");
+      expect(updates).toEqual(["t+test://items/5"]);
+      // (the SDK client normalises -32002 to its ResourceNotFoundError)
+      await expect(client.subscribeResource({ uri: "t+nope://x" })).rejects.toMatchObject({ data: { uri: "t+nope://x" } });
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("serves a modern client: listen stream acknowledged and tagged with its subscription id", async () => {
+    const client = await connect("modern");
+    try {
+      const ids: unknown[] = [];
+      const updates: string[] = [];
+      client.setNotificationHandler("notifications/resources/updated", (n) => {
+        updates.push(n.params.uri);
+        ids.push(n.params._meta?.["io.modelcontextprotocol/subscriptionId"]);
+      });
+      const listen = await client.listen({ resourceSubscriptions: ["t+test://items/9"] });
+      expect(listen.honoredFilter?.resourceSubscriptions).toEqual(["t+test://items/9"]);
+      await client.callTool({ name: "t__emit_update", arguments: { uri: "test://items/9" } });
+      await eventually(() => updates.length === 1, "the listened update");
+      expect(updates).toEqual(["t+test://items/9"]);
+      expect(ids).toEqual([expect.stringMatching(/.+/)]);
+      await listen.close();
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("answers bad lines with JSON-RPC errors and exits 0 when stdin closes", async () => {
+    const child = spawn(process.execPath, ["--import", "tsx", CLI, "--stdio", "--config", configFile], { cwd: BROKER_DIR, stdio: ["pipe", "pipe", "ignore"] });
+    const lines = createInterface({ input: child.stdout });
+    const received: unknown[] = [];
+    lines.on("line", (line) => received.push(JSON.parse(line)));
+    child.stdin.write("{not json\n");
+    child.stdin.write("[1,2]\n");
+    child.stdin.write(`${JSON.stringify({ jsonrpc: "2.0", id: 7, method: "tools/list" })}\n`);
+    await eventually(() => received.length === 3, "three answers");
+    expect(received).toEqual([
+      expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32700 }) }),
+      expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32600 }) }),
+      expect.objectContaining({ id: 7, error: expect.objectContaining({ code: -32600 }) }),
+    ]);
+    const exited = new Promise<number | null>((done) => child.once("exit", (code) => done(code)));
+    child.stdin.end();
+    expect(await exited).toBe(0);
+  });
+});
