@@ -9,13 +9,27 @@ export interface RunningBroker {
   close(): Promise<void>;
 }
 
-/** Starts a broker on an ephemeral port and waits until every backend is connected and listed. */
-export async function startBroker(config: Omit<BrokerConfigInput, "server"> & { server?: BrokerConfigInput["server"] }, deps: BrokerDeps = {}): Promise<RunningBroker> {
+/**
+ * Starts a broker on an ephemeral port and waits until every backend is connected and listed, or
+ * with `readyBackends` only those (for tests that configure a backend that is down).
+ */
+export async function startBroker(
+  config: Omit<BrokerConfigInput, "server"> & { server?: BrokerConfigInput["server"] },
+  deps: BrokerDeps = {},
+  options: { readyBackends?: string[] } = {},
+): Promise<RunningBroker> {
   const parsed = parseConfig({ ...config, server: { port: 0, ...config.server } }, "test config");
   const logger = deps.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
   const broker = createBroker(parsed, { ...deps, logger });
   const url = await broker.listen();
-  const ready = await broker.whenReady(30_000);
+  const wanted = options.readyBackends;
+  const ready =
+    wanted === undefined
+      ? await broker.whenReady(30_000)
+      : await eventually(() => wanted.every((id) => broker.pool.get(id).state === "connected") && broker.catalog.loading() === 0, `backends ${wanted.join(", ")}`, 30_000).then(
+          () => true,
+          () => false,
+        );
   if (!ready) {
     const states = broker.pool.all().map((b) => `${b.id}: ${b.state} ${b.lastFailure ?? ""}`);
     await broker.close();

@@ -41,7 +41,7 @@ describe("stdio mode", () => {
       cwd: BROKER_DIR,
       stderr: "pipe",
     });
-    transport.stderr?.resume();
+    transport.stderr?.on("data", () => undefined); // drained, so the child never blocks on a full pipe
     await client.connect(transport);
     expect(client.getProtocolEra()).toBe(era);
     return client;

@@ -1,0 +1,106 @@
+import type { Client } from "@modelcontextprotocol/client";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { startLegacyHttpBackend, startModernHttpBackend, type HttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
+import { NotificationRecorder } from "../fixtures/notification-recorder.js";
+import { createTestServer } from "../fixtures/test-server.js";
+import { connectClient, post, startBroker, type Era, type RunningBroker } from "../helpers/harness.js";
+
+const MESSAGE = "notifications/message";
+const PROGRESS = "notifications/progress";
+
+/** Calls routed to their backend: progress and logs reach the caller only; failures have their codes. */
+describe("routing", () => {
+  let legacyBackend: LegacyHttpBackend;
+  let modernBackend: HttpBackend;
+  let running: RunningBroker;
+  let clients: Client[] = [];
+
+  beforeAll(async () => {
+    legacyBackend = await startLegacyHttpBackend(createTestServer({ name: "legacy-routing" }));
+    modernBackend = await startModernHttpBackend(createTestServer({ name: "modern-routing" }));
+    running = await startBroker({
+      backends: [
+        { id: "leg", url: legacyBackend.url, era: "legacy", timeoutMs: 1_000 },
+        { id: "mod", url: modernBackend.url, era: "modern", timeoutMs: 1_000 },
+        // Nothing listens there: the broker starts anyway and keeps retrying.
+        { id: "down", url: "http://127.0.0.1:9/mcp", era: "legacy", reconnect: { initialDelayMs: 60_000, maxDelayMs: 60_000 } },
+      ],
+    }, {}, { readyBackends: ["leg", "mod"] });
+  }, 60_000);
+
+  afterEach(async () => {
+    await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
+    clients = [];
+  });
+
+  afterAll(async () => {
+    await running?.close();
+    await Promise.all([legacyBackend?.close(), modernBackend?.close()]);
+  });
+
+  /** With `watchProgress`, the client's progress handler is replaced: `onprogress` no longer works for it. */
+  async function client(era: Era, watchProgress = false): Promise<{ client: Client; notes: NotificationRecorder }> {
+    const c = await connectClient(running.url, era);
+    clients.push(c);
+    return { client: c, notes: new NotificationRecorder(c, watchProgress ? [MESSAGE, PROGRESS] : [MESSAGE]) };
+  }
+
+  it.each([
+    ["legacy", "leg__slow"],
+    ["modern", "mod__slow"],
+  ] as const)("sends a %s caller its own progress and log messages, and nobody else", async (era, tool) => {
+    const caller = await client(era);
+    const bystander = await client(era, true);
+    if (era === "legacy") {
+      await caller.client.setLoggingLevel("info");
+      await bystander.client.setLoggingLevel("info");
+    }
+    const progress: number[] = [];
+    const result = await caller.client.callTool(
+      { name: tool, arguments: { ms: 40 }, ...(era === "modern" && { _meta: { "io.modelcontextprotocol/logLevel": "info" } }) },
+      { onprogress: (p) => progress.push(p.progress) },
+    );
+    expect(result.content).toEqual([{ type: "text", text: "waited 40ms" }]);
+    expect(progress).toEqual([1, 2, 3, 4]);
+    const [log] = caller.notes.all(MESSAGE);
+    expect(log?.params).toMatchObject({ level: "info", logger: `${tool.split("__")[0]}/test-server`, data: "slow: waiting 40ms" });
+    expect(bystander.notes.received).toEqual([]);
+  });
+
+  it("answers a backend timeout with -32001 and the backend and timeout in data", async () => {
+    const { client: c } = await client("legacy");
+    await expect(c.callTool({ name: "leg__slow", arguments: { ms: 3_000 } })).rejects.toMatchObject({
+      code: -32001,
+      data: { backend: "leg", timeoutMs: 1_000 },
+    });
+    // The backend is still usable afterwards.
+    expect((await c.callTool({ name: "leg__echo", arguments: { text: "still here" } })).content).toEqual([{ type: "text", text: "still here" }]);
+  });
+
+  it("passes a backend's own errors through and rejects bad params with -32602", async () => {
+    const { client: c } = await client("legacy");
+    const failed = await c.callTool({ name: "leg__fail", arguments: {} });
+    expect(failed.isError).toBe(true);
+    await expect(c.callTool({ name: "leg__add", arguments: { a: "one", b: 2 } })).resolves.toMatchObject({ isError: true });
+    const headers = await legacySession(running.url);
+    const noName = await post(running.url, { jsonrpc: "2.0", id: 9, method: "tools/call", params: { arguments: {} } }, headers);
+    expect(noName.json).toMatchObject({ id: 9, error: { code: -32602 } });
+    const badCursor = await post(running.url, { jsonrpc: "2.0", id: 10, method: "tools/list", params: { cursor: "not-ours" } }, headers);
+    expect(badCursor.json).toMatchObject({ id: 10, error: { code: -32602 } });
+  });
+
+  it("serves the other backends while one is down, and says which one is down in /readyz", async () => {
+    const { client: c } = await client("legacy");
+    const names = (await c.listTools()).tools.map((t) => t.name);
+    expect(names).toEqual(expect.arrayContaining(["leg__echo", "mod__echo"]));
+    expect(names.some((n) => n.startsWith("down__"))).toBe(false);
+    const readyz = await fetch(new URL("/readyz", running.url));
+    expect(readyz.status).toBe(503);
+    expect(await readyz.json()).toMatchObject({ status: "degraded", backends: expect.arrayContaining([expect.objectContaining({ id: "down", state: "backoff" })]) });
+  });
+});
+
+async function legacySession(url: string): Promise<Record<string, string>> {
+  const init = await post(url, { jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
+  return { "mcp-session-id": init.headers.get("mcp-session-id") ?? "" };
+}
