@@ -156,7 +156,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     startBackends,
     async listen() {
       await startBackends();
-      http = createHttpServer({ endpoint, pool, logger });
+      http = createHttpServer({ endpoint, pool, catalog: catalog.catalog, logger });
       const server = http;
       await new Promise<void>((resolve, reject) => {
         server.once("error", reject);

@@ -125,7 +125,13 @@ export class CatalogService {
       cursor = next;
     }
     if (backend.state !== "connected") throw new Error(`backend '${backend.id}' dropped while listing ${kind}`);
+    const hiddenBefore = new Set(this.catalog.collisions());
     const diff = this.catalog.replace(kind, backend.id, items);
+    for (const collision of this.catalog.collisions()) {
+      if (!hiddenBefore.has(collision)) {
+        this.deps.logger.error({ backend: backend.id, kind, collision }, "name collision between unprefixed backends: set prefix: true on one of them");
+      }
+    }
     if (!isEmptyDiff(diff)) {
       this.deps.logger.info(
         { backend: backend.id, kind, added: diff.added.length, removed: diff.removed.length, changed: diff.changed.length, diff },

@@ -1,11 +1,12 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { Catalog } from "../catalog/catalog.js";
 import type { Logger } from "../logger.js";
 import type { BackendPool } from "../upstream/backend-pool.js";
 import type { McpEndpoint } from "./mcp-endpoint.js";
 import { sendJson } from "./mcp-endpoint.js";
 
 /** The broker's HTTP face: `/mcp`, `/healthz` (process up), `/readyz` (every backend connected). */
-export function createHttpServer(deps: { endpoint: McpEndpoint; pool: BackendPool; logger: Logger; mcpPath?: string }): Server {
+export function createHttpServer(deps: { endpoint: McpEndpoint; pool: BackendPool; catalog: Catalog; logger: Logger; mcpPath?: string }): Server {
   const mcpPath = deps.mcpPath ?? "/mcp";
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const path = (req.url ?? "/").split("?")[0];
@@ -30,7 +31,8 @@ export function createHttpServer(deps: { endpoint: McpEndpoint; pool: BackendPoo
         ...(b.lastFailure !== undefined && { lastFailure: b.lastFailure }),
       }));
       const ready = deps.pool.ready();
-      sendJson(res, ready ? 200 : 503, { status: ready ? "ready" : "degraded", backends });
+      const collisions = deps.catalog.collisions();
+      sendJson(res, ready ? 200 : 503, { status: ready ? "ready" : "degraded", backends, ...(collisions.length > 0 && { collisions }) });
       return;
     }
     sendJson(res, 404, { error: `Not found: the MCP endpoint is ${mcpPath}` });

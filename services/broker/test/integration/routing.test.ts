@@ -2,7 +2,7 @@ import type { Client } from "@modelcontextprotocol/client";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startLegacyHttpBackend, startModernHttpBackend, type HttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
 import { NotificationRecorder } from "../fixtures/notification-recorder.js";
-import { createTestServer } from "../fixtures/test-server.js";
+import { createTestServer, type TestServer } from "../fixtures/test-server.js";
 import { connectClient, post, startBroker, type Era, type RunningBroker } from "../helpers/harness.js";
 
 const MESSAGE = "notifications/message";
@@ -10,13 +10,15 @@ const PROGRESS = "notifications/progress";
 
 /** Calls routed to their backend: progress and logs reach the caller only; failures have their codes. */
 describe("routing", () => {
+  let legacyServer: TestServer;
   let legacyBackend: LegacyHttpBackend;
   let modernBackend: HttpBackend;
   let running: RunningBroker;
   let clients: Client[] = [];
 
   beforeAll(async () => {
-    legacyBackend = await startLegacyHttpBackend(createTestServer({ name: "legacy-routing" }));
+    legacyServer = createTestServer({ name: "legacy-routing" });
+    legacyBackend = await startLegacyHttpBackend(legacyServer);
     modernBackend = await startModernHttpBackend(createTestServer({ name: "modern-routing" }));
     running = await startBroker({
       backends: [
@@ -97,6 +99,33 @@ describe("routing", () => {
     const readyz = await fetch(new URL("/readyz", running.url));
     expect(readyz.status).toBe(503);
     expect(await readyz.json()).toMatchObject({ status: "degraded", backends: expect.arrayContaining([expect.objectContaining({ id: "down", state: "backoff" })]) });
+  });
+
+  it("lets the first unprefixed backend win a name collision and reports it in /readyz", async () => {
+    const secondServer = createTestServer({ name: "second" });
+    const second = await startLegacyHttpBackend(secondServer);
+    const broker = await startBroker({
+      backends: [
+        { id: "first", url: legacyBackend.url, era: "legacy", prefix: false },
+        { id: "second", url: second.url, era: "legacy", prefix: false },
+      ],
+    });
+    try {
+      const c = await connectClient(broker.url, "legacy");
+      clients.push(c);
+      const echoes = (await c.listTools()).tools.filter((t) => t.name === "echo");
+      expect(echoes).toHaveLength(1);
+      expect((await c.callTool({ name: "echo", arguments: { text: "who" } })).content).toEqual([{ type: "text", text: "who" }]);
+      const before = legacyServer.stats.toolCalls.get("echo") ?? 0;
+      await c.callTool({ name: "echo", arguments: { text: "again" } });
+      expect(legacyServer.stats.toolCalls.get("echo")).toBe(before + 1);
+      expect(secondServer.stats.toolCalls.get("echo")).toBeUndefined();
+      const readyz = (await (await fetch(new URL("/readyz", broker.url))).json()) as { collisions?: string[] };
+      expect(readyz.collisions).toContain("tools 'echo' of backend 'second' is hidden by backend 'first'");
+    } finally {
+      await broker.close();
+      await second.close();
+    }
   });
 });
 
