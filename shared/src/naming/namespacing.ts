@@ -90,7 +90,7 @@ export type UriMapping = (uri: string) => string;
  */
 const OPAQUE_KEYS: ReadonlySet<string> = new Set(["_meta", "structuredContent", "inputSchema", "outputSchema", "requestedSchema"]);
 
-/** What the elements of an array under a given key carry. */
+/** What the elements of a list that is a result's own field carry. */
 const ELEMENT_CARRIES: ReadonlyMap<string, Carried> = new Map([
   ["resources", "uri"], // resources/list
   ["contents", "uri"], // resources/read
@@ -108,18 +108,19 @@ interface Mappings {
  * A deep copy of the JSON value `value` in which every URI that MCP results carry is replaced by
  * `map(uri)`, and every resource template by `mapTemplate(template)`:
  *
- * - `uri` of the elements of `resources` (resources/list) and `contents` (resources/read);
- * - `uriTemplate` of the elements of `resourceTemplates` (resources/templates/list);
+ * - `uri` of the elements of the result's own `resources` (resources/list) and `contents`
+ *   (resources/read) lists;
+ * - `uriTemplate` of the elements of its own `resourceTemplates` (resources/templates/list);
  * - `uri` of resource links (`{type: "resource_link", uri}`) and `resource.uri` of embedded
  *   resources (`{type: "resource", resource: {uri}}`), wherever the content blocks are.
  *
  * No other string changes. `_meta`, `structuredContent` and JSON schemas are copied as they are.
  */
 export function rewriteUris(value: unknown, map: UriMapping, mapTemplate: UriMapping = map): unknown {
-  return rewrite(value, { uri: map, uriTemplate: mapTemplate }, undefined);
+  return rewrite(value, { uri: map, uriTemplate: mapTemplate }, undefined, true);
 }
 
-function rewrite(value: unknown, mappings: Mappings | undefined, carried: Carried): unknown {
+function rewrite(value: unknown, mappings: Mappings | undefined, carried: Carried, isResult = false): unknown {
   if (typeof value !== "object" || value === null) return value;
   if (Array.isArray(value)) {
     const out: unknown[] = new Array<unknown>(value.length);
@@ -138,7 +139,7 @@ function rewrite(value: unknown, mappings: Mappings | undefined, carried: Carrie
     } else if (mappings === undefined || OPAQUE_KEYS.has(key)) {
       copy = rewrite(child, undefined, undefined);
     } else if (Array.isArray(child)) {
-      copy = rewrite(child, mappings, ELEMENT_CARRIES.get(key));
+      copy = rewrite(child, mappings, isResult ? ELEMENT_CARRIES.get(key) : undefined);
     } else {
       copy = rewrite(child, mappings, embedsResource && key === "resource" ? "uri" : undefined);
     }

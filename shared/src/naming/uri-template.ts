@@ -22,26 +22,31 @@
  *   several variables or an exploded one; a single plain variable is one string, commas included.
  * - `{.x}`, `{/x}`: one unit per variable (`.value`, `/value`), each free of `/ ? # &` and of its
  *   own separator; an exploded variable takes every unit left over. Absent units are undefined.
+ *   Label expansion never encodes `.`, so without an exploded variable the last variable also takes
+ *   surplus units, as few as the rest of the template allows (`X{.x}` binds `a.b` from `X.a.b`).
  * - `{;x}`: `;name` or `;name=value` per variable, in any order.
  * - `{?x}` and the `{&y}` expressions that directly follow it form one query: `name=value` pairs
  *   in any order, each optional. A parameter named by no variable fails the match unless the run
  *   has an exploded variable, which then collects it.
  * - Bare expressions (`{x}`, `{+x}`) require at least one character, so `users://{id}/profile`
- *   does not match `users:///profile`. Expressions with a leading character (`{/x}`, `{?x}`, …)
- *   match nothing when every variable is undefined.
+ *   does not match `users:///profile`. One followed by a literal ends before that literal's first
+ *   occurrence (`{a}-{b}` reads `x-y-z` as `x`, `y-z`; `{+p}/here` never binds a `p` containing
+ *   `/here`), which keeps `{a}.{b}.{c}` linear. Expressions with a leading character (`{/x}`,
+ *   `{?x}`, …) match nothing when every variable is undefined.
  * - `{x:3}` matches at most three characters of the decoded value. A variable used more than once
  *   must agree; a prefix occurrence only has to be a prefix of the full value.
  * - Values come back percent-decoded (malformed percent-encoding stays as is). Exploded
  *   variables always come back as lists. An exploded associative array — recognised by names other
- *   than the variable's own in `;`/`?`/`&`, or by `key=value` items in `{x*}`, `{.x*}` and
- *   `{/x*}` — comes back flattened as `[key1, value1, key2, value2, …]`, the list form RFC 6570
- *   uses for non-exploded associative arrays.
+ *   than the variable's own in `;`/`?`/`&`, or by a first item `key=value` in `{x*}`, `{.x*}` and
+ *   `{/x*}` (a later item without `=` continues the previous value) — comes back flattened as
+ *   `[key1, value1, key2, value2, …]`, the list form RFC 6570 uses for non-exploded associative
+ *   arrays.
  * - Where several readings exist, earlier variables take values first and earlier expressions take
  *   as much as they can (e.g. `?{undef,y}` → `?768` binds `undef`).
  *
- * Matching is a regular expression plus linear decoding. Templates with adjacent expressions whose
- * values may contain the separating literal (`{a}.{b}.{c}`) backtrack polynomially in the URI's
- * length, so `match` refuses URIs longer than `MAX_MATCH_LENGTH`.
+ * Matching is a regular expression plus linear decoding. Templates with expressions that no literal
+ * separates (`{a}{b}{c}`) backtrack polynomially in the URI's length, so `match` refuses URIs longer
+ * than `MAX_MATCH_LENGTH`.
  */
 
 /** A variable's value: a string, a list, or an associative array (record or ordered pairs). */
@@ -386,8 +391,12 @@ function groupPattern(operator: Operator, vars: readonly VarSpec[], until: strin
       return `${tempered("[\\s\\S]")}+?`;
     case "#":
       return "(?:#[\\s\\S]*)?";
-    case ".":
-      return units("\\.[^/?#&.]*");
+    case ".": {
+      const label = "\\.[^/?#&.]*";
+      // `.` is unreserved, so label expansion never encodes it: units beyond one per variable are
+      // dots inside the last value, taken only as far as the rest of the template needs them.
+      return exploded ? units(label) : `${units(label)}(?:${label})*?`;
+    }
     case "/":
       return units("/[^/?#&]*");
     case ";":
@@ -459,15 +468,20 @@ function matchPositional(group: MatchGroup, text: string, bindings: Bindings): b
 
 function positionalValue(op: OperatorSpec, spec: VarSpec, units: readonly string[]): MatchValue {
   // Reserved expansion leaves `,` and `=` unencoded inside values, so they prove nothing there.
-  if (spec.explode) return op.allowReserved ? units.map(decode) : explodedValue(units);
+  if (spec.explode) return op.allowReserved ? units.map(decode) : explodedValue(units, op.sep);
   if (op.allowReserved) return decode(units.join(","));
-  const items = units.flatMap((unit) => unit.split(","));
+  const items = units.join(op.sep).split(",");
   return items.length === 1 ? decode(items[0] ?? "") : items.map(decode);
 }
 
-function explodedValue(units: readonly string[]): string[] {
-  if (!units.every((unit) => unit.includes("="))) return units.map(decode);
-  return units.flatMap((unit) => {
+/** An associative array (flattened) when the first unit is `key=value`, else a list. */
+function explodedValue(units: readonly string[], sep: string): string[] {
+  if (!units[0]?.includes("=")) return units.map(decode);
+  // `=` is encoded in keys and values, so a unit without one is the rest of the previous value,
+  // cut at a separator that was inside it (label expansion never encodes `.`).
+  const pairs: string[] = [];
+  for (const unit of units) pairs.push(unit.includes("=") ? unit : `${pairs.pop() ?? ""}${sep}${unit}`);
+  return pairs.flatMap((unit) => {
     const eq = unit.indexOf("=");
     return [decode(unit.slice(0, eq)), decode(unit.slice(eq + 1))];
   });
