@@ -1,4 +1,5 @@
 import type { Readable, Writable } from "node:stream";
+import { StringDecoder } from "node:string_decoder";
 import { classifyInboundRequest } from "@modelcontextprotocol/server";
 import { META, NOTIFICATION, jsonRpcCode } from "@mcp-broker/shared";
 import type { Broker } from "../broker.js";
@@ -20,6 +21,7 @@ type Json = Record<string, unknown>;
  */
 export function serveStdio(broker: Broker, io: { input: Readable; output: Writable }): Promise<void> {
   const maxLine = broker.config.server.maxBodyBytes;
+  const oversized = () => ({ jsonrpc: "2.0", id: null, error: { code: -32600, message: `Message too large: the limit is ${maxLine} bytes (server.maxBodyBytes); dropped.` } });
   let pending = "";
   const writeLine = (line: string) => io.output.write(line);
   const send = (message: unknown) => writeLine(`${JSON.stringify(message)}\n`);
@@ -147,13 +149,25 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
   };
 
   return new Promise((resolve) => {
+    // Chunks split multi-byte characters; the decoder carries the partial bytes to the next chunk.
+    const decoder = new StringDecoder("utf8");
+    /** The rest of an oversized line is still arriving: drop it up to its newline. */
+    let skipping = false;
     io.input.on("data", (chunk: Buffer) => {
-      pending += chunk.toString("utf8");
+      pending += decoder.write(chunk);
       let newline: number;
       while ((newline = pending.indexOf("\n")) >= 0) {
         const line = pending.slice(0, newline).replace(/\r$/, "");
         pending = pending.slice(newline + 1);
+        if (skipping) {
+          skipping = false;
+          continue;
+        }
         if (line.trim() === "") continue;
+        if (line.length > maxLine) {
+          send(oversized());
+          continue;
+        }
         let message: unknown;
         try {
           message = JSON.parse(line);
@@ -164,8 +178,9 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
         handleMessage(message);
       }
       if (pending.length > maxLine) {
+        if (!skipping) send(oversized());
         pending = "";
-        send({ jsonrpc: "2.0", id: null, error: { code: -32600, message: `Message exceeds ${maxLine} bytes; dropped.` } });
+        skipping = true;
       }
     });
     const end = () => {

@@ -25,6 +25,7 @@ describe("stdio mode", () => {
       JSON.stringify({
         backends: [{ id: "t", command: process.execPath, args: ["--import", "tsx", STDIO_BACKEND], cwd: BROKER_DIR }],
         logging: { level: "warn" },
+        server: { maxBodyBytes: 200_000 },
       }),
     );
   });
@@ -86,6 +87,16 @@ describe("stdio mode", () => {
     }
   });
 
+  it("keeps multi-byte characters intact across pipe chunks", async () => {
+    const client = await connect("legacy");
+    try {
+      const text = "é€😀".repeat(15_000); // ~105 KB of UTF-8: several 64 KiB chunks, split mid-character
+      expect((await client.callTool({ name: "t__echo", arguments: { text } })).content).toEqual([{ type: "text", text }]);
+    } finally {
+      await client.close();
+    }
+  });
+
   it("answers bad lines with JSON-RPC errors and exits 0 when stdin closes", async () => {
     const child = spawn(process.execPath, ["--import", "tsx", CLI, "--stdio", "--config", configFile], { cwd: BROKER_DIR, stdio: ["pipe", "pipe", "ignore"] });
     const lines = createInterface({ input: child.stdout });
@@ -94,11 +105,17 @@ describe("stdio mode", () => {
     child.stdin.write("{not json\n");
     child.stdin.write("[1,2]\n");
     child.stdin.write(`${JSON.stringify({ jsonrpc: "2.0", id: 7, method: "tools/list" })}\n`);
-    await eventually(() => received.length === 3, "three answers");
+    // Over server.maxBodyBytes, in pieces: one error, and the rest of that line is skipped.
+    child.stdin.write(`{"jsonrpc":"2.0","id":8,"method":"ping","params":{"pad":"${"x".repeat(150_000)}`);
+    child.stdin.write(`${"x".repeat(150_000)}"}}\n`);
+    child.stdin.write(`${JSON.stringify({ jsonrpc: "2.0", id: 9, method: "ping" })}\n`);
+    await eventually(() => received.length === 5, "five answers");
     expect(received).toEqual([
       expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32700 }) }),
       expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32600 }) }),
       expect.objectContaining({ id: 7, error: expect.objectContaining({ code: -32600 }) }),
+      expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32600, message: expect.stringContaining("too large") }) }),
+      expect.objectContaining({ id: 9, error: expect.objectContaining({ message: expect.stringContaining("initialize first") }) }),
     ]);
     const exited = new Promise<number | null>((done) => child.once("exit", (code) => done(code)));
     child.stdin.end();
