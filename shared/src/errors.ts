@@ -2,7 +2,7 @@
  * The broker's error catalog. Local errors carry a stable string code; the MCP edge is the only
  * place that turns them into JSON-RPC errors (see `jsonRpcCode`). Never branch on a message.
  *
- * The catalog is documented in docs/errors.md; a unit test fails when the two drift.
+ * The catalog is documented in the README's error table; a unit test fails when the two drift.
  */
 export const ERROR_CATALOG = {
   BAD_PARAMS: { jsonRpc: -32602, summary: "The request's params are missing or malformed." },
@@ -25,6 +25,10 @@ export const ERROR_CATALOG = {
   SUBSCRIPTION_LIMIT: {
     jsonRpc: -32010,
     summary: "A subscription limit was reached (data.limit: session | principal | global, data.max).",
+  },
+  SESSION_LIMIT: {
+    jsonRpc: -32011,
+    summary: "The principal holds server.maxSessionsPerPrincipal sessions and listen streams already (data.max); end one first.",
   },
   CAPABILITY_MISSING: {
     jsonRpc: -32601,

@@ -120,6 +120,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       total: config.subscriptions.maxTotal,
     },
     idleTimeoutMs: config.server.sessionIdleMs,
+    maxSessionsPerPrincipal: config.server.maxSessionsPerPrincipal,
     releaseGraceMs: config.subscriptions.releaseGraceMs,
   });
   const endpoint = new McpEndpoint({
@@ -156,7 +157,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     startBackends,
     async listen() {
       await startBackends();
-      http = createHttpServer({ endpoint, pool, catalog: catalog.catalog, logger });
+      http = createHttpServer({ endpoint, pool, catalog: catalog.catalog, logger, requestTimeoutMs: config.server.requestTimeoutMs });
       const server = http;
       await new Promise<void>((resolve, reject) => {
         server.once("error", reject);

@@ -81,6 +81,10 @@ export const brokerConfigSchema = z
         sessionIdleMs: positiveMs.default(30 * 60_000),
         /** SSE keep-alive comment interval; 0 disables. */
         keepAliveMs: z.number().int().min(0).default(15_000),
+        /** Legacy sessions plus modern listen streams one principal may hold at once. */
+        maxSessionsPerPrincipal: z.number().int().positive().default(10_000),
+        /** A request (headers and body) must arrive within this long, or it gets 408. */
+        requestTimeoutMs: positiveMs.default(30_000),
       })
       .strict()
       .prefault({}),

@@ -6,9 +6,18 @@ import type { McpEndpoint } from "./mcp-endpoint.js";
 import { sendJson } from "./mcp-endpoint.js";
 
 /** The broker's HTTP face: `/mcp`, `/healthz` (process up), `/readyz` (every backend connected). */
-export function createHttpServer(deps: { endpoint: McpEndpoint; pool: BackendPool; catalog: Catalog; logger: Logger; mcpPath?: string }): Server {
+export function createHttpServer(deps: {
+  endpoint: McpEndpoint;
+  pool: BackendPool;
+  catalog: Catalog;
+  logger: Logger;
+  requestTimeoutMs: number;
+  mcpPath?: string;
+}): Server {
   const mcpPath = deps.mcpPath ?? "/mcp";
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+  // Timeouts are checked on this period (Node's default is 30 s, far coarser than the timeout).
+  const connectionsCheckingInterval = Math.max(50, Math.min(5_000, Math.floor(deps.requestTimeoutMs / 4)));
+  const server = createServer({ connectionsCheckingInterval }, (req: IncomingMessage, res: ServerResponse) => {
     const path = (req.url ?? "/").split("?")[0];
     if (path === mcpPath) {
       deps.endpoint.handle(req, res).catch((error: unknown) => {
@@ -37,7 +46,9 @@ export function createHttpServer(deps: { endpoint: McpEndpoint; pool: BackendPoo
     }
     sendJson(res, 404, { error: `Not found: the MCP endpoint is ${mcpPath}` });
   });
-  server.headersTimeout = 30_000;
-  server.requestTimeout = 0; // SSE streams are long-lived
+  // Both bound receiving the request only (a slow-trickle body gets 408), not the response:
+  // SSE responses stay open as long as they like.
+  server.requestTimeout = deps.requestTimeoutMs;
+  server.headersTimeout = Math.min(deps.requestTimeoutMs, 30_000);
   return server;
 }

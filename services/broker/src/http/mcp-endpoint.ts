@@ -4,7 +4,6 @@ import {
   LEGACY_PROTOCOL_VERSIONS,
   META,
   NOTIFICATION,
-  jsonRpcCode,
   type Clock,
   type ProtocolEra,
 } from "@mcp-broker/shared";
@@ -12,7 +11,7 @@ import type { Logger } from "../logger.js";
 import type { Dispatcher, JsonRpcRequest, JsonRpcResponse } from "../routing/dispatcher.js";
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
 import type { LegacySession } from "../session/legacy-session.js";
-import type { ListenFlags } from "../session/listen-machine.js";
+import { honoredFilter, parseListenRequest, type ListenRequest } from "../session/listen-request.js";
 import type { PreparedNotification } from "../session/prepared-notification.js";
 import type { SessionHost } from "../session/session-host.js";
 import type { EdgeSecurity } from "./edge-security.js";
@@ -152,7 +151,13 @@ export class McpEndpoint {
         sendJson(res, 400, rpcError(null, -32600, "initialize must be a request."));
         return;
       }
-      const session = this.deps.host.createLegacySession(principal);
+      let session: LegacySession;
+      try {
+        session = this.deps.host.createLegacySession(principal);
+      } catch (error) {
+        sendJson(res, 200, this.deps.dispatcher.errorResponse(message.id as string | number, error, "legacy"));
+        return;
+      }
       await this.respond(req, res, message as unknown as JsonRpcRequest, { era: "legacy", principal, session }, { [SESSION_HEADER]: session.id });
       return;
     }
@@ -188,10 +193,7 @@ export class McpEndpoint {
       onClose: (listener: () => void) => stream.onClose(listener),
       close: () => stream.close(),
     };
-    if (session.attachStream(writer, header(req, "last-event-id")) === "conflict") {
-      // Headers are out already; end this second stream at once (each message goes on exactly one stream).
-      stream.close();
-    }
+    session.attachStream(writer, header(req, "last-event-id"));
   }
 
   private delete(req: IncomingMessage, res: ServerResponse, principal: string): void {
@@ -230,9 +232,13 @@ export class McpEndpoint {
     headers: Record<string, string> = {},
   ): Promise<void> {
     const abort = new AbortController();
-    res.on("close", () => {
-      if (!res.writableFinished) abort.abort();
-    });
+    // Legacy: a dropped connection is not a cancellation (`notifications/cancelled` is). A modern
+    // request has no session to cancel it through: there, closing its connection cancels it.
+    if (who.era === "modern") {
+      res.on("close", () => {
+        if (!res.writableFinished) abort.abort();
+      });
+    }
     const meta = isObject(request.params?._meta) ? request.params._meta : {};
     const token = meta.progressToken;
     const modernLevel = meta[META.logLevel];
@@ -266,55 +272,48 @@ export class McpEndpoint {
   }
 
   private listen(req: IncomingMessage, res: ServerResponse, message: JsonRpcRequest, principal: string): void {
-    const filter = isObject(message.params?.notifications) ? message.params.notifications : {};
-    const flags: ListenFlags = {
-      toolsListChanged: filter.toolsListChanged === true,
-      promptsListChanged: filter.promptsListChanged === true,
-      resourcesListChanged: filter.resourcesListChanged === true,
-    };
-    const requested = Array.isArray(filter.resourceSubscriptions)
-      ? filter.resourceSubscriptions.filter((u): u is string => typeof u === "string")
-      : undefined;
+    let request: ListenRequest;
+    try {
+      request = parseListenRequest(message.params);
+    } catch (error) {
+      sendJson(res, 200, this.deps.dispatcher.errorResponse(message.id, error, "modern"));
+      return;
+    }
     const idJson = JSON.stringify(message.id);
     let stream: SseStream | undefined;
-    let backlog: Buffer[][] | undefined = [];
-    const write = (parts: Buffer[]) => stream?.write(parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts));
+    let backlog: PreparedNotification[] | undefined = [];
     const handle = this.deps.host.openListen(
       principal,
-      flags,
-      requested ?? [],
+      request.flags,
+      request.uris ?? [],
       () => ({
         principal,
-        flags,
+        flags: request.flags,
         deliver: (notification: PreparedNotification) => {
-          const parts = notification.modernBody(idJson);
           // Nothing may precede the acknowledgement on this subscription.
-          if (backlog !== undefined) backlog.push(parts);
-          else write(parts);
+          if (backlog !== undefined) backlog.push(notification);
+          else stream?.writeParts(notification.modernBody(idJson));
         },
       }),
       (outcome) => {
         if (res.destroyed) return;
         if (outcome.type === "listen.rejected") {
-          const error = outcome.error;
-          sendJson(res, 200, rpcError(message.id, jsonRpcCode(error.code, "modern"), error.message, error.data));
+          sendJson(res, 200, this.deps.dispatcher.errorResponse(message.id, outcome.error, "modern"));
           return;
         }
-        stream = new SseStream(res, { keepAliveMs: this.deps.options.keepAliveMs, clock: this.deps.clock });
-        const honored: Json = {};
-        for (const [flag, on] of Object.entries(flags)) if (on) honored[flag] = true;
-        if (requested !== undefined) honored.resourceSubscriptions = outcome.honored;
-        stream.write(
+        const opened = new SseStream(res, { keepAliveMs: this.deps.options.keepAliveMs, clock: this.deps.clock });
+        stream = opened;
+        opened.write(
           encodeEvent({
             jsonrpc: "2.0",
             method: NOTIFICATION.subscriptionsAcknowledged,
-            params: { notifications: honored, _meta: { [META.subscriptionId]: message.id } },
+            params: { notifications: honoredFilter(request, outcome.honored), _meta: { [META.subscriptionId]: message.id } },
           }),
         );
-        for (const parts of backlog ?? []) write(parts);
+        for (const notification of backlog ?? []) opened.writeParts(notification.modernBody(idJson));
         backlog = undefined;
         const entry = {
-          stream,
+          stream: opened,
           finalFrame: encodeEvent({
             jsonrpc: "2.0",
             id: message.id,
@@ -322,7 +321,7 @@ export class McpEndpoint {
           }),
         };
         this.listenStreams.add(entry);
-        stream.onClose(() => this.listenStreams.delete(entry));
+        opened.onClose(() => this.listenStreams.delete(entry));
       },
     );
     res.on("close", () => handle.close());

@@ -50,11 +50,25 @@ export class SseStream {
       this.res.write(body);
       process.nextTick(() => this.res.uncork());
     }
+    return this.checkBuffered();
+  }
+
+  /** A client that does not read is cut off (it can resume) rather than buffered for without bound. */
+  private checkBuffered(): boolean {
     if (this.res.writableLength > (this.options.maxBufferedBytes ?? 8 * 1024 * 1024)) {
       this.close();
       return false;
     }
     return true;
+  }
+
+  /** Writes one event given in parts (a shared head and tail around a per-stream piece), without copying them together. */
+  writeParts(parts: readonly Buffer[]): boolean {
+    if (this.closedFlag) return false;
+    this.res.cork();
+    for (const part of parts) this.res.write(part);
+    process.nextTick(() => this.res.uncork());
+    return this.checkBuffered();
   }
 
   close(): void {

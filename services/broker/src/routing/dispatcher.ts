@@ -1,4 +1,4 @@
-import { ProtocolError, specTypeSchemas } from "@modelcontextprotocol/server";
+import { ProtocolError } from "@modelcontextprotocol/server";
 import {
   BrokerError,
   LEGACY_PROTOCOL_VERSIONS,
@@ -9,8 +9,9 @@ import {
 } from "@mcp-broker/shared";
 import type { CatalogKind } from "../catalog/catalog.js";
 import type { Logger } from "../logger.js";
-import { LOG_LEVELS, type LogLevel, type RequestContext } from "./request-context.js";
+import type { LogLevel, RequestContext } from "./request-context.js";
 import type { Router } from "./router.js";
+import { validateParams } from "./validate-params.js";
 
 type Params = Record<string, unknown>;
 type Result = Record<string, unknown>;
@@ -57,20 +58,6 @@ const LIST_KINDS: Record<string, CatalogKind> = {
   "resources/templates/list": "resourceTemplates",
 };
 
-const PARAM_SCHEMAS: Record<string, keyof typeof specTypeSchemas> = {
-  initialize: "InitializeRequestParams",
-  "tools/call": "CallToolRequestParams",
-  "prompts/get": "GetPromptRequestParams",
-  "resources/read": "ReadResourceRequestParams",
-  "resources/subscribe": "SubscribeRequestParams",
-  "resources/unsubscribe": "UnsubscribeRequestParams",
-  "completion/complete": "CompleteRequestParams",
-  "logging/setLevel": "SetLevelRequestParams",
-  "tools/list": "PaginatedRequestParams",
-  "prompts/list": "PaginatedRequestParams",
-  "resources/list": "PaginatedRequestParams",
-  "resources/templates/list": "PaginatedRequestParams",
-};
 
 /** Methods that exist only in one era. */
 const LEGACY_ONLY = new Set(["initialize", "resources/subscribe", "resources/unsubscribe", "logging/setLevel"]);
@@ -192,19 +179,4 @@ export class Dispatcher {
     this.logger.error({ err: error, method }, "unexpected error while handling a request");
     return { code: jsonRpcCode("INTERNAL", era), message: "Internal error in the broker; see its log." };
   }
-}
-
-function validateParams(method: string, params: Params): Params {
-  const schemaName = PARAM_SCHEMAS[method];
-  if (schemaName === undefined) return params;
-  const outcome = specTypeSchemas[schemaName]["~standard"].validate(params);
-  if (outcome instanceof Promise) return params;
-  if (outcome.issues !== undefined) {
-    const detail = outcome.issues.map((i) => `${(i.path ?? []).map((p) => (typeof p === "object" ? String(p.key) : String(p))).join(".") || "params"}: ${i.message}`);
-    throw new BrokerError("BAD_PARAMS", `Invalid params for ${method}: ${detail.join("; ")}`, { issues: detail });
-  }
-  if (method === "logging/setLevel" && !LOG_LEVELS.includes(params.level as LogLevel)) {
-    throw new BrokerError("BAD_PARAMS", `Unknown log level '${String(params.level)}'.`);
-  }
-  return params;
 }

@@ -9,8 +9,6 @@ import { PreparedNotification } from "./prepared-notification.js";
 /** How many standalone-stream events a session keeps for `Last-Event-ID` resumption. */
 const HISTORY = 512;
 
-export type StreamAttachOutcome = "attached" | "conflict";
-
 /** Where a session's unsolicited notifications go: its standalone SSE stream, or stdout in stdio mode. */
 export interface NotificationWriter {
   readonly closed: boolean;
@@ -31,6 +29,8 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   readonly inflight = new Map<string | number, AbortController>();
   private stream: NotificationWriter | undefined;
   private seq = 0;
+  /** The newest event id written to a stream; later ones were produced while none was attached. */
+  private written = 0;
   private readonly history: { id: number; notification: PreparedNotification }[] = [];
   private nextReply = 0;
   private readonly replies = new Map<number, { resolve: () => void; reject: (error: BrokerError) => void }>();
@@ -83,25 +83,29 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     const id = ++this.seq;
     this.history.push({ id, notification });
     if (this.history.length > HISTORY) this.history.shift();
-    this.stream?.write(notification, String(id));
+    if (this.stream === undefined) return;
+    this.stream.write(notification, String(id));
+    this.written = id;
   }
 
   /**
-   * Attaches the standalone GET stream. With `lastEventId`, replays what the client missed; when
-   * the history no longer covers the gap, re-notifies every subscription (an extra `updated` is
-   * harmless, a missed one is not).
+   * Attaches the standalone GET stream; a newer GET replaces an older one (a client reconnecting
+   * while its old connection is half-open must not be locked out), so each event still goes on
+   * exactly one stream. With `lastEventId`, replays what the client missed, and when the history
+   * no longer covers the gap re-notifies every subscription (an extra `updated` is harmless, a
+   * missed one is not). Without it, sends what was produced while no stream was attached.
    */
-  attachStream(stream: NotificationWriter, lastEventId: string | undefined): StreamAttachOutcome {
-    if (this.stream !== undefined && !this.stream.closed) return "conflict";
+  attachStream(stream: NotificationWriter, lastEventId: string | undefined): void {
+    const previous = this.stream;
     this.stream = stream;
+    previous?.close();
     this.actor.send({ type: "stream.opened" });
     stream.onClose(() => {
       if (this.stream !== stream) return;
       this.stream = undefined;
       this.actor.send({ type: "stream.closed" });
     });
-    if (lastEventId !== undefined) this.replay(stream, lastEventId);
-    return "attached";
+    this.replay(stream, lastEventId ?? String(this.written));
   }
 
   private replay(stream: NotificationWriter, lastEventId: string): void {
@@ -114,9 +118,11 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
         this.history.push({ id, notification });
         stream.write(notification, String(id));
       }
+      this.written = this.seq;
       return;
     }
     for (const event of this.history) if (event.id > last) stream.write(event.notification, String(event.id));
+    this.written = this.seq;
   }
 
   private ask(send: (replyTo: number) => void): Promise<void> {

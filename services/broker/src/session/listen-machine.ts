@@ -1,6 +1,7 @@
-import type { BrokerError } from "@mcp-broker/shared";
+import { BrokerError } from "@mcp-broker/shared";
 import { assign, emit, enqueueActions, fromPromise, setup } from "xstate";
-import { subscriptionFlow, type SubscriptionTarget } from "./subscription-flow.js";
+import type { SubscribeManyInput, SubscribeManyOutput } from "./subscribe-many.js";
+import type { SubscriptionTarget } from "./subscription-flow.js";
 
 export interface ListenFlags {
   toolsListChanged: boolean;
@@ -18,7 +19,6 @@ export interface ListenInput {
 }
 
 export interface ListenContext extends ListenInput {
-  pending: string[];
   honored: Record<string, SubscriptionTarget>;
   rejection: BrokerError | undefined;
 }
@@ -30,14 +30,15 @@ export type ListenEmitted =
   | { type: "listen.acknowledged"; honored: string[]; flags: ListenFlags }
   | { type: "interest.add"; uri: string; target: SubscriptionTarget }
   | { type: "interest.remove"; uri: string; target: SubscriptionTarget }
-  | { type: "listen.subscription.refused"; uri: string; error: BrokerError }
+  | { type: "listen.subscriptions.refused"; refused: { uri: string; error: BrokerError }[] }
   | { type: "listen.ended" };
 
 /**
  * One modern `subscriptions/listen` stream, for the life of that stream: validate every URI (an
- * unknown one rejects the whole request) → subscribe each (one over a limit is left out of the
- * honored filter) → acknowledge with the honored filter, before any notification → stream →
- * release everything when the stream closes.
+ * unknown one rejects the whole request) → subscribe them all (one refused, e.g. over a limit, is
+ * left out of the honored filter) → acknowledge with the honored filter, before any notification
+ * → stream → release everything when the stream closes. Every path ends through `releaseAll`, so
+ * nothing a half-done subscribe reserved outlives the stream.
  */
 export const listenMachine = setup({
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-assertion -- xstate typegen idiom
@@ -46,17 +47,16 @@ export const listenMachine = setup({
     validateAll: fromPromise<void, { uris: string[] }>(async () => {
       throw new Error("validateAll not provided");
     }),
-    subscribe: subscriptionFlow,
+    subscribeAll: fromPromise<SubscribeManyOutput, SubscribeManyInput>(async () => {
+      throw new Error("subscribeAll not provided");
+    }),
     releaseAll: fromPromise<void, { principal: string; sessionId: string }>(async () => {
       throw new Error("releaseAll not provided");
     }),
   },
-  guards: {
-    morePending: ({ context }) => context.pending.length > 0,
-  },
 }).createMachine({
   id: "listen",
-  context: ({ input }) => ({ ...input, pending: [...input.uris], honored: {}, rejection: undefined }),
+  context: ({ input }) => ({ ...input, honored: {}, rejection: undefined }),
   initial: "validating",
   states: {
     validating: {
@@ -65,39 +65,27 @@ export const listenMachine = setup({
         src: "validateAll",
         input: ({ context }) => ({ uris: context.uris }),
         onDone: { target: "subscribing" },
-        onError: { target: "rejected", actions: assign({ rejection: ({ event }) => event.error as BrokerError }) },
+        onError: { target: "rejected", actions: assign({ rejection: ({ event }) => asBrokerError(event.error) }) },
       },
     },
     subscribing: {
       on: { "stream.closed": { target: "closing" } },
-      initial: "next",
-      states: {
-        next: {
-          always: [{ guard: "morePending", target: "one" }, { target: "#listen.streaming" }],
+      invoke: {
+        src: "subscribeAll",
+        input: ({ context }) => ({ principal: context.principal, sessionId: context.id, uris: context.uris }),
+        onDone: {
+          target: "streaming",
+          actions: enqueueActions(({ event, enqueue }) => {
+            const honored: Record<string, SubscriptionTarget> = {};
+            for (const { uri, target } of event.output.honored) {
+              honored[uri] = target;
+              enqueue.emit({ type: "interest.add", uri, target });
+            }
+            enqueue.assign({ honored });
+            if (event.output.refused.length > 0) enqueue.emit({ type: "listen.subscriptions.refused", refused: event.output.refused });
+          }),
         },
-        one: {
-          invoke: {
-            src: "subscribe",
-            input: ({ context }) => ({ principal: context.principal, sessionId: context.id, uri: context.pending[0] ?? "" }),
-            onDone: {
-              target: "next",
-              actions: enqueueActions(({ context, event, enqueue }) => {
-                const [uri, ...rest] = context.pending;
-                const output = event.output;
-                if (uri !== undefined) {
-                  if (output.ok) {
-                    enqueue.assign({ honored: { ...context.honored, [uri]: output.target } });
-                    enqueue.emit({ type: "interest.add", uri, target: output.target });
-                  } else {
-                    enqueue.emit({ type: "listen.subscription.refused", uri, error: output.error });
-                  }
-                }
-                enqueue.assign({ pending: rest });
-              }),
-            },
-            onError: { target: "next", actions: assign({ pending: ({ context }) => context.pending.slice(1) }) },
-          },
-        },
+        onError: { target: "rejected", actions: assign({ rejection: ({ event }) => asBrokerError(event.error) }) },
       },
     },
     streaming: {
@@ -105,13 +93,13 @@ export const listenMachine = setup({
       entry: emit(({ context }) => ({ type: "listen.acknowledged" as const, honored: Object.keys(context.honored), flags: context.flags })),
     },
     rejected: {
-      entry: emit(({ context }) => ({ type: "listen.rejected" as const, error: context.rejection as BrokerError })),
-      type: "final",
+      entry: emit(({ context }) => ({ type: "listen.rejected" as const, error: context.rejection ?? new BrokerError("INTERNAL", "listen rejected") })),
+      always: { target: "closing" },
     },
     closing: {
       entry: enqueueActions(({ context, enqueue }) => {
         for (const [uri, target] of Object.entries(context.honored)) enqueue.emit({ type: "interest.remove", uri, target });
-        enqueue.assign({ honored: {}, pending: [] });
+        enqueue.assign({ honored: {} });
       }),
       invoke: {
         src: "releaseAll",
@@ -123,3 +111,7 @@ export const listenMachine = setup({
     closed: { type: "final", entry: emit({ type: "listen.ended" }) },
   },
 });
+
+function asBrokerError(error: unknown): BrokerError {
+  return error instanceof BrokerError ? error : new BrokerError("INTERNAL", error instanceof Error ? error.message : String(error));
+}

@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import {
+  BrokerError,
   CHANNEL,
   busMessageSchema,
   type Bus,
@@ -19,7 +20,11 @@ import { LegacySession } from "./legacy-session.js";
 import { legacySessionMachine } from "./legacy-session-machine.js";
 import { listenMachine, type ListenEmitted, type ListenFlags } from "./listen-machine.js";
 import { PreparedNotification } from "./prepared-notification.js";
+import { subscribeMany } from "./subscribe-many.js";
 import { subscriptionFlow, type SubscriptionTarget } from "./subscription-flow.js";
+
+/** Subscription flows one listen request runs at once. */
+const LISTEN_CONCURRENCY = 16;
 
 export interface SessionHostDeps {
   catalog: Catalog;
@@ -31,6 +36,7 @@ export interface SessionHostDeps {
   limits: SubscriptionLimits;
   idleTimeoutMs: number;
   releaseGraceMs: number;
+  maxSessionsPerPrincipal: number;
 }
 
 /** A modern listen stream as the host sees it. */
@@ -45,6 +51,8 @@ export interface ListenSink extends NotificationSink {
 export class SessionHost {
   private readonly legacy = new Map<string, LegacySession>();
   private readonly listens = new Set<ListenSink>();
+  /** Legacy sessions plus listen streams, per principal, for `maxSessionsPerPrincipal`. */
+  private readonly sessionsHeld = new Map<string, number>();
   private readonly interest: InterestTable;
   private readonly flow;
   private readonly legacyMachine;
@@ -78,7 +86,9 @@ export class SessionHost {
         validateAll: fromPromise(async ({ input }) => {
           for (const uri of input.uris) this.validate(uri);
         }),
-        subscribe: this.flow,
+        subscribeAll: fromPromise(async ({ input, signal }) =>
+          subscribeMany(this.flow, input, { concurrency: LISTEN_CONCURRENCY, maxPerSession: deps.limits.perSession, signal }),
+        ),
         releaseAll,
       },
     });
@@ -89,8 +99,12 @@ export class SessionHost {
     await this.deps.bus.subscribe(CHANNEL.lists);
   }
 
-  /** Creates a legacy session for an authenticated principal (on `initialize`). */
+  /**
+   * Creates a legacy session for an authenticated principal (on `initialize`).
+   * @throws BrokerError (SESSION_LIMIT) when the principal holds its maximum already.
+   */
   createLegacySession(principal: string): LegacySession {
+    this.holdSession(principal);
     const id = randomUUID();
     const actor = createActor(this.legacyMachine, {
       input: { id, principal, idleTimeoutMs: this.deps.idleTimeoutMs },
@@ -101,6 +115,7 @@ export class SessionHost {
     actor.on("interest.remove", ({ target }) => this.interest.remove(CHANNEL.resource(target.backendId, target.uri), session));
     actor.on("session.ended", () => {
       this.legacy.delete(id);
+      this.releaseSession(principal);
       this.deps.logger.info({ session: id, principal }, "session ended");
     });
     this.legacy.set(id, session);
@@ -134,18 +149,30 @@ export class SessionHost {
     makeSink: (streamId: string) => ListenSink,
     onOutcome: (outcome: Extract<ListenEmitted, { type: "listen.rejected" | "listen.acknowledged" }>) => void,
   ): { close(): void } {
+    try {
+      this.holdSession(principal);
+    } catch (error) {
+      onOutcome({ type: "listen.rejected", error: error as BrokerError });
+      return { close: () => undefined };
+    }
     const id = `listen-${randomUUID()}`;
     const sink = makeSink(id);
     const actor = createActor(this.listenLogic, { input: { id, principal, flags, uris: [...new Set(uris)] }, clock: this.deps.clock });
     actor.on("interest.add", ({ target }) => this.interest.add(CHANNEL.resource(target.backendId, target.uri), sink));
     actor.on("interest.remove", ({ target }) => this.interest.remove(CHANNEL.resource(target.backendId, target.uri), sink));
-    actor.on("listen.subscription.refused", ({ uri, error }) => this.deps.logger.info({ principal, uri, code: error.code }, "listen: subscription refused"));
+    actor.on("listen.subscriptions.refused", ({ refused }) => {
+      const sample = refused.slice(0, 5).map(({ uri, error }) => ({ uri, code: error.code }));
+      this.deps.logger.info({ principal, stream: id, refused: refused.length, sample }, "listen: subscriptions left out of the honored filter");
+    });
     actor.on("listen.rejected", (event) => onOutcome(event));
     actor.on("listen.acknowledged", (event) => {
       this.listens.add(sink);
       onOutcome(event);
     });
-    actor.on("listen.ended", () => this.listens.delete(sink));
+    actor.on("listen.ended", () => {
+      this.listens.delete(sink);
+      this.releaseSession(principal);
+    });
     actor.start();
     return {
       close: () => {
@@ -158,6 +185,22 @@ export class SessionHost {
   close(): void {
     for (const session of this.legacy.values()) session.close("broker shutting down");
     this.interest.close();
+  }
+
+  /** Counts one more session or listen stream for `principal`, within `maxSessionsPerPrincipal`. */
+  private holdSession(principal: string): void {
+    const held = this.sessionsHeld.get(principal) ?? 0;
+    const max = this.deps.maxSessionsPerPrincipal;
+    if (held >= max) {
+      throw new BrokerError("SESSION_LIMIT", `Too many open sessions and listen streams for this principal (at most ${max}); close one first.`, { max });
+    }
+    this.sessionsHeld.set(principal, held + 1);
+  }
+
+  private releaseSession(principal: string): void {
+    const held = (this.sessionsHeld.get(principal) ?? 1) - 1;
+    if (held <= 0) this.sessionsHeld.delete(principal);
+    else this.sessionsHeld.set(principal, held);
   }
 
   /** Accepts a listed resource, a template match or a sub-resource of a listed resource. */

@@ -28,6 +28,15 @@ function asBrokerError(error: unknown): BrokerError {
   return error instanceof BrokerError ? error : new BrokerError("INTERNAL", error instanceof Error ? error.message : String(error), undefined, { cause: error });
 }
 
+/** The error for a subscription over a limit (documented: -32010 with data.limit and data.max). */
+export function limitError(limit: "session" | "principal" | "global", max: number, uri: string): BrokerError {
+  return new BrokerError(
+    "SUBSCRIPTION_LIMIT",
+    `Subscription limit reached: at most ${max} per ${limit === "global" ? "broker" : limit}. Unsubscribe from something first.`,
+    { limit, max, uri },
+  );
+}
+
 function refOf(context: FlowContext): SubscriptionRef {
   const target = context.target as SubscriptionTarget;
   return { principal: context.principal, sessionId: context.sessionId, backendId: target.backendId, uri: target.uri };
@@ -80,11 +89,7 @@ export const subscriptionFlow = setup({
             actions: assign({
               error: ({ event, context }) => {
                 const outcome = event.output as Extract<AddOutcome, { status: "limit" }>;
-                return new BrokerError(
-                  "SUBSCRIPTION_LIMIT",
-                  `Subscription limit reached: at most ${outcome.max} per ${outcome.limit === "global" ? "broker" : outcome.limit}. Unsubscribe from something first.`,
-                  { limit: outcome.limit, max: outcome.max, uri: context.uri },
-                );
+                return limitError(outcome.limit, outcome.max, context.uri);
               },
             }),
           },

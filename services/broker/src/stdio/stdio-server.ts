@@ -1,12 +1,12 @@
 import type { Readable, Writable } from "node:stream";
 import { StringDecoder } from "node:string_decoder";
 import { classifyInboundRequest } from "@modelcontextprotocol/server";
-import { META, NOTIFICATION, jsonRpcCode } from "@mcp-broker/shared";
+import { META, NOTIFICATION } from "@mcp-broker/shared";
 import type { Broker } from "../broker.js";
 import type { JsonRpcRequest } from "../routing/dispatcher.js";
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
 import type { LegacySession } from "../session/legacy-session.js";
-import type { ListenFlags } from "../session/listen-machine.js";
+import { honoredFilter, parseListenRequest, type ListenRequest } from "../session/listen-request.js";
 import type { PreparedNotification } from "../session/prepared-notification.js";
 
 const STDIO_PRINCIPAL = "stdio";
@@ -55,43 +55,44 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
     }
   };
 
-  const listen = (request: JsonRpcRequest): void => {
-    const filter = (request.params?.notifications ?? {}) as Json;
-    const flags: ListenFlags = {
-      toolsListChanged: filter.toolsListChanged === true,
-      promptsListChanged: filter.promptsListChanged === true,
-      resourcesListChanged: filter.resourcesListChanged === true,
-    };
-    const requested = Array.isArray(filter.resourceSubscriptions) ? filter.resourceSubscriptions.filter((u): u is string => typeof u === "string") : undefined;
+  const listen = (message: JsonRpcRequest): void => {
+    let request: ListenRequest;
+    try {
+      request = parseListenRequest(message.params);
+    } catch (error) {
+      send(broker.dispatcher.errorResponse(message.id, error, "modern"));
+      return;
+    }
     let backlog: string[] | undefined = [];
     const handle = broker.sessions.openListen(
       STDIO_PRINCIPAL,
-      flags,
-      requested ?? [],
+      request.flags,
+      request.uris ?? [],
       () => ({
         principal: STDIO_PRINCIPAL,
-        flags,
+        flags: request.flags,
         deliver: (notification: PreparedNotification) => {
-          const line = notification.jsonLine(request.id);
+          const line = notification.jsonLine(message.id);
           if (backlog !== undefined) backlog.push(line);
           else writeLine(line);
         },
       }),
       (outcome) => {
         if (outcome.type === "listen.rejected") {
-          listens.delete(request.id);
-          send({ jsonrpc: "2.0", id: request.id, error: { code: jsonRpcCode(outcome.error.code, "modern"), message: outcome.error.message, data: outcome.error.data } });
+          listens.delete(message.id);
+          send(broker.dispatcher.errorResponse(message.id, outcome.error, "modern"));
           return;
         }
-        const honored: Json = {};
-        for (const [flag, on] of Object.entries(flags)) if (on) honored[flag] = true;
-        if (requested !== undefined) honored.resourceSubscriptions = outcome.honored;
-        send({ jsonrpc: "2.0", method: NOTIFICATION.subscriptionsAcknowledged, params: { notifications: honored, _meta: { [META.subscriptionId]: request.id } } });
+        send({
+          jsonrpc: "2.0",
+          method: NOTIFICATION.subscriptionsAcknowledged,
+          params: { notifications: honoredFilter(request, outcome.honored), _meta: { [META.subscriptionId]: message.id } },
+        });
         for (const line of backlog ?? []) writeLine(line);
         backlog = undefined;
       },
     );
-    listens.set(request.id, handle);
+    listens.set(message.id, handle);
   };
 
   const handleMessage = (message: unknown): void => {

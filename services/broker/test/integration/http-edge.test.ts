@@ -1,6 +1,7 @@
 import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connectClient, startBroker, type RunningBroker } from "../helpers/harness.js";
+import { PreparedNotification } from "../../src/session/prepared-notification.js";
+import { connectClient, eventually, startBroker, type RunningBroker } from "../helpers/harness.js";
 
 interface RawResponse {
   status: number;
@@ -26,9 +27,47 @@ function raw(url: string, options: { method?: string; headers?: Record<string, s
   });
 }
 
+/** A raw SSE reader: parsed events as they arrive, and when the server ends the stream. */
+async function openSse(url: string, headers: Record<string, string>): Promise<{ events: { id?: string; data: unknown }[]; ended: Promise<void>; close(): void }> {
+  return new Promise((resolve, reject) => {
+    const events: { id?: string; data: unknown }[] = [];
+    const req = request(url, { method: "GET", headers }, (res) => {
+      if (res.statusCode !== 200) reject(new Error(`GET answered ${res.statusCode}`));
+      let buffer = "";
+      const ended = new Promise<void>((done) => res.on("close", () => done()));
+      res.setEncoding("utf8");
+      res.on("data", (chunk: string) => {
+        buffer += chunk;
+        let end: number;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          const fields = Object.fromEntries(block.split("\n").filter((l) => !l.startsWith(":")).map((l) => [l.slice(0, l.indexOf(":")), l.slice(l.indexOf(":") + 1).trim()]));
+          if (fields.data !== undefined) events.push({ ...(fields.id !== undefined && { id: fields.id }), data: JSON.parse(fields.data) });
+        }
+      });
+      resolve({ events, ended, close: () => req.destroy() });
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+async function openModernListen(url: string): Promise<{ close(): void }> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: "POST", headers: { "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28", "mcp-method": "subscriptions/listen" } }, (res) => {
+      if (!(res.headers["content-type"] ?? "").includes("text/event-stream")) reject(new Error(`listen answered ${res.statusCode}`));
+      resolve({ close: () => req.destroy() });
+    });
+    req.on("error", () => undefined);
+    req.end(JSON.stringify({ jsonrpc: "2.0", id: 5, method: "subscriptions/listen", params: { notifications: { toolsListChanged: true }, _meta: MODERN_META } }));
+  });
+}
+
 const initialize = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
 const KEY_A = "key-for-team-a-0123456789";
 const KEY_B = "key-for-team-b-0123456789";
+const MODERN_META = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
 
 describe("HTTP edge", () => {
   let running: RunningBroker;
@@ -36,7 +75,7 @@ describe("HTTP edge", () => {
   beforeAll(async () => {
     running = await startBroker({
       backends: [],
-      server: { maxBodyBytes: 10_000, allowedOrigins: ["app.example.com"] },
+      server: { maxBodyBytes: 10_000, allowedOrigins: ["app.example.com"], requestTimeoutMs: 500 },
       auth: { apiKeys: [{ key: KEY_A, principal: "team-a" }, { key: KEY_B, principal: "team-b" }] },
     });
   });
@@ -116,6 +155,83 @@ describe("HTTP edge", () => {
     const stream = await raw(running.url, { method: "GET", headers });
     expect(stream.status).toBe(200);
     expect(stream.headers["content-type"]).toContain("text/event-stream");
+  });
+
+  it("answers malformed listen params with -32602 instead of an empty stream", async () => {
+    const listen = (notifications: unknown) =>
+      raw(running.url, {
+        body: JSON.stringify({ jsonrpc: "2.0", id: 5, method: "subscriptions/listen", params: { notifications, _meta: MODERN_META } }),
+        headers: { ...auth(KEY_A), "mcp-protocol-version": "2026-07-28", "mcp-method": "subscriptions/listen" },
+      });
+    for (const bad of [undefined, { resourceSubscriptions: "x" }, { resourceSubscriptions: [1] }, { toolsListChanged: "yes" }]) {
+      const answer = await listen(bad);
+      expect(JSON.parse(answer.body), JSON.stringify(bad)).toMatchObject({ id: 5, error: { code: -32602 } });
+    }
+    const good = await listen({ toolsListChanged: true });
+    expect(good.headers["content-type"]).toContain("text/event-stream");
+  });
+
+  it("applies Origin and API key checks to GET and DELETE too", async () => {
+    const init = await raw(running.url, { body: initialize, headers: auth(KEY_A) });
+    const sessionId = String(init.headers["mcp-session-id"]);
+    const get = { "mcp-session-id": sessionId, accept: "text/event-stream" };
+    expect((await raw(running.url, { method: "GET", headers: get })).status).toBe(401);
+    expect((await raw(running.url, { method: "GET", headers: { ...get, ...auth(KEY_A), origin: "http://evil.example" } })).status).toBe(403);
+    expect((await raw(running.url, { method: "DELETE", headers: { "mcp-session-id": sessionId } })).status).toBe(401);
+    expect((await raw(running.url, { method: "DELETE", headers: { ...auth(KEY_A), "mcp-session-id": sessionId, origin: "http://evil.example" } })).status).toBe(403);
+    expect((await raw(running.url, { method: "DELETE", headers: { ...auth(KEY_A), "mcp-session-id": sessionId } })).status).toBe(200);
+  });
+
+  it("answers a request whose body never finishes with 408", async () => {
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = request(running.url, { method: "POST", headers: { ...auth(KEY_A), "content-type": "application/json", "content-length": "100" } }, (res) => {
+        resolve(res.statusCode ?? 0);
+        res.resume();
+      });
+      req.on("error", reject);
+      req.write('{"jsonrpc":'); // and nothing more
+    });
+    expect(status).toBe(408);
+  });
+
+  it("lets a new GET stream replace the old one, flushes what was sent before it, and keeps it open past the request timeout", async () => {
+    const init = await raw(running.url, { body: initialize, headers: auth(KEY_A) });
+    const sessionId = String(init.headers["mcp-session-id"]);
+    const session = running.broker.sessions.legacySession(sessionId, "team-a");
+    session?.deliver(PreparedNotification.listChanged("tools")); // before any GET stream
+    const headers = { ...auth(KEY_A), "mcp-session-id": sessionId, accept: "text/event-stream" };
+    const first = await openSse(running.url, headers);
+    await eventually(() => first.events.length === 1, "the event sent before the stream");
+    expect(first.events[0]).toMatchObject({ id: "1", data: { method: "notifications/tools/list_changed" } });
+
+    const second = await openSse(running.url, headers);
+    await first.ended;
+    await new Promise((r) => setTimeout(r, 700)); // past requestTimeoutMs (500)
+    session?.deliver(PreparedNotification.listChanged("prompts"));
+    await eventually(() => second.events.length === 1, "the event on the new stream");
+    expect(second.events[0]).toMatchObject({ id: "2", data: { method: "notifications/prompts/list_changed" } });
+    expect(first.events).toHaveLength(1);
+    second.close();
+  });
+
+  it("caps sessions and listen streams per principal with -32011, and frees a slot when one ends", async () => {
+    const small = await startBroker({ backends: [], server: { maxSessionsPerPrincipal: 2 } });
+    try {
+      const first = await raw(small.url, { body: initialize });
+      const listen = await openModernListen(small.url);
+      const refused = await raw(small.url, { body: initialize });
+      expect(JSON.parse(refused.body)).toMatchObject({ id: 1, error: { code: -32011, data: { max: 2 } } });
+      const refusedListen = await raw(small.url, {
+        body: JSON.stringify({ jsonrpc: "2.0", id: 6, method: "subscriptions/listen", params: { notifications: {}, _meta: MODERN_META } }),
+        headers: { "mcp-protocol-version": "2026-07-28", "mcp-method": "subscriptions/listen" },
+      });
+      expect(JSON.parse(refusedListen.body)).toMatchObject({ id: 6, error: { code: -32011 } });
+      listen.close();
+      await raw(small.url, { method: "DELETE", headers: { "mcp-session-id": String(first.headers["mcp-session-id"]) } });
+      await eventually(async () => (await raw(small.url, { body: initialize })).headers["mcp-session-id"] !== undefined, "a free slot");
+    } finally {
+      await small.close();
+    }
   });
 
   it("reports health and readiness", async () => {

@@ -3,6 +3,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { createActor, fromPromise, SimulatedClock, waitFor } from "xstate";
 import { legacySessionMachine, type LegacySessionEmitted } from "../../src/session/legacy-session-machine.js";
 import { listenMachine, type ListenEmitted } from "../../src/session/listen-machine.js";
+import { subscribeMany } from "../../src/session/subscribe-many.js";
 import { subscriptionFlow, type SubscriptionTarget } from "../../src/session/subscription-flow.js";
 
 /** A fake I/O world for the machines: a registry with limits and an upstream that can fail. */
@@ -57,10 +58,11 @@ function world(options: { maxPerSession?: number; upstreamFails?: boolean } = {}
         validateAll: fromPromise(async ({ input }) => {
           for (const uri of input.uris) if (uri.startsWith("bad")) throw new BrokerError("UNKNOWN_RESOURCE", "unknown", { uri });
         }),
-        subscribe: flow,
+        subscribeAll: fromPromise(async ({ input, signal }) => subscribeMany(flow, input, { concurrency: 4, maxPerSession: options.maxPerSession ?? 10, signal })),
         releaseAll,
       },
     }),
+    flow,
   };
 }
 
@@ -194,7 +196,29 @@ describe("listen actor", () => {
     await vi.waitFor(() => expect(events.some((e) => e.type === "listen.acknowledged")).toBe(true));
     const ack = events.find((e) => e.type === "listen.acknowledged") as Extract<ListenEmitted, { type: "listen.acknowledged" }>;
     expect(ack.honored).toEqual(["u1", "u2"]);
-    expect(events.filter((e) => e.type === "listen.subscription.refused").map((e) => (e as { uri: string }).uri)).toEqual(["u3"]);
+    const refused = events.find((e) => e.type === "listen.subscriptions.refused") as Extract<ListenEmitted, { type: "listen.subscriptions.refused" }>;
+    expect(refused.refused.map(({ uri, error }) => [uri, error.code, error.data?.limit])).toEqual([["u3", "SUBSCRIPTION_LIMIT", "session"]]);
+    expect(events.findIndex((e) => e.type === "interest.add")).toBeLessThan(events.findIndex((e) => e.type === "listen.acknowledged"));
+  });
+
+  it("refuses URIs past the session limit without trying them, keeping request order", async () => {
+    const w = world({ maxPerSession: 3 });
+    const uris = Array.from({ length: 50 }, (_, i) => `u${i}`);
+    const out = await subscribeMany(w.flow, { principal: "p", sessionId: "s", uris }, { concurrency: 4, maxPerSession: 3 });
+    expect(out.honored.map((h) => h.uri)).toEqual(["u0", "u1", "u2"]);
+    expect(out.refused.map((r) => r.uri)).toEqual(uris.slice(3));
+    expect(out.refused.every((r) => r.error.code === "SUBSCRIPTION_LIMIT")).toBe(true);
+    expect(w.calls.filter((c) => c.startsWith("reserve"))).toHaveLength(3);
+  });
+
+  it("stops starting subscriptions once aborted and reports the rest as refused", async () => {
+    const w = world({ maxPerSession: 100 });
+    const abort = new AbortController();
+    abort.abort();
+    const out = await subscribeMany(w.flow, { principal: "p", sessionId: "s", uris: ["a", "b"] }, { concurrency: 2, maxPerSession: 100, signal: abort.signal });
+    expect(out.honored).toEqual([]);
+    expect(out.refused.map((r) => r.uri)).toEqual(["a", "b"]);
+    expect(w.calls).toEqual([]);
   });
 
   it("rejects the whole request when a URI is unknown, holding nothing", async () => {

@@ -1,0 +1,31 @@
+import type { ListenFlags } from "./listen-machine.js";
+import { validateParams } from "../routing/validate-params.js";
+
+/** A validated `subscriptions/listen` request, as both the HTTP edge and stdio read it. */
+export interface ListenRequest {
+  flags: ListenFlags;
+  /** Requested resource URIs (broker form), deduplicated; undefined when none were asked for. */
+  uris: string[] | undefined;
+}
+
+/** @throws BrokerError (BAD_PARAMS) when the params do not follow the 2026-07-28 schema. */
+export function parseListenRequest(params: Record<string, unknown> | undefined): ListenRequest {
+  const valid = validateParams("subscriptions/listen", params ?? {});
+  const filter = valid.notifications as { toolsListChanged?: boolean; promptsListChanged?: boolean; resourcesListChanged?: boolean; resourceSubscriptions?: string[] };
+  return {
+    flags: {
+      toolsListChanged: filter.toolsListChanged === true,
+      promptsListChanged: filter.promptsListChanged === true,
+      resourcesListChanged: filter.resourcesListChanged === true,
+    },
+    uris: filter.resourceSubscriptions === undefined ? undefined : [...new Set(filter.resourceSubscriptions)],
+  };
+}
+
+/** The filter the acknowledgement carries: the requested flags, and of the URIs only the honored ones. */
+export function honoredFilter(request: ListenRequest, honored: readonly string[]): Record<string, unknown> {
+  const filter: Record<string, unknown> = {};
+  for (const [flag, on] of Object.entries(request.flags)) if (on) filter[flag] = true;
+  if (request.uris !== undefined) filter.resourceSubscriptions = honored;
+  return filter;
+}
