@@ -109,6 +109,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
   const dispatcher = new Dispatcher(router, logger, { serverInfo, cacheScope: config.auth.apiKeys.length > 0 ? "private" : "public" });
   const sessions = new SessionHost({
     catalog: catalog.catalog,
+    subscriptionTarget: (uri) => router.subscriptionTarget(uri),
     registry,
     upstream,
     bus,

@@ -1,5 +1,5 @@
-import { ProtocolError } from "@modelcontextprotocol/client";
-import { BrokerError, META, NOTIFICATION } from "@mcp-broker/shared";
+import { ProtocolError, ProtocolErrorCode, ResourceNotFoundError } from "@modelcontextprotocol/client";
+import { BrokerError, META, NOTIFICATION, splitPrefixedName } from "@mcp-broker/shared";
 import type { Catalog, CatalogKind } from "../catalog/catalog.js";
 import type { BackendConnection } from "../upstream/backend-connection.js";
 import type { BackendPool } from "../upstream/backend-pool.js";
@@ -20,8 +20,15 @@ const LIST_FIELD: Record<CatalogKind, string> = {
  * URIs both ways. Knows nothing about transports or sessions.
  */
 export class Router {
-  /** Requests in flight per backend: backend log messages go to the caller when it is unambiguous. */
-  private readonly inflight = new Map<string, Set<RequestContext>>();
+  /**
+   * Requests in flight per backend, each marked `shared` once a call of another principal has
+   * overlapped it: backend log messages carry no request id, so they go to a caller only when
+   * nobody else could have caused them.
+   */
+  private readonly inflight = new Map<string, Map<RequestContext, { shared: boolean }>>();
+
+  /** The most verbose level any legacy client asked for. */
+  private backendLogLevel: LogLevel | undefined;
 
   constructor(
     private readonly catalog: Catalog,
@@ -40,7 +47,9 @@ export class Router {
   async callTool(params: Params, ctx: RequestContext): Promise<Result> {
     const name = requireString(params, "name");
     const item = this.catalog.get("tools", name);
-    if (item === undefined) throw new BrokerError("UNKNOWN_TOOL", `Unknown tool '${name}'. Call tools/list for the available tools.`, { name });
+    if (item === undefined) {
+      throw this.unavailable(splitPrefixedName(name)?.backendId) ?? new BrokerError("UNKNOWN_TOOL", `Unknown tool '${name}'. Call tools/list for the available tools.`, { name });
+    }
     const result = await this.forward(item.backendId, "tools/call", { ...params, name: item.key }, ctx);
     return this.catalog.exposeResult(item.backendId, result);
   }
@@ -48,7 +57,9 @@ export class Router {
   async getPrompt(params: Params, ctx: RequestContext): Promise<Result> {
     const name = requireString(params, "name");
     const item = this.catalog.get("prompts", name);
-    if (item === undefined) throw new BrokerError("UNKNOWN_PROMPT", `Unknown prompt '${name}'. Call prompts/list for the available prompts.`, { name });
+    if (item === undefined) {
+      throw this.unavailable(splitPrefixedName(name)?.backendId) ?? new BrokerError("UNKNOWN_PROMPT", `Unknown prompt '${name}'. Call prompts/list for the available prompts.`, { name });
+    }
     const result = await this.forward(item.backendId, "prompts/get", { ...params, name: item.key }, ctx);
     return this.catalog.exposeResult(item.backendId, result);
   }
@@ -57,8 +68,35 @@ export class Router {
     const uri = requireString(params, "uri");
     const target = this.catalog.resolveResource(uri);
     if (target === undefined) throw unknownResource(uri);
-    const result = await this.forward(target.backendId, "resources/read", { ...params, uri: target.uri }, ctx);
+    let result: Result;
+    try {
+      result = await this.forward(target.backendId, "resources/read", { ...params, uri: target.uri }, ctx);
+    } catch (error) {
+      // The backend's "not found" (whichever code its SDK used) in the client's era, with our URI.
+      if (isResourceNotFound(error)) throw unknownResource(uri);
+      throw error;
+    }
     return this.catalog.exposeResult(target.backendId, result);
+  }
+
+  /**
+   * The backend resource a client may subscribe to: a listed resource, a template match or a
+   * sub-resource of a listed one.
+   * @throws BrokerError UNKNOWN_RESOURCE, or BACKEND_UNAVAILABLE when it names a backend that is down.
+   */
+  subscriptionTarget(uri: string): { backendId: string; uri: string } {
+    const resolved = this.catalog.resolveResource(uri);
+    if (resolved === undefined || resolved.match === "prefix") throw this.unavailable(resolved?.backendId) ?? unknownResource(uri);
+    return { backendId: resolved.backendId, uri: resolved.uri };
+  }
+
+  /** A name or URI with a configured backend's prefix that is missing because that backend is down. */
+  private unavailable(backendId: string | undefined): BrokerError | undefined {
+    const backend = backendId === undefined ? undefined : this.pool.all().find((b) => b.id === backendId);
+    if (backend === undefined || backend.state === "connected" || !backend.config.prefix) return undefined;
+    return new BrokerError("BACKEND_UNAVAILABLE", `Backend '${backend.id}' is not connected${backend.lastFailure ? ` (${backend.lastFailure})` : ""}; retry later.`, {
+      backend: backend.id,
+    });
   }
 
   async complete(params: Params, ctx: RequestContext): Promise<Result> {
@@ -80,23 +118,31 @@ export class Router {
     throw new BrokerError("BAD_PARAMS", `Unknown completion reference type '${String(ref.type)}'.`);
   }
 
-  /** Legacy `logging/setLevel`: passed on to every connected backend that logs. */
+  /**
+   * Legacy `logging/setLevel`. A backend has one level for all of the broker's clients, so it is
+   * set to the most verbose level any client asked for; each client's own level filters what it
+   * gets (see `relayLog`). One client asking for less never silences another.
+   */
   async setLogLevel(level: LogLevel, ctx: RequestContext): Promise<Result> {
+    if (this.backendLogLevel === undefined || !levelAtLeast(level, this.backendLogLevel)) this.backendLogLevel = level;
     const targets = this.pool.all().filter((b) => b.state === "connected" && b.era === "legacy" && b.capabilities?.logging !== undefined);
-    await Promise.allSettled(targets.map((b) => this.forward(b.id, "logging/setLevel", { level }, ctx)));
+    await Promise.allSettled(targets.map((b) => this.forward(b.id, "logging/setLevel", { level: this.backendLogLevel }, ctx)));
     return {};
   }
 
   /**
-   * A backend log message. It reaches the one client with a request in flight on that backend
-   * (and only if it asked for that level); with none or several in flight it is not forwarded,
-   * since it cannot be attributed to a caller.
+   * A backend log message. It reaches the one client with a request in flight on that backend (if
+   * it asked for that level), and only if no call of another principal overlapped that request:
+   * MCP log messages carry no request id, so with several callers, or one that shared the backend
+   * with another principal, the message is not forwarded rather than risk the wrong recipient.
    */
   relayLog(backendId: string, params: Params): void {
     const callers = this.inflight.get(backendId);
     if (callers?.size !== 1) return;
-    const [ctx] = callers;
-    if (ctx?.logLevel !== undefined && levelAtLeast(params.level, ctx.logLevel)) {
+    const [only] = callers;
+    if (only === undefined || only[1].shared) return;
+    const ctx = only[0];
+    if (ctx.logLevel !== undefined && levelAtLeast(params.level, ctx.logLevel)) {
       ctx.notify(NOTIFICATION.message, { ...params, logger: typeof params.logger === "string" ? `${backendId}/${params.logger}` : backendId });
     }
   }
@@ -111,9 +157,13 @@ export class Router {
 
   private async forward(backendId: string, method: string, params: Params, ctx: RequestContext): Promise<Result> {
     const backend: BackendConnection = this.pool.get(backendId);
-    const callers = this.inflight.get(backendId) ?? new Set<RequestContext>();
+    const callers = this.inflight.get(backendId) ?? new Map<RequestContext, { shared: boolean }>();
     this.inflight.set(backendId, callers);
-    callers.add(ctx);
+    const mine = { shared: false };
+    for (const [other, state] of callers) {
+      if (other.principal !== ctx.principal) state.shared = mine.shared = true;
+    }
+    callers.set(ctx, mine);
     const progressToken = ctx.progressToken;
     try {
       const forwarded = stripMeta(params);
@@ -133,6 +183,18 @@ export class Router {
       if (callers.size === 0) this.inflight.delete(backendId);
     }
   }
+}
+
+/**
+ * A backend's "no such resource": -32002 (older SDKs), or -32602 whose data is exactly `{ uri }`
+ * (the SDK's ResourceNotFoundError, on every revision).
+ */
+function isResourceNotFound(error: unknown): boolean {
+  if (error instanceof ResourceNotFoundError) return true;
+  if (!(error instanceof ProtocolError)) return false;
+  if (error.code === Number(ProtocolErrorCode.ResourceNotFound)) return true;
+  const data = error.data as Params | undefined;
+  return error.code === Number(ProtocolErrorCode.InvalidParams) && typeof data?.uri === "string" && Object.keys(data).length === 1;
 }
 
 /** The client's `_meta` (progress token, envelope) is the broker's, not the backend's. */

@@ -13,7 +13,6 @@ import {
 import { createActor, fromPromise } from "xstate";
 import type { Catalog } from "../catalog/catalog.js";
 import type { Logger } from "../logger.js";
-import { unknownResource } from "../routing/router.js";
 import type { UpstreamPort } from "../upstream/upstream-subscriptions.js";
 import { InterestTable, type NotificationSink } from "./interest-table.js";
 import { LegacySession } from "./legacy-session.js";
@@ -28,6 +27,8 @@ const LISTEN_CONCURRENCY = 16;
 
 export interface SessionHostDeps {
   catalog: Catalog;
+  /** Where a client URI may be subscribed (see Router.subscriptionTarget); throws the error to answer. */
+  subscriptionTarget: (uri: string) => SubscriptionTarget;
   registry: SubscriptionRegistry;
   upstream: UpstreamPort;
   bus: Bus;
@@ -177,7 +178,8 @@ export class SessionHost {
     return {
       close: () => {
         this.listens.delete(sink);
-        actor.send({ type: "stream.closed" });
+        // Idempotent: a rejected or already closed listen has finished.
+        if (actor.getSnapshot().status === "active") actor.send({ type: "stream.closed" });
       },
     };
   }
@@ -205,9 +207,7 @@ export class SessionHost {
 
   /** Accepts a listed resource, a template match or a sub-resource of a listed resource. */
   private validate(uri: string): SubscriptionTarget {
-    const resolved = this.deps.catalog.resolveResource(uri);
-    if (resolved === undefined || resolved.match === "prefix") throw unknownResource(uri);
-    return { backendId: resolved.backendId, uri: resolved.uri };
+    return this.deps.subscriptionTarget(uri);
   }
 
   private async release(ref: SubscriptionRef): Promise<void> {

@@ -101,6 +101,25 @@ describe("routing", () => {
     expect(await readyz.json()).toMatchObject({ status: "degraded", backends: expect.arrayContaining([expect.objectContaining({ id: "down", state: "backoff" })]) });
   });
 
+  it("says a down backend is unavailable, not that its items are unknown", async () => {
+    const { client: c } = await client("legacy");
+    const unavailable = { code: -32000, data: { backend: "down" } };
+    await expect(c.callTool({ name: "down__anything", arguments: {} })).rejects.toMatchObject(unavailable);
+    await expect(c.getPrompt({ name: "down__anything" })).rejects.toMatchObject(unavailable);
+    await expect(c.subscribeResource({ uri: "down+file:///x" })).rejects.toMatchObject(unavailable);
+    await expect(c.readResource({ uri: "down+file:///x" })).rejects.toMatchObject(unavailable);
+    // A backend that is up and lacks the item: unknown, as before.
+    await expect(c.callTool({ name: "leg__nope", arguments: {} })).rejects.toMatchObject({ code: -32602 });
+  });
+
+  it("answers a resource its backend does not have with the client era's not-found code and our URI", async () => {
+    const headers = await legacySession(running.url);
+    const legacy = await post(running.url, { jsonrpc: "2.0", id: 3, method: "resources/read", params: { uri: "leg+test://nope" } }, headers);
+    expect(legacy.json).toMatchObject({ id: 3, error: { code: -32002, data: { uri: "leg+test://nope" } } });
+    const { client: modern } = await client("modern");
+    await expect(modern.readResource({ uri: "mod+test://nope" })).rejects.toMatchObject({ code: -32602, data: { uri: "mod+test://nope" } });
+  });
+
   it("lets the first unprefixed backend win a name collision and reports it in /readyz", async () => {
     const secondServer = createTestServer({ name: "second" });
     const second = await startLegacyHttpBackend(secondServer);

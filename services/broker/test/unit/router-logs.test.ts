@@ -1,0 +1,71 @@
+import { describe, expect, it } from "vitest";
+import { Catalog } from "../../src/catalog/catalog.js";
+import type { RequestContext } from "../../src/routing/request-context.js";
+import { Router } from "../../src/routing/router.js";
+import type { BackendPool } from "../../src/upstream/backend-pool.js";
+
+/** A backend whose calls finish when the test says so. */
+function setup() {
+  const finishers: (() => void)[] = [];
+  const backend = {
+    id: "b",
+    era: "legacy",
+    state: "connected",
+    request: () => new Promise<Record<string, unknown>>((resolve) => finishers.push(() => resolve({ content: [] }))),
+  };
+  const pool = { get: () => backend, all: () => [backend] } as unknown as BackendPool;
+  const catalog = new Catalog([{ id: "b", prefix: true }]);
+  catalog.replace("tools", "b", [{ name: "t", inputSchema: { type: "object" } }]);
+  const router = new Router(catalog, pool, { pageSize: 10 });
+  const caller = (principal: string) => {
+    const logs: unknown[] = [];
+    const ctx: RequestContext = {
+      era: "legacy",
+      principal,
+      sessionId: undefined,
+      signal: new AbortController().signal,
+      progressToken: undefined,
+      logLevel: "debug",
+      notify: (_method, params) => logs.push(params.data),
+    };
+    return { ctx, logs, call: () => router.callTool({ name: "b__t" }, ctx) };
+  };
+  const log = (data: string) => router.relayLog("b", { level: "info", data });
+  const finish = async (i: number) => {
+    finishers[i]?.();
+    await new Promise((r) => setImmediate(r));
+  };
+  return { caller, log, finish };
+}
+
+describe("backend log relay", () => {
+  it("gives a log to the only caller in flight, and to nobody when several are", async () => {
+    const { caller, log, finish } = setup();
+    const a = caller("p");
+    const b = caller("p");
+    void a.call();
+    log("one");
+    void b.call();
+    log("two");
+    await finish(0);
+    log("three");
+    expect(a.logs).toEqual(["one"]);
+    expect(b.logs).toEqual(["three"]);
+  });
+
+  it("never gives a log to a caller whose request overlapped another principal's", async () => {
+    const { caller, log, finish } = setup();
+    const mine = caller("team-a");
+    const theirs = caller("team-b");
+    void theirs.call();
+    void mine.call();
+    await finish(0); // team-b's call is done; team-a's is alone now, but was not always
+    log("maybe team-b's");
+    expect(mine.logs).toEqual([]);
+    await finish(1);
+    const later = caller("team-a");
+    void later.call();
+    log("certainly team-a's");
+    expect(later.logs).toEqual(["certainly team-a's"]);
+  });
+});
