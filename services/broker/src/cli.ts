@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { parseArgs } from "node:util";
-import { ConfigError, loadConfigFile } from "@mcp-broker/shared";
+import { ConfigError } from "@mcp-broker/shared";
+import { loadConfigFile } from "@mcp-broker/shared/node";
 import { createBroker } from "./broker.js";
 import { createLogger } from "./logger.js";
 import { serveStdio } from "./stdio/stdio-server.js";

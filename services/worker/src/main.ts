@@ -6,7 +6,8 @@
  * With the embedded memory engine (no REDIS_URL) the broker process runs the worker role itself,
  * so this process has nothing to do and says so instead of pretending to work.
  */
-import { ConfigError, loadConfigFile } from "@mcp-broker/shared";
+import { ConfigError } from "@mcp-broker/shared";
+import { loadConfigFile } from "@mcp-broker/shared/node";
 
 async function main(): Promise<number> {
   const file = process.argv[process.argv.indexOf("--config") + 1] ?? process.env.MCP_BROKER_CONFIG;

@@ -1,2 +1,2 @@
 export * from "./schema.js";
-export * from "./load.js";
+export * from "./parse.js";

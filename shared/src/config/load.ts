@@ -1,44 +1,9 @@
 import { readFile } from "node:fs/promises";
 import path from "node:path";
 import { parse as parseYaml } from "yaml";
-import type { z } from "zod";
 import { ConfigError } from "../errors.js";
-import { brokerConfigSchema, type BrokerConfig } from "./schema.js";
-
-/** Environment variables that override the file (see README "Configuration"). */
-export interface ConfigEnv {
-  PORT?: string | undefined;
-  HOST?: string | undefined;
-  REDIS_URL?: string | undefined;
-}
-
-export interface ConfigOverrides {
-  port?: number | undefined;
-  host?: string | undefined;
-}
-
-/** Validates an already-parsed config value; `source` names it in every error. */
-export function parseConfig(value: unknown, source: string, env: ConfigEnv = {}, overrides: ConfigOverrides = {}): BrokerConfig {
-  const result = brokerConfigSchema.safeParse(value);
-  if (!result.success) throw new ConfigError(source, result.error.issues.map(formatIssue));
-  const config = result.data;
-  const issues: string[] = [];
-  if (env.HOST !== undefined && env.HOST !== "") config.server.host = env.HOST;
-  if (env.PORT !== undefined && env.PORT !== "") {
-    const port = Number(env.PORT);
-    if (!Number.isInteger(port) || port < 0 || port > 65_535) issues.push(`PORT (environment): '${env.PORT}' is not a port number`);
-    else config.server.port = port;
-  }
-  if (env.REDIS_URL !== undefined && env.REDIS_URL !== "") config.redisUrl = env.REDIS_URL;
-  if (overrides.host !== undefined) config.server.host = overrides.host;
-  if (overrides.port !== undefined) {
-    if (!Number.isInteger(overrides.port) || overrides.port < 0 || overrides.port > 65_535) {
-      issues.push(`--port: '${overrides.port}' is not a port number`);
-    } else config.server.port = overrides.port;
-  }
-  if (issues.length > 0) throw new ConfigError(source, issues);
-  return config;
-}
+import { parseConfig, type ConfigEnv, type ConfigOverrides } from "./parse.js";
+import type { BrokerConfig } from "./schema.js";
 
 /** Reads a JSON (`.json`) or YAML (anything else) config file and validates it. */
 export async function loadConfigFile(file: string, env: ConfigEnv = {}, overrides: ConfigOverrides = {}): Promise<BrokerConfig> {
@@ -62,12 +27,4 @@ export async function loadConfigFile(file: string, env: ConfigEnv = {}, override
     if ("command" in backend) backend.cwd = path.resolve(base, backend.cwd ?? ".");
   }
   return config;
-}
-
-function formatIssue(issue: z.core.$ZodIssue): string {
-  const field = issue.path.length === 0 ? "(top level)" : issue.path.map(String).join(".");
-  if (issue.code === "invalid_union" && issue.path.at(-2) === "backends") {
-    return `${field}: ${issue.message}`;
-  }
-  return `${field}: ${issue.message}`;
 }

@@ -3,7 +3,8 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { ConfigError } from "../../src/errors.js";
-import { loadConfigFile, parseConfig } from "../../src/config/load.js";
+import { loadConfigFile } from "../../src/config/load.js";
+import { parseConfig } from "../../src/config/parse.js";
 
 async function file(name: string, text: string): Promise<string> {
   const dir = await mkdtemp(path.join(tmpdir(), "cfg-"));
