@@ -2,8 +2,8 @@
 import { parseArgs } from "node:util";
 import { ConfigError } from "@mcp-broker/shared";
 import { loadConfigFile } from "@mcp-broker/shared/node";
-import { createBroker } from "./broker.js";
-import { createLogger } from "./logger.js";
+import { createBroker, type Broker } from "./broker.js";
+import { createLogger, type Logger } from "./logger.js";
 import { serveStdio } from "./stdio/stdio-server.js";
 
 const USAGE = `Usage:
@@ -13,7 +13,11 @@ const USAGE = `Usage:
 The config file is JSON (.json) or YAML. MCP_BROKER_CONFIG may name it instead of --config;
 PORT, HOST and REDIS_URL override the file.`;
 
-const STDIO_READY_TIMEOUT_MS = 10_000;
+/**
+ * Clients list right after connecting and many never re-list: the broker waits this long for its
+ * backends before it serves (a backend that is still down then joins later, with list_changed).
+ */
+const STARTUP_WAIT_MS = 10_000;
 
 async function main(argv: string[]): Promise<number> {
   let args;
@@ -55,6 +59,12 @@ async function main(argv: string[]): Promise<number> {
     throw error;
   }
   const logger = createLogger(config.logging.level);
+  if (config.redisUrl !== undefined) {
+    logger.warn(
+      { redisUrl: config.redisUrl.replace(/\/\/[^@/]*@/, "//***@") },
+      "REDIS_URL is set, but this version has only the memory engine: this broker shares no state with other instances",
+    );
+  }
   const broker = createBroker(config, { logger });
   let stopping = false;
   const stop = async (signal: string) => {
@@ -69,14 +79,14 @@ async function main(argv: string[]): Promise<number> {
 
   if (values.stdio) {
     await broker.startBackends();
-    // A local client lists tools right after initialize and many never re-list: give the
-    // backends a moment to connect first (stdin waits meanwhile; nothing is lost).
-    await broker.whenReady(STDIO_READY_TIMEOUT_MS);
+    await waitForBackends(broker, logger); // stdin waits meanwhile; nothing is lost
     await serveStdio(broker, { input: process.stdin, output: process.stdout });
     await stop("stdin closed");
     return 0;
   }
   try {
+    await broker.startBackends();
+    await waitForBackends(broker, logger);
     const url = await broker.listen();
     process.stderr.write(`mcp-broker ready: ${url}\n`);
   } catch (error) {
@@ -85,6 +95,12 @@ async function main(argv: string[]): Promise<number> {
     return 1;
   }
   return -1; // keep running
+}
+
+async function waitForBackends(broker: Broker, logger: Logger): Promise<void> {
+  if (await broker.whenReady(STARTUP_WAIT_MS)) return;
+  const down = broker.pool.all().filter((b) => b.state !== "connected").map((b) => ({ backend: b.id, state: b.state, reason: b.lastFailure }));
+  logger.warn({ down, waitedMs: STARTUP_WAIT_MS }, "serving before every backend is connected; the others join when they connect");
 }
 
 main(process.argv.slice(2)).then(
