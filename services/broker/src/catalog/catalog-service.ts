@@ -37,6 +37,7 @@ const MAX_PAGES = 1_000;
 export class CatalogService {
   readonly catalog: Catalog;
   private readonly relistTimers = new Map<string, TimerHandle>();
+  private readonly generations = new Map<string, number>();
   private pool: BackendPool | undefined;
   private loads = 0;
 
@@ -71,28 +72,41 @@ export class CatalogService {
 
   /** A backend (re)connected: load all its lists now, without debounce. */
   async backendConnected(backend: BackendConnection): Promise<void> {
+    const generation = this.nextGeneration(backend.id);
     this.loads++;
     try {
       const diffs = new Map<CatalogKind, CatalogDiff>();
       for (const kind of Object.keys(LIST_METHODS) as CatalogKind[]) {
         try {
-          diffs.set(kind, await this.load(backend, kind));
+          diffs.set(kind, await this.load(backend, kind, generation));
         } catch (error) {
           this.deps.logger.warn({ backend: backend.id, kind, err: (error as Error).message }, "initial list failed");
         }
       }
       this.announce(backend.id, diffs);
-      this.armRelist(backend);
+      if (this.generations.get(backend.id) === generation) this.armRelist(backend);
     } finally {
       this.loads--;
     }
   }
 
   backendDisconnected(backend: BackendConnection): void {
-    const timer = this.relistTimers.get(backend.id);
-    if (timer !== undefined) this.deps.clock.clearTimeout(timer);
-    this.relistTimers.delete(backend.id);
+    this.nextGeneration(backend.id);
+    this.stopRelist(backend.id);
     this.announce(backend.id, this.catalog.clearBackend(backend.id));
+  }
+
+  /** Each connect and drop starts a new generation: a list fetched in an older one is not stored. */
+  private nextGeneration(backendId: string): number {
+    const generation = (this.generations.get(backendId) ?? 0) + 1;
+    this.generations.set(backendId, generation);
+    return generation;
+  }
+
+  private stopRelist(backendId: string): void {
+    const timer = this.relistTimers.get(backendId);
+    if (timer !== undefined) this.deps.clock.clearTimeout(timer);
+    this.relistTimers.delete(backendId);
   }
 
   /** A backend said `list_changed`: schedule a debounced reload of that list. */
@@ -105,11 +119,11 @@ export class CatalogService {
   private async reload({ backendId, kind }: ReloadJob): Promise<void> {
     const backend = this.pool?.get(backendId);
     if (backend === undefined || backend.state !== "connected") return;
-    this.announce(backendId, new Map([[kind, await this.load(backend, kind)]]));
+    this.announce(backendId, new Map([[kind, await this.load(backend, kind, this.generations.get(backendId) ?? 0)]]));
   }
 
-  /** Lists one kind from a backend, following pagination, and stores it. */
-  private async load(backend: BackendConnection, kind: CatalogKind): Promise<CatalogDiff> {
+  /** Lists one kind from a backend, following pagination, and stores it unless the backend reconnected meanwhile. */
+  private async load(backend: BackendConnection, kind: CatalogKind, generation: number): Promise<CatalogDiff> {
     const { method, field, capability } = LIST_METHODS[kind];
     if (backend.capabilities?.[capability] === undefined) return this.catalog.replace(kind, backend.id, []);
     const items: Record<string, unknown>[] = [];
@@ -124,7 +138,9 @@ export class CatalogService {
       seenCursors.add(next);
       cursor = next;
     }
-    if (backend.state !== "connected") throw new Error(`backend '${backend.id}' dropped while listing ${kind}`);
+    if (backend.state !== "connected" || this.generations.get(backend.id) !== generation) {
+      throw new Error(`backend '${backend.id}' dropped or reconnected while listing ${kind}`);
+    }
     const hiddenBefore = new Set(this.catalog.collisions());
     const diff = this.catalog.replace(kind, backend.id, items);
     for (const collision of this.catalog.collisions()) {
@@ -163,6 +179,7 @@ export class CatalogService {
     if (caps.tools !== undefined && !caps.tools.listChanged) silent.push("tools");
     if (caps.prompts !== undefined && !caps.prompts.listChanged) silent.push("prompts");
     if (caps.resources !== undefined && !caps.resources.listChanged) silent.push("resources");
+    this.stopRelist(backend.id);
     if (silent.length === 0) return;
     const config = this.backends.find((b) => b.id === backend.id);
     const interval = config?.relistIntervalMs ?? this.deps.relistIntervalMs;

@@ -151,4 +151,17 @@ describe("catalog service: debounced reloads on fake timers", () => {
     await vi.advanceTimersByTimeAsync(10_000);
     expect(listCalls).toBe(4);
   });
+
+  it("does not store a list fetched before the backend reconnected", async () => {
+    await service.backendConnected(backend); // call 1
+    tools = [{ name: "stale" }];
+    const stale = service.backendConnected(backend); // call 2, held open
+    await vi.advanceTimersByTimeAsync(0);
+    service.backendDisconnected(backend);
+    tools = [{ name: "fresh" }];
+    await service.backendConnected(backend); // call 3
+    release?.();
+    await stale;
+    expect(service.catalog.list("tools").map((t) => t.exposedKey)).toEqual(["a__fresh"]);
+  });
 });
