@@ -36,12 +36,31 @@ export class Router {
     private readonly options: { pageSize: number },
   ) {}
 
+  /**
+   * One page of an aggregated list. The cursor names the last item served and the next one, so a
+   * list that changes between pages neither repeats nor skips the items that stayed (the client
+   * gets list_changed for the rest); if both are gone, the page continues at the same position.
+   */
   list(kind: CatalogKind, params: Params | undefined): Result {
     const items = this.catalog.list(kind);
-    const offset = decodeCursor(params?.cursor, kind);
-    const page = items.slice(offset, offset + this.options.pageSize).map((item) => item.exposed);
-    const next = offset + this.options.pageSize;
-    return { [LIST_FIELD[kind]]: page, ...(next < items.length && { nextCursor: encodeCursor(kind, next) }) };
+    const cursor = decodeCursor(params?.cursor, kind);
+    let start = 0;
+    if (cursor !== undefined) {
+      const indexOf = (key: string) => {
+        const item = this.catalog.get(kind, key);
+        return item === undefined ? -1 : items.indexOf(item);
+      };
+      const after = indexOf(cursor.after);
+      const next = after >= 0 ? -1 : indexOf(cursor.next);
+      start = after >= 0 ? after + 1 : next >= 0 ? next : cursor.offset;
+    }
+    const pageItems = items.slice(start, start + this.options.pageSize);
+    const last = pageItems.at(-1);
+    const upcoming = items[start + pageItems.length];
+    return {
+      [LIST_FIELD[kind]]: pageItems.map((item) => item.exposed),
+      ...(upcoming !== undefined && last !== undefined && { nextCursor: encodeCursor(kind, last.exposedKey, upcoming.exposedKey, start + pageItems.length) }),
+    };
   }
 
   async callTool(params: Params, ctx: RequestContext): Promise<Result> {
@@ -213,16 +232,20 @@ export function unknownResource(uri: string): BrokerError {
   return new BrokerError("UNKNOWN_RESOURCE", `Unknown resource '${uri}'. Call resources/list or resources/templates/list for what is available.`, { uri });
 }
 
-function encodeCursor(kind: CatalogKind, offset: number): string {
-  return Buffer.from(JSON.stringify({ k: kind, o: offset })).toString("base64url");
+/** The cursor names the last item served and the next one, with the position as a last resort. */
+function encodeCursor(kind: CatalogKind, after: string, next: string, offset: number): string {
+  return Buffer.from(JSON.stringify({ k: kind, a: after, n: next, o: offset })).toString("base64url");
 }
 
-function decodeCursor(cursor: unknown, kind: CatalogKind): number {
-  if (cursor === undefined) return 0;
+function decodeCursor(cursor: unknown, kind: CatalogKind): { after: string; next: string; offset: number } | undefined {
+  if (cursor === undefined) return undefined;
   if (typeof cursor === "string") {
     try {
-      const value = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8")) as { k?: unknown; o?: unknown };
-      if (value.k === kind && typeof value.o === "number" && Number.isInteger(value.o) && value.o >= 0) return value.o;
+      const value = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8")) as { k?: unknown; a?: unknown; n?: unknown; o?: unknown };
+      const { k, a, n, o } = value;
+      if (k === kind && typeof a === "string" && typeof n === "string" && typeof o === "number" && Number.isInteger(o) && o >= 0) {
+        return { after: a, next: n, offset: o };
+      }
     } catch {
       // fall through to the error below
     }
