@@ -1,0 +1,52 @@
+import { resolve } from "node:path";
+import { loadConfigFile } from "@mcp-broker/shared/node";
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createBroker, type Broker } from "../../src/broker.js";
+import { collectUpdates, connectClient, eventually } from "../helpers/harness.js";
+
+const DEMO_CONFIG = resolve(import.meta.dirname, "../../../../deploy/demo.config.json");
+
+/**
+ * What `npm start` serves: the shipped demo config (demo backend built to dist, server-everything),
+ * used by a client the way the README's quick start shows.
+ */
+describe("quick start (deploy/demo.config.json)", () => {
+  let broker: Broker;
+  let url: string;
+
+  beforeAll(async () => {
+    const config = await loadConfigFile(DEMO_CONFIG, {}, { port: 0 });
+    broker = createBroker(config, { logger: pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" }) });
+    url = await broker.listen();
+    expect(await broker.whenReady(60_000)).toBe(true);
+  }, 90_000);
+
+  afterAll(async () => {
+    await broker?.close();
+  });
+
+  it.each(["legacy", "modern"] as const)("serves the demo in the %s era: counter updates and a tool list change", async (era) => {
+    const client = await connectClient(url, era);
+    try {
+      const tools = (await client.listTools()).tools.map((t) => t.name);
+      expect(tools).toEqual(expect.arrayContaining(["demo__bump_counter", "demo__toggle_extra_tool", "everything__echo"]));
+      const updates = collectUpdates(client);
+      const listChanges: string[] = [];
+      client.setNotificationHandler("notifications/tools/list_changed", () => {
+        listChanges.push("tools");
+      });
+      const listen =
+        era === "modern"
+          ? await client.listen({ resourceSubscriptions: ["demo+demo://counter"], toolsListChanged: true })
+          : await client.subscribeResource({ uri: "demo+demo://counter" }).then(() => undefined);
+      await client.callTool({ name: "demo__bump_counter", arguments: {} });
+      await eventually(() => updates.includes("demo+demo://counter"), "the counter update");
+      await client.callTool({ name: "demo__toggle_extra_tool", arguments: {} });
+      await eventually(() => listChanges.length > 0, "tools/list_changed");
+      await listen?.close();
+    } finally {
+      await client.close();
+    }
+  });
+});
