@@ -10,9 +10,10 @@
  * characters pass unencoded, except for `{+…}` and `{#…}`, which also pass reserved characters and
  * keep existing pct-encoded triplets.
  *
- * Matching rules. A template compiles to one anchored regular expression in which literals match
- * themselves exactly (no case folding, no normalisation; a literal with characters that need
- * encoding matches either form) and each expression matches what its expansion can produce:
+ * Matching rules. A template reads as one anchored regular expression (see "Matching" below) in
+ * which literals match themselves exactly (no case folding, no normalisation; a literal with
+ * characters that need encoding matches either form) and each expression matches what its
+ * expansion can produce:
  *
  * - `{x}`: one or more characters other than `/ ? # &`. Commas separate the values of `{x,y}`
  *   and the items of a list, so a raw `,` makes a value a list (RFC expansion would have encoded
@@ -31,8 +32,8 @@
  * - Bare expressions (`{x}`, `{+x}`) require at least one character, so `users://{id}/profile`
  *   does not match `users:///profile`. One followed by a literal ends before that literal's first
  *   occurrence (`{a}-{b}` reads `x-y-z` as `x`, `y-z`; `{+p}/here` never binds a `p` containing
- *   `/here`), which keeps `{a}.{b}.{c}` linear. Expressions with a leading character (`{/x}`,
- *   `{?x}`, …) match nothing when every variable is undefined.
+ *   `/here`). Expressions with a leading character (`{/x}`, `{?x}`, …) match nothing when every
+ *   variable is undefined.
  * - `{x:3}` matches at most three characters of the decoded value. A variable used more than once
  *   must agree; a prefix occurrence only has to be a prefix of the full value.
  * - Values come back percent-decoded (malformed percent-encoding stays as is). Exploded
@@ -44,9 +45,10 @@
  * - Where several readings exist, earlier variables take values first and earlier expressions take
  *   as much as they can (e.g. `?{undef,y}` → `?768` binds `undef`).
  *
- * Matching is a regular expression plus linear decoding. Templates with expressions that no literal
- * separates (`{a}{b}{c}`) backtrack polynomially in the URI's length, so `match` refuses URIs longer
- * than `MAX_MATCH_LENGTH`.
+ * Matching takes time at most proportional to the URI's length times the template's length: it
+ * finds the reading a backtracking regular expression would, without backtracking (templates come
+ * from backends and URIs from clients, and `{a}{b}{c}` would make a backtracking engine cubic).
+ * `match` still refuses URIs longer than `MAX_MATCH_LENGTH`, which bounds its work and memory.
  */
 
 /** A variable's value: a string, a list, or an associative array (record or ordered pairs). */
@@ -65,7 +67,7 @@ export type UriTemplateVariables = Readonly<Record<string, UriTemplateValue>>;
 /** Variable values recovered by `match`; undefined variables are absent. */
 export type UriTemplateMatch = Record<string, string | string[]>;
 
-/** The URI length above which `match` returns null without trying (bounds regex backtracking). */
+/** The URI length above which `match` returns null without trying (bounds the matcher's work and memory). */
 export const MAX_MATCH_LENGTH = 16_384;
 
 /** A malformed template, or a value the template cannot expand (a prefix of a list). */
@@ -115,15 +117,10 @@ type Part =
   | { readonly kind: "literal"; readonly text: string; readonly encoded: string }
   | { readonly kind: "expression"; readonly operator: Operator; readonly vars: readonly VarSpec[] };
 
-/** One capturing group of the compiled matcher: an expression, or a run of query expressions. */
+/** What the matcher captures: an expression, or a run of query expressions. */
 interface MatchGroup {
   readonly operator: Operator;
   readonly vars: readonly VarSpec[];
-}
-
-interface Matcher {
-  readonly regex: RegExp;
-  readonly groups: readonly MatchGroup[];
 }
 
 export class UriTemplate {
@@ -158,11 +155,10 @@ export class UriTemplate {
   match(uri: string): UriTemplateMatch | null {
     if (uri.length > MAX_MATCH_LENGTH) return null;
     this.compiled ??= compileMatcher(this.parts);
-    const found = this.compiled.regex.exec(uri);
-    if (found === null) return null;
+    const located = locate(this.compiled, uri, { steps: 0 });
+    if (located === null) return null;
     const bindings = new Bindings();
-    for (const [index, group] of this.compiled.groups.entries()) {
-      const text = found[index + 1] ?? "";
+    for (const [group, text] of located) {
       const ok = OPERATORS[group.operator].named ? matchNamed(group, text, bindings) : matchPositional(group, text, bindings);
       if (!ok) return null;
     }
@@ -338,15 +334,52 @@ function truncate(text: string, max: number): string {
 
 // ---------------------------------------------------------------------------------------------
 // Matching
+//
+// A template reads as segments: literals, and expressions (a `{?…}{&…}` run counts as one), each
+// with the pattern given on its factory below. What `match` finds is what the anchored regular
+// expression concatenating those patterns finds: a backtracking engine tries each segment's ends in
+// the pattern's order of preference (greedy quantifiers longest first, lazy ones shortest first,
+// alternatives left to right) and keeps the first from which the rest of the URI matches. Such an
+// engine takes polynomial time to fail when segments that no literal separates can each end in
+// many places (`{a}{b}{c}` is cubic in the URI's length), so this one never backtracks. A backward
+// pass marks, for each segment, the positions from which it and all the segments after it match the
+// rest of the URI; a forward pass then takes at each segment the first end, in its pattern's order,
+// that the next segment marked: the end the regular expression would keep, found without trying the
+// others. Each pass looks at each position once per segment, plus, in `{;x,y}` and `{?x,y}`, each
+// name at each unit.
+
+interface Matcher {
+  readonly segments: readonly Segment[];
+  /** The forms of the template's leading literal, if it has one. */
+  readonly leading: readonly string[] | undefined;
+}
+
+/** The matcher's work: one step per position or candidate end it looks at. */
+interface Meter {
+  steps: number;
+}
+
+interface Segment {
+  /** The expression (or query run) whose text `match` decodes; undefined for a literal. */
+  readonly group: MatchGroup | undefined;
+  /** Reads `uri` given `next`, the positions from which the segments after this one match. */
+  scan(uri: string, next: Positions, meter: Meter): Scan;
+}
+
+interface Scan {
+  /** The positions from which this segment and the ones after it match the rest of the URI. */
+  readonly starts: Positions;
+  /** Where the segment ends from `start`, one of `starts`: its preferred end among those `next` has. */
+  end(start: number): number;
+}
 
 function compileMatcher(parts: readonly Part[]): Matcher {
-  let source = "^";
-  const groups: MatchGroup[] = [];
+  const segments: Segment[] = [];
   for (let i = 0; i < parts.length; i++) {
     const part = parts[i];
     if (part === undefined) continue;
     if (part.kind === "literal") {
-      source += literalPattern(part);
+      segments.push(literalSegment(literalForms(part)));
       continue;
     }
     let vars = part.vars;
@@ -359,58 +392,476 @@ function compileMatcher(parts: readonly Part[]): Matcher {
         next = parts[i + 1];
       }
     }
-    groups.push({ operator: part.operator, vars });
     const following = parts[i + 1];
-    source += `(${groupPattern(part.operator, vars, following?.kind === "literal" ? literalPattern(following) : undefined)})`;
+    segments.push(expressionSegment({ operator: part.operator, vars }, following?.kind === "literal" ? literalForms(following) : []));
   }
-  return { regex: new RegExp(`${source}$`), groups };
+  const first = parts[0];
+  return { segments, leading: first?.kind === "literal" ? literalForms(first) : undefined };
 }
 
-/** A literal matches itself, or its encoded form when that differs. */
-function literalPattern(literal: { readonly text: string; readonly encoded: string }): string {
-  const raw = escapeRegex(literal.text);
-  const encoded = escapeRegex(literal.encoded);
-  return raw === encoded ? raw : `(?:${encoded}|${raw})`;
+/** The text each expression (or query run) takes, in order, or null when the template's pattern does not match. */
+function locate(matcher: Matcher, uri: string, meter: Meter): (readonly [MatchGroup, string])[] | null {
+  // Most of the templates a URI is tried against fail on their leading literal: fail those at once.
+  if (matcher.leading !== undefined && !matcher.leading.some((form) => uri.startsWith(form))) return null;
+  const { segments } = matcher;
+  const n = uri.length;
+  const anchor = new Uint8Array(n + 1);
+  anchor[n] = 1;
+  // The forward pass needs each segment's scan again. Small ones are kept; for large ones (a long
+  // URI, many segments) only the starts are, a byte per position, and the segment is scanned again.
+  const retain = (n + 1) * segments.length <= RETAINED_POSITIONS;
+  const scans: Scan[] = [];
+  const starts: Uint8Array[] = [];
+  let next = Positions.of(anchor);
+  for (let i = segments.length - 1; i >= 0; i--) {
+    const scan = segments[i]?.scan(uri, next, meter);
+    if (scan === undefined || scan.starts.empty) return null;
+    if (retain) scans[i] = scan;
+    else starts[i] = scan.starts.members();
+    next = scan.starts;
+  }
+  if (!next.has(0)) return null;
+  const located: (readonly [MatchGroup, string])[] = [];
+  let start = 0;
+  for (const [i, segment] of segments.entries()) {
+    const scan = scans[i] ?? segment.scan(uri, Positions.of(starts[i + 1] ?? anchor), meter);
+    const end = scan.end(start);
+    if (segment.group !== undefined) located.push([segment.group, uri.slice(start, end)]);
+    start = end;
+  }
+  return located;
+}
+
+/** How many positions, summed over the segments, `locate` keeps every segment's scan for. */
+const RETAINED_POSITIONS = 1 << 16;
+
+/** `size` zeros: typed when large (no garbage to collect), plain when small (faster to allocate). */
+function zeros(size: number): Int32Array | number[] {
+  return size > 256 ? new Int32Array(size) : new Array<number>(size).fill(0);
 }
 
 /**
- * The text one expression (or query run) can match. `until` is the literal that follows: bare
- * expressions end at its first occurrence, which makes splits unambiguous and keeps backtracking
- * linear for templates like `{a}.{b}.{c}`.
+ * @internal For tests: the text each expression of `template` (a query run counting as one) takes
+ * in `uri`, before its values are decoded and compared, or null when the URI does not fit the
+ * template's pattern; and the steps the matcher took, to bound its work without timing it.
  */
-function groupPattern(operator: Operator, vars: readonly VarSpec[], until: string | undefined): string {
-  const tempered = (char: string): string => (until === undefined ? char : `(?:(?!${until})${char})`);
+export function traceMatch(template: string, uri: string): { readonly texts: string[] | null; readonly steps: number } {
+  const meter: Meter = { steps: 0 };
+  const located = locate(compileMatcher(parse(template)), uri, meter);
+  return { texts: located?.map(([, text]) => text) ?? null, steps: meter.steps };
+}
+
+/** Positions 0 to n of a URI of length n, set from the last to the first, with O(1) range tests. */
+class Positions {
+  /** `counts[i]`: how many members are ≥ i (so i is one iff counts[i] > counts[i + 1]). */
+  private readonly counts: Int32Array | number[];
+
+  constructor(size: number) {
+    this.counts = zeros(size + 1);
+  }
+
+  /** The positions whose byte in `members` is 1. */
+  static of(members: Uint8Array): Positions {
+    const positions = new Positions(members.length);
+    for (let position = members.length - 1; position >= 0; position--) positions.set(position, members[position] === 1);
+    return positions;
+  }
+
+  /** A byte per position: 1 for members, else 0. */
+  members(): Uint8Array {
+    const members = new Uint8Array(this.counts.length - 1);
+    for (let position = 0; position < members.length; position++) members[position] = this.has(position) ? 1 : 0;
+    return members;
+  }
+
+  /** Sets each position once, in decreasing order. */
+  set(position: number, member: boolean): void {
+    this.counts[position] = this.count(position + 1) + (member ? 1 : 0);
+  }
+
+  has(position: number): boolean {
+    return this.count(position) > this.count(position + 1);
+  }
+
+  /** Whether a member lies in [from, to]. */
+  any(from: number, to: number): boolean {
+    return from <= to && this.count(from) > this.count(to + 1);
+  }
+
+  /** The greatest member in [from, to], or -1. */
+  last(from: number, to: number, meter: Meter): number {
+    for (let position = to; position >= from; position--) {
+      meter.steps++;
+      if (this.has(position)) return position;
+    }
+    return -1;
+  }
+
+  /** The least member in [from, to], or -1. */
+  first(from: number, to: number, meter: Meter): number {
+    for (let position = from; position <= to; position++) {
+      meter.steps++;
+      if (this.has(position)) return position;
+    }
+    return -1;
+  }
+
+  get empty(): boolean {
+    return this.count(0) === 0;
+  }
+
+  private count(position: number): number {
+    return this.counts[position] ?? 0;
+  }
+}
+
+/** A literal's encoded form, then its raw form when that differs: `(?:encoded|raw)`. */
+function literalForms(literal: { readonly text: string; readonly encoded: string }): string[] {
+  return literal.encoded === literal.text ? [literal.text] : [literal.encoded, literal.text];
+}
+
+function literalSegment(forms: readonly string[]): Segment {
+  return {
+    group: undefined,
+    scan(uri, next, meter) {
+      const formAt = (start: number): string | undefined =>
+        forms.find((form) => next.has(start + form.length) && uri.startsWith(form, start));
+      const starts = new Positions(uri.length + 1);
+      for (let start = uri.length; start >= 0; start--) {
+        meter.steps++;
+        starts.set(start, formAt(start) !== undefined);
+      }
+      return { starts, end: (start) => start + (formAt(start)?.length ?? 0) };
+    },
+  };
+}
+
+const SLASH = 0x2f;
+const DOT = 0x2e;
+const SEMICOLON = 0x3b;
+const QUESTION = 0x3f;
+const AMPERSAND = 0x26;
+const HASH = 0x23;
+const EQUALS = 0x3d;
+
+/** A test of UTF-16 code units (the patterns have no `u` flag): any but those of `excluded`. */
+function except(excluded: string): (code: number) => boolean {
+  const ascii = new Array<boolean>(128).fill(true);
+  for (const char of excluded) ascii[char.charCodeAt(0)] = false;
+  return (code) => ascii[code] ?? true;
+}
+
+const ANY = (): boolean => true;
+
+/** For each position, how many characters from there on `allowed` accepts in a row. */
+function runs(uri: string, allowed: (code: number, position: number) => boolean, meter: Meter): Int32Array | number[] {
+  const run = zeros(uri.length + 1);
+  for (let position = uri.length - 1; position >= 0; position--) {
+    meter.steps++;
+    run[position] = allowed(uri.charCodeAt(position), position) ? (run[position + 1] ?? 0) + 1 : 0;
+  }
+  return run;
+}
+
+function expressionSegment(group: MatchGroup, until: readonly string[]): Segment {
+  const { operator, vars } = group;
   const exploded = vars.some((spec) => spec.explode);
   // Without an exploded variable each variable yields at most one unit.
-  const units = (unit: string): string => `(?:${unit})${exploded ? "*" : `{0,${vars.length}}`}`;
-  const names = (any: string): string => (exploded ? any : `(?:${vars.map((spec) => escapeRegex(spec.name)).join("|")})`);
+  const most = exploded ? Infinity : vars.length;
+  // `name(?:=value)?`, the name being any run of name characters when a variable is exploded (it
+  // collects the parameters the others do not name), else one of the variables' names.
+  const named = (name: string, value: string): Body =>
+    exploded ? runBody(except(name), 1, except(value)) : namesBody([...new Set(vars.map((spec) => spec.name))], except(value));
   switch (operator) {
     case "":
-      return `${tempered("[^/?#&]")}+`;
+      return bareSegment(group, except("/?#&"), true, until);
     case "+":
-      return `${tempered("[\\s\\S]")}+?`;
+      return bareSegment(group, ANY, false, until);
     case "#":
-      return "(?:#[\\s\\S]*)?";
+      return fragmentSegment(group);
     case ".": {
-      const label = "\\.[^/?#&.]*";
+      const labels = prefixed(DOT, runBody(except("/?#&."), 0));
       // `.` is unreserved, so label expansion never encodes it: units beyond one per variable are
       // dots inside the last value, taken only as far as the rest of the template needs them.
-      return exploded ? units(label) : `${units(label)}(?:${label})*?`;
+      return exploded ? unitsSegment(group, labels, most) : labelsSegment(group, labels, most);
     }
     case "/":
-      return units("/[^/?#&]*");
+      return unitsSegment(group, prefixed(SLASH, runBody(except("/?#&"), 0)), most);
     case ";":
-      return units(`;${names("[^/?#&;=]+")}(?:=[^/?#&;]*)?`);
+      return unitsSegment(group, prefixed(SEMICOLON, named("/?#&;=", "/?#&;")), most);
     case "?":
     case "&": {
-      const param = `${names("[^#&=]+")}(?:=[^#&]*)?`;
-      return operator === "?" ? `(?:\\?(?:${param}(?:&${param})*)?)?` : `(?:&${param})*`;
+      const param = named("#&=", "#&");
+      return operator === "?" ? querySegment(group, param) : unitsSegment(group, prefixed(AMPERSAND, param), Infinity);
     }
   }
 }
 
-function escapeRegex(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
+/**
+ * `{x}`: `[^/?#&]+`, longest first; `{+x}`: `[\s\S]+?`, shortest first. Each character must not
+ * begin the literal that follows (`(?:(?!until)…)`), so the expression ends before that literal's
+ * first occurrence.
+ */
+function bareSegment(group: MatchGroup, allowed: (code: number) => boolean, longest: boolean, until: readonly string[]): Segment {
+  return {
+    group,
+    scan(uri, next, meter) {
+      const tempered = (code: number, position: number): boolean => allowed(code) && !until.some((form) => uri.startsWith(form, position));
+      const run = runs(uri, until.length === 0 ? allowed : tempered, meter);
+      const furthest = (start: number): number => start + (run[start] ?? 0);
+      const starts = new Positions(uri.length + 1);
+      for (let start = uri.length; start >= 0; start--) {
+        meter.steps++;
+        starts.set(start, next.any(start + 1, furthest(start)));
+      }
+      return {
+        starts,
+        end: (start) => (longest ? next.last(start + 1, furthest(start), meter) : next.first(start + 1, furthest(start), meter)),
+      };
+    },
+  };
+}
+
+/** `{#x}`: `(?:#[\s\S]*)?`: `#` and as much after it as the rest allows, else nothing. */
+function fragmentSegment(group: MatchGroup): Segment {
+  return {
+    group,
+    scan(uri, next, meter) {
+      const n = uri.length;
+      const opens = (start: number): boolean => uri.charCodeAt(start) === HASH && next.any(start + 1, n);
+      const starts = new Positions(n + 1);
+      for (let start = n; start >= 0; start--) {
+        meter.steps++;
+        starts.set(start, opens(start) || next.has(start));
+      }
+      return { starts, end: (start) => (opens(start) ? next.last(start + 1, n, meter) : start) };
+    },
+  };
+}
+
+/**
+ * The units of an expression that repeats them (`/seg`, `.label`, `;name=value`, `&name=value`),
+ * or the body of one unit, as read from one URI. The ends of the unit at `q` lie in (q, last(q)],
+ * and only at last(q) can another unit begin: every other end is followed by a character of the
+ * unit's own (a name or value character, or the `=`), which no unit begins with.
+ */
+interface Units {
+  /** The furthest end of the unit at `q`, or -1 when no unit begins at `q`. */
+  last(q: number): number;
+  /** Whether the unit at `q` (there is one) can end at a position of `set`. */
+  reaches(q: number, set: Positions): boolean;
+  /** The first end of the unit at `q` that `accept`s, in the pattern's order, or -1. */
+  first(q: number, accept: (end: number) => boolean): number;
+}
+
+/** How to read one kind of unit, or unit body, from a URI. */
+interface Body {
+  read(uri: string, meter: Meter): Units;
+}
+
+/** A unit: `separator` then the body. */
+function prefixed(separator: number, body: Body): Body {
+  return { read: (uri, meter) => separated(uri, separator, body.read(uri, meter)) };
+}
+
+function separated(uri: string, separator: number, body: Units): Units {
+  return {
+    last: (q) => (uri.charCodeAt(q) === separator ? body.last(q + 1) : -1),
+    reaches: (q, set) => body.reaches(q + 1, set),
+    first: (q, accept) => body.first(q + 1, accept),
+  };
+}
+
+/**
+ * `[name]{min,}` or `[name]+(?:=[value]*)?`, for the character classes `name` and `value`: it can
+ * end anywhere in [q + min, last(q)] and prefers the longest.
+ */
+function runBody(name: (code: number) => boolean, min: 0 | 1, value?: (code: number) => boolean): Body {
+  return {
+    read(uri, meter) {
+      const nameRun = runs(uri, name, meter);
+      const valueRun = value === undefined ? undefined : runs(uri, value, meter);
+      const last = (q: number): number => {
+        const run = nameRun[q] ?? 0;
+        if (run < min) return -1;
+        const end = q + run;
+        return valueRun !== undefined && uri.charCodeAt(end) === EQUALS ? end + 1 + (valueRun[end + 1] ?? 0) : end;
+      };
+      return {
+        last,
+        reaches: (q, set) => set.any(q + min, last(q)),
+        first: (q, accept) => {
+          for (let end = last(q); end >= q + min; end--) {
+            meter.steps++;
+            if (accept(end)) return end;
+          }
+          return -1;
+        },
+      };
+    },
+  };
+}
+
+/**
+ * `(?:name1|name2|…)(?:=[value]*)?`: the names in order, each with its value (longest first) before
+ * without. Only the longest name that matches can be followed by `=` or a separator, because a
+ * longer one continues with name characters.
+ */
+function namesBody(names: readonly string[], value: (code: number) => boolean): Body {
+  return {
+    read(uri, meter) {
+      const valueRun = runs(uri, value, meter);
+      /** The names at q, in order: where each ends, and where its value ends (-1 when it has none). */
+      const at = (q: number): (readonly [nameEnd: number, valueEnd: number])[] => {
+        const found: (readonly [number, number])[] = [];
+        for (const name of names) {
+          meter.steps++;
+          if (!uri.startsWith(name, q)) continue;
+          const end = q + name.length;
+          found.push([end, uri.charCodeAt(end) === EQUALS ? end + 1 + (valueRun[end + 1] ?? 0) : -1]);
+        }
+        return found;
+      };
+      return {
+        last: (q) => at(q).reduce((last, [nameEnd, valueEnd]) => Math.max(last, nameEnd, valueEnd), -1),
+        reaches: (q, set) => at(q).some(([nameEnd, valueEnd]) => set.has(nameEnd) || set.any(nameEnd + 1, valueEnd)),
+        first: (q, accept) => {
+          for (const [nameEnd, valueEnd] of at(q)) {
+            for (let end = valueEnd; end > nameEnd; end--) {
+              meter.steps++;
+              if (accept(end)) return end;
+            }
+            if (accept(nameEnd)) return nameEnd;
+          }
+          return -1;
+        },
+      };
+    },
+  };
+}
+
+/** For each position, whether `(?:unit)*` there and then the segments after it match the rest. */
+function repeated(units: Units, next: Positions, size: number, meter: Meter): Positions {
+  const set = new Positions(size);
+  for (let q = size - 1; q >= 0; q--) {
+    meter.steps++;
+    // The unit's ends lie after q, where `set` is already known.
+    set.set(q, next.has(q) || (units.last(q) >= 0 && units.reaches(q, set)));
+  }
+  return set;
+}
+
+/** Where `(?:unit)*` ends from `start`, greedily: another unit whenever one can still lead to `set`. */
+function repeatedEnd(units: Units, set: Positions, start: number): number {
+  let q = start;
+  while (units.last(q) >= 0 && units.reaches(q, set)) q = units.first(q, (end) => set.has(end));
+  return q;
+}
+
+/** `(?:unit)*` when `most` is Infinity, else `(?:unit){0,most}`; greedy either way. */
+function unitsSegment(group: MatchGroup, body: Body, most: number): Segment {
+  return {
+    group,
+    scan(uri, next, meter) {
+      const size = uri.length + 1;
+      const units = body.read(uri, meter);
+      if (most === Infinity) {
+        const starts = repeated(units, next, size, meter);
+        return { starts, end: (start) => repeatedEnd(units, starts, start) };
+      }
+      // `distance[q]`: how many units after the one at q the first that can end in `next` comes,
+      // following the units from q (each begins where the one before ends, at its furthest); NONE
+      // when none can. With at most `left` units to go, q leads to `next` iff `within(q, left)`.
+      const distance = zeros(size).fill(NONE);
+      const within = (q: number, left: number): boolean => next.has(q) || (distance[q] ?? NONE) < left;
+      const starts = new Positions(size);
+      for (let q = size - 1; q >= 0; q--) {
+        meter.steps++;
+        const last = units.last(q);
+        const after = last < 0 ? NONE : (distance[last] ?? NONE);
+        distance[q] = last < 0 ? NONE : units.reaches(q, next) ? 0 : after === NONE ? NONE : after + 1;
+        starts.set(q, within(q, most));
+      }
+      return {
+        starts,
+        end: (start) => {
+          let q = start;
+          for (let left = most; left > 0 && (distance[q] ?? NONE) < left; left--) {
+            q = units.first(q, (end) => within(end, left - 1));
+          }
+          return q;
+        },
+      };
+    },
+  };
+}
+
+const NONE = 0x7fffffff;
+
+/**
+ * `{.x,y}`: `(?:label){0,most}(?:label)*?`: up to one label per variable greedily, then as few more
+ * as the rest allows. Its ends are those of `(?:label)*`; the forward pass follows the order that
+ * backtracking gives them from `start` = q0 < q1 < … < qm, the furthest ends of the successive
+ * labels (qm = E, where the last stops): first qK, qK+1, …, qm for K = min(most, m) (the lazy labels,
+ * fewest first), then the other positions of (qK, E) from the right (shorter last labels), then the
+ * positions from qK - 1 down to q0 (fewer greedy labels, each as long as it can be).
+ */
+function labelsSegment(group: MatchGroup, body: Body, most: number): Segment {
+  return {
+    group,
+    scan(uri, next, meter) {
+      const size = uri.length + 1;
+      const units = body.read(uri, meter);
+      const starts = repeated(units, next, size, meter);
+      const end = (start: number): number => {
+        let greedy = start; // qK
+        for (let count = 0; count < most && units.last(greedy) >= 0; count++) {
+          meter.steps++;
+          greedy = units.last(greedy);
+        }
+        let lazy = greedy; // qK, then each further label's furthest end up to E
+        for (;;) {
+          meter.steps++;
+          if (next.has(lazy)) return lazy;
+          const last = units.last(lazy);
+          if (last < 0) break;
+          lazy = last;
+        }
+        for (let position = lazy - 1; position > greedy; position--) {
+          meter.steps++;
+          if (uri.charCodeAt(position) !== DOT && next.has(position)) return position;
+        }
+        return next.last(start, greedy - 1, meter);
+      };
+      return { starts, end };
+    },
+  };
+}
+
+/** `{?x,y}` and the `{&…}` after it: `(?:\?(?:param(?:&param)*)?)?`. */
+function querySegment(group: MatchGroup, param: Body): Segment {
+  return {
+    group,
+    scan(uri, next, meter) {
+      const size = uri.length + 1;
+      const params = param.read(uri, meter);
+      const others = separated(uri, AMPERSAND, params);
+      // `tail`: where `(?:&param)*` and the segments after this one match the rest.
+      const tail = repeated(others, next, size, meter);
+      const question = (start: number): boolean => uri.charCodeAt(start) === QUESTION;
+      const opens = (start: number): boolean => question(start) && params.last(start + 1) >= 0 && params.reaches(start + 1, tail);
+      const starts = new Positions(size);
+      for (let start = size - 1; start >= 0; start--) {
+        meter.steps++;
+        starts.set(start, next.has(start) || opens(start) || (question(start) && next.has(start + 1)));
+      }
+      const end = (start: number): number => {
+        if (opens(start)) return repeatedEnd(others, tail, params.first(start + 1, (end) => tail.has(end)));
+        return question(start) && next.has(start + 1) ? start + 1 : start;
+      };
+      return { starts, end };
+    },
+  };
 }
 
 type MatchValue = string | string[];

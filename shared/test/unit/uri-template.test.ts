@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import {
   MAX_MATCH_LENGTH,
+  traceMatch,
   UriTemplate,
   UriTemplateError,
   type UriTemplateMatch,
@@ -584,6 +585,179 @@ describe("UriTemplate match length guard", () => {
     const template = new UriTemplate("{a}.{b}.{c}");
     expect(template.match(`${"a.".repeat(MAX_MATCH_LENGTH / 2 - 1)}a/`)).toBeNull();
     expect(template.match(`${".".repeat(MAX_MATCH_LENGTH - 1)}/`)).toBeNull();
+  });
+});
+
+/**
+ * The anchored regular expression the header describes, built the way the matcher once compiled
+ * templates: what a backtracking engine finds with it is the reading `match` must find.
+ */
+function referencePattern(template: string): RegExp {
+  const escape = (text: string): string => text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
+  const literal = (text: string): string => {
+    const [raw, encoded] = [escape(text), escape(new UriTemplate(text).expand({}))];
+    return raw === encoded ? raw : `(?:${encoded}|${raw})`;
+  };
+  const parts = template.split(/(\{[^}]*\})/).filter((part) => part !== "");
+  let source = "^";
+  for (let i = 0; i < parts.length; i++) {
+    const part = parts[i]!;
+    if (!part.startsWith("{")) {
+      source += literal(part);
+      continue;
+    }
+    const operator = "+#./;?&".includes(part[1]!) ? part[1]! : "";
+    const specs = part.slice(1 + operator.length, -1).split(",");
+    if (operator === "?" || operator === "&") while (parts[i + 1]?.startsWith("{&")) specs.push(...parts[++i]!.slice(2, -1).split(","));
+    const following = parts[i + 1];
+    const tempered = (char: string): string => (following === undefined || following.startsWith("{") ? char : `(?:(?!${literal(following)})${char})`);
+    const exploded = specs.some((spec) => spec.endsWith("*"));
+    const units = (unit: string): string => `(?:${unit})${exploded ? "*" : `{0,${specs.length}}`}`;
+    const name = (any: string): string => (exploded ? any : `(?:${specs.map((spec) => escape(spec.replace(/:\d+$/, ""))).join("|")})`);
+    const label = "\\.[^/?#&.]*";
+    const param = `${name("[^#&=]+")}(?:=[^#&]*)?`;
+    const patterns: Record<string, string> = {
+      "": `${tempered("[^/?#&]")}+`,
+      "+": `${tempered("[\\s\\S]")}+?`,
+      "#": "(?:#[\\s\\S]*)?",
+      ".": exploded ? units(label) : `${units(label)}(?:${label})*?`,
+      "/": units("/[^/?#&]*"),
+      ";": units(`;${name("[^/?#&;=]+")}(?:=[^/?#&;]*)?`),
+      "?": `(?:\\?(?:${param}(?:&${param})*)?)?`,
+      "&": `(?:&${param})*`,
+    };
+    source += `(${patterns[operator]})`;
+  }
+  return new RegExp(`${source}$`);
+}
+
+describe("UriTemplate matching where several readings exist", () => {
+  // [template, URI, what `match` reads]: earlier expressions take as much as they can, lazy ones
+  // (`{+x}`, surplus labels) as little, and names are tried in the order of the variables.
+  const readings: readonly (readonly [template: string, uri: string, matched: UriTemplateMatch | null])[] = [
+    ["{x}{y}{z}", "abcd", { x: "ab", y: "c", z: "d" }],
+    ["{x}{y}{z}", "x".repeat(12), { x: "x".repeat(10), y: "x", z: "x" }],
+    ["{a}{b}{c}{d}", "abcdef", { a: "abc", b: "d", c: "e", d: "f" }],
+    ["{+a}{+b}{+c}", "a/b/c", { a: "a", b: "/", c: "b/c" }],
+    ["{a}{+b}", "a/b", { a: "a", b: "/b" }],
+    ["{+a}{b}", "a/bc", { a: "a/", b: "bc" }],
+    ["{x}{y}", "a,b,c", { x: ["a", "b", ""], y: "c" }],
+    ["{#a}{#b}", "#x#y", { a: "x#y" }],
+    ["{a}{#b}", "x#y#z", { a: "x", b: "y#z" }],
+    ["{.a}{.b}", ".x.y.z", { a: "x", b: "y.z" }],
+    ["{.a,b}{.c}", ".1.2.3.4", { a: "1", b: "2", c: "3.4" }],
+    ["X{.a}{b}", "X.1.2z", { a: "1", b: ".2z" }],
+    ["{.a}{/b}", ".x.y/z", { a: "x.y", b: "z" }],
+    ["{.a}{.b*}", ".1.2.3", { a: "1", b: ["2", "3"] }],
+    ["{.a*}{.b}", ".1.2.3", { a: ["1", "2", "3"] }],
+    ["{/a*}{/b}", "/1/2/3", { a: ["1", "2", "3"] }],
+    ["{/a}{/b}", "/x/y/z", null], // two segments at most
+    ["{/a}{b}", "/xy", { a: "x", b: "y" }],
+    ["{;a,ab}{b}", ";ab=1", { a: "", b: "b=1" }],
+    ["{;ab,a}{b}", ";ab=1", { ab: "", b: "1" }],
+    ["{;a}{;b}", ";a=1;b=2", { a: "1", b: "2" }],
+    ["{;a*}{;b}", ";a=1;b=2", { a: ["a", "1", "b", "2"] }],
+    ["{;a,b}{;a}", ";a=1;b=2;a=1", { a: "1", b: "2" }],
+    ["{?a,ab}{b}", "?ab=1", { a: "", b: "b=1" }],
+    ["{?a}{?b}", "?a=1?b=2", { a: "1?b=2" }],
+    ["{?a}{&b}{c}", "?b=2&a=1x", { a: "1", b: "2", c: "x" }],
+    ["{&a*}{&b}", "&a=1&b=2", { a: ["1"], b: "2" }],
+    ["{?a}{#b}", "?a=1#x", { a: "1", b: "x" }],
+    // A stray `%` in a literal matches `%25` (its encoded form, tried first) or itself.
+    ["%{a}", "%25x", { a: "x" }],
+    ["{+a}%{b}", "x%25y%25z", { a: "x", b: "y%z" }],
+  ];
+
+  it.each(readings)("reads %s from %s", (template, uri, matched) => {
+    expect(matchOf(template, uri)).toEqual(matched);
+  });
+
+  it("reads every short URI as the backtracking regular expression of the header does", () => {
+    const templates = [
+      "{a}{b}{x}", "{+a}{+b}{+x}", "{+a}{b}", "{a}{+b}", "{#a}{#b}", "{a}{#b}", "{a}a{b}", "{+a}a{+b}", "{a}ab{+b}", "{a} {b}", "{+a}%{b}",
+      "{.a}", "{.a,b}", "{.a}{.b}", "X{.a}{b}", "{.a,b}{.b}", "{.a}a", "{.a}{+b}", "{a}{.b}", "{.a*}{.b}", "{.a}{/b}",
+      "{/a}{/b}", "{/a,b}{/x}", "{/a*}{/b}", "{/a,b}{a}", "{/a}{.b,x}",
+      "{;a,ab}", "{;a,ab}{b}", "{;a,ab}{;b}", "{;ab,a}{b}", "{;a*}{;b}", "{;a,ab}{+b}", "{;a,a}{b}",
+      "{?a,ab}{b}", "{?ab,a}{+b}", "{?a*}{?b}", "{?a}{&ab}{b}", "{&a,ab}{b}", "{&a*}{&b}", "{?a,ab}{#b}", "{?a}{?b}{?ab}",
+    ];
+    const alphabet = ["a", "b", ".", "/", ";", "=", "?", "&", "#", " ", "%20", "%25"];
+    const uris = [""];
+    for (let length = 1, shorter = [""]; length <= 3; length++) {
+      shorter = shorter.flatMap((uri) => alphabet.map((char) => uri + char));
+      uris.push(...shorter);
+    }
+    for (const template of templates) {
+      const pattern = referencePattern(template);
+      for (const uri of uris) {
+        const texts = pattern.exec(uri)?.slice(1) ?? null;
+        const traced = traceMatch(template, uri).texts;
+        const same = texts === null ? traced === null : traced?.length === texts.length && traced.every((text, i) => text === texts[i]);
+        if (!same) expect({ template, uri, texts: traced }).toEqual({ template, uri, texts });
+      }
+    }
+  });
+
+  it("reads long URIs as the backtracking regular expression does", () => {
+    // Long enough that the matcher keeps only where each segment can start, and scans it again.
+    const cases: readonly (readonly [template: string, uri: string])[] = [
+      ["{x}{y}{z}", "x".repeat(12_000)],
+      ["{.a}{.b,c}{+d}", `${".x".repeat(6_000)}/y`],
+      ["{/a,b}{/c*}{.d}", `${"/x".repeat(6_000)}.y`],
+      ["{;a,ab}{;b*}{b}", `${";ab=1".repeat(2_400)}z`],
+      ["{?a,ab}{&b}{#c}", `?ab=1${"&b=2".repeat(3_000)}#z`],
+      ["{+a}{b}{#c}", `${"a/b".repeat(4_000)}#c`],
+      ["{a}{+b}x{c}", `${"ax".repeat(6_000)}c`],
+    ];
+    for (const [template, uri] of cases) {
+      expect(traceMatch(template, uri).texts).toEqual(referencePattern(template).exec(uri)?.slice(1));
+    }
+  });
+});
+
+describe("UriTemplate matching work", () => {
+  /** `head`, then `unit` repeated, then `tail`: `length` characters. */
+  function uriOf(length: number, unit: string, tail = "", head = ""): string {
+    return head + unit.repeat(Math.ceil(length / unit.length)).slice(0, length - head.length - tail.length) + tail;
+  }
+
+  // Templates whose expressions can each end in many places, with URIs that nearly match: a
+  // backtracking matcher tries every split of the URI among them (cubic or worse in its length,
+  // minutes at MAX_MATCH_LENGTH). This one looks at each position a few times per template part.
+  const adversarial: readonly (readonly [template: string, uri: (length: number) => string])[] = [
+    ["{x}{y}{z}", (length) => uriOf(length, "x", "/")],
+    ["{a}{b}{c}{d}", (length) => uriOf(length, "x", "!/")],
+    ["{+a}{+b}{+c}!", (length) => uriOf(length, "x")],
+    ["{#a}x{#b}x{#c}y", (length) => uriOf(length, "#x")],
+    ["{/a*}x{/b*}x{/c*}", (length) => uriOf(length, "/x", "?")],
+    ["{/a,b}{/c,d}{/e,f}", (length) => uriOf(length, "/x", "?")],
+    ["{.a}{.b}{.c}", (length) => uriOf(length, ".x", "/")],
+    ["{.a*}{.b*}{.c*}", (length) => uriOf(length, ".x", "/")],
+    ["{;a*}{;b*}{;c*}", (length) => uriOf(length, ";x", "/")],
+    ["{;a,b}{;a,b}{;a,b}", (length) => uriOf(length, ";a=", "/")],
+    ["{?a*}{?b*}{?c*}", (length) => uriOf(length, "?", "#", "?a=")],
+    ["{?a,b}{?a,b}{?a,b}", (length) => uriOf(length, "?a=", "#")],
+    ["{&a*}{&b*}{&c*}", (length) => uriOf(length, "&x=", "#")],
+  ];
+
+  it.each(adversarial)("looks at each position of a URI a few times per part of %s", (template, uriFor) => {
+    const parts = template.split(/(\{[^}]*\})/).filter((part) => part !== "").length;
+    for (const length of [1000, MAX_MATCH_LENGTH]) {
+      const uri = uriFor(length);
+      expect(uri).toHaveLength(length);
+      expect(matchOf(template, uri)).toBeNull();
+      const { texts, steps } = traceMatch(template, uri);
+      expect(texts).toBeNull();
+      expect(steps).toBeLessThanOrEqual(8 * parts * (length + 1));
+    }
+  });
+
+  it("stays linear when the long URI matches", () => {
+    const uri = "x".repeat(MAX_MATCH_LENGTH);
+    expect(matchOf("{x}{y}{z}", uri)).toEqual({ x: "x".repeat(MAX_MATCH_LENGTH - 2), y: "x", z: "x" });
+    expect(traceMatch("{x}{y}{z}", uri).steps).toBeLessThanOrEqual(8 * 3 * (MAX_MATCH_LENGTH + 1));
+    const mixed = "{x}{+y}{#z}{/w}{.v}{;u}{?t}";
+    expect(traceMatch(mixed, uri).texts).toEqual(["x".repeat(MAX_MATCH_LENGTH - 1), "x", "", "", "", "", ""]);
+    expect(traceMatch(mixed, uri).steps).toBeLessThanOrEqual(8 * 7 * (MAX_MATCH_LENGTH + 1));
   });
 });
 
