@@ -49,6 +49,9 @@ export interface ResolvedResource {
   match: "listed" | "template" | "sub-resource" | "prefix";
 }
 
+/** Longer resource templates are left out of the catalog (no real one comes close). */
+export const MAX_TEMPLATE_LENGTH = 1_024;
+
 const KEY_FIELD: Record<CatalogKind, string> = { tools: "name", prompts: "name", resources: "uri", resourceTemplates: "uriTemplate" };
 
 /**
@@ -226,6 +229,8 @@ function buildItem(kind: CatalogKind, naming: BackendNaming, key: string, defini
       return { key, exposedKey, backendId: naming.id, original: definition, exposed: { ...definition, uri: exposedKey }, hash };
     }
     case "resourceTemplates": {
+      // Matching costs URI length × template length; a backend's template may not make that huge.
+      if (key.length > MAX_TEMPLATE_LENGTH) return undefined;
       let template: UriTemplate;
       try {
         template = new UriTemplate(key);

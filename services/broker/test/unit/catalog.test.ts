@@ -61,6 +61,13 @@ describe("catalog", () => {
     expect(cat.exposeResult("b", result)).toBe(result);
   });
 
+  it("leaves out resource templates too long to match cheaply, and unparsable ones", () => {
+    const cat = new Catalog([{ id: "a", prefix: true }]);
+    const long = `x://${"{a}".repeat(400)}`;
+    cat.replace("resourceTemplates", "a", [{ uriTemplate: long, name: "long" }, { uriTemplate: "x://{bad", name: "bad" }, { uriTemplate: "x://{id}", name: "ok" }]);
+    expect(cat.list("resourceTemplates").map((t) => t.exposedKey)).toEqual(["a+x://{id}"]);
+  });
+
   it("knows sub-resources by path", () => {
     expect(isSubResource("file:///a/b", "file:///a")).toBe(true);
     expect(isSubResource("file:///a/b", "file:///a/")).toBe(true);
