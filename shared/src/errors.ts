@@ -22,6 +22,10 @@ export const ERROR_CATALOG = {
     jsonRpc: -32001,
     summary: "The backend did not answer within its configured timeout (data.backend, data.timeoutMs).",
   },
+  BACKEND_INVALID_RESPONSE: {
+    jsonRpc: -32003,
+    summary: "The backend's answer to this one request was unusable (malformed or unsupported result; data.backend, data.reason); the backend stays connected.",
+  },
   SUBSCRIPTION_LIMIT: {
     jsonRpc: -32010,
     summary: "A subscription limit was reached (data.limit: session | principal | global, data.max).",

@@ -14,6 +14,9 @@ import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotoc
 import { BrokerError, NOTIFICATION, isStdioBackend, type BackendConfig, type Clock, type TimerHandle } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
 import { backoffDelay } from "./backoff.js";
+import { isConnectionFailure } from "./connection-failure.js";
+import { NotificationStreamWatch } from "./notification-stream-watch.js";
+import { UpstreamListen, type ListenFlags } from "./upstream-listen.js";
 
 export type BackendState = "connecting" | "connected" | "backoff" | "closed";
 export type ListKind = "tools" | "prompts" | "resources";
@@ -35,11 +38,16 @@ export interface BackendRequestOptions {
 
 const MODERN_REVISION = "2026-07-28";
 const CONNECT_TIMEOUT_MS = 20_000;
+/** Reopen attempts of a legacy backend's notification stream before the connection counts as dropped. */
+const NOTIFICATION_STREAM_ATTEMPTS = 5;
+const LIST_KINDS: readonly ListKind[] = ["tools", "prompts", "resources"];
 
 /**
- * One backend MCP server: an SDK v2 client that is kept connected. A drop (process exit, failed
- * request, failed health ping) moves to `backoff` and reconnects with capped exponential delays;
- * the listener hears `disconnected` once per drop and `connected` once per successful connect.
+ * One backend MCP server: an SDK v2 client that is kept connected. A drop (process exit, a
+ * connection-level request failure, a failed health probe, a notification stream that cannot be
+ * reopened, a listen stream down for a health interval) moves to `backoff` and reconnects with
+ * capped exponential delays; the listener hears `disconnected` once per drop and `connected` once
+ * per successful connect. A request that fails for any other reason fails alone.
  */
 export class BackendConnection {
   private stateValue: BackendState = "connecting";
@@ -47,11 +55,10 @@ export class BackendConnection {
   private attempt = 0;
   private retryTimer: TimerHandle | undefined;
   private healthTimer: TimerHandle | undefined;
-  private listen: McpSubscription | undefined;
-  private listenFilter: SubscriptionFilter = {};
-  private listenAttempt = 0;
-  private listenGeneration = 0;
-  private listenTimer: TimerHandle | undefined;
+  private connectedAt = 0;
+  /** The single upstream `subscriptions/listen` stream of a modern connection. */
+  private listen: UpstreamListen | undefined;
+  private streamWatch: NotificationStreamWatch | undefined;
   private lastError: string | undefined;
 
   constructor(
@@ -98,23 +105,22 @@ export class BackendConnection {
     this.clearTimers();
     const client = this.client;
     this.client = undefined;
-    await this.listen?.close().catch(() => undefined);
+    const listen = this.listen;
     this.listen = undefined;
+    this.streamWatch?.dispose();
+    this.streamWatch = undefined;
+    await listen?.dispose();
     await client?.close().catch(() => undefined);
   }
 
   /**
    * Sends one request to the backend. Backend JSON-RPC errors come back as `ProtocolError`
-   * unchanged; a down backend or a timeout becomes a `BrokerError`; a transport failure also
-   * starts a reconnect.
+   * unchanged; a down backend, a timeout or an unusable answer becomes a `BrokerError`; only a
+   * connection-level failure (see `isConnectionFailure`) also starts a reconnect.
    */
   async request(method: string, params: Record<string, unknown> | undefined, options: BackendRequestOptions = {}): Promise<Record<string, unknown>> {
     const client = this.client;
-    if (client === undefined || this.stateValue !== "connected") {
-      throw new BrokerError("BACKEND_UNAVAILABLE", `Backend '${this.id}' is not connected${this.lastError ? ` (${this.lastError})` : ""}; retry later.`, {
-        backend: this.id,
-      });
-    }
+    if (client === undefined || this.stateValue !== "connected") throw this.unavailable();
     try {
       const result = await client.request(
         { method: method as "ping", ...(params !== undefined && { params }) },
@@ -131,12 +137,18 @@ export class BackendConnection {
   }
 
   /**
-   * The filter of this backend's single `subscriptions/listen` stream (modern backends only).
-   * Reopened whenever the filter changes or the stream drops.
+   * Adds `uri` to the filter of this modern backend's single `subscriptions/listen` stream.
+   * Resolves once an open stream's acknowledgement honors it; rejects with a `BrokerError` when the
+   * backend refuses it or the connection ends.
    */
-  setListenFilter(filter: SubscriptionFilter): void {
-    this.listenFilter = filter;
-    if (this.era === "modern" && this.stateValue === "connected") void this.reopenListen();
+  watchListen(uri: string): Promise<void> {
+    if (this.listen === undefined || this.stateValue !== "connected") return Promise.reject(this.unavailable());
+    return this.listen.add(uri);
+  }
+
+  /** Takes `uri` out of the listen filter (changes are coalesced into one reopen). */
+  unwatchListen(uri: string): void {
+    this.listen?.remove(uri);
   }
 
   private async connect(): Promise<void> {
@@ -149,36 +161,85 @@ export class BackendConnection {
         mode: this.config.era === "auto" ? "auto" : this.config.era === "modern" ? { pin: MODERN_REVISION } : "legacy",
       },
     });
-    this.installHandlers(client);
+    const watch = isStdioBackend(this.config) ? undefined : new NotificationStreamWatch({ clock: this.deps.clock, maxAttempts: NOTIFICATION_STREAM_ATTEMPTS });
+    this.installHandlers(client, watch);
     let transport: Transport;
     try {
-      transport = this.createTransport();
+      transport = this.createTransport(watch);
     } catch (error) {
+      watch?.dispose();
       this.fail(client, `cannot create transport: ${(error as Error).message}`);
       return;
     }
     try {
       await client.connect(transport, { timeout: Math.min(this.config.timeoutMs, CONNECT_TIMEOUT_MS) });
     } catch (error) {
+      watch?.dispose();
       this.fail(client, `connect failed: ${describe(error)}`);
       return;
     }
     if ((this.stateValue as BackendState) === "closed") {
+      watch?.dispose();
       await client.close().catch(() => undefined);
       return;
     }
     client.onclose = () => this.drop(client, "connection closed");
     this.client = client;
     this.stateValue = "connected";
-    this.attempt = 0;
+    this.connectedAt = this.deps.clock.now();
     this.lastError = undefined;
     logger.info({ backend: this.id, era: client.getProtocolEra(), server: client.getServerVersion() }, "backend connected");
     if (!isStdioBackend(this.config)) this.scheduleHealthCheck(client);
-    if (client.getProtocolEra() === "modern") void this.reopenListen();
+    if (client.getProtocolEra() === "modern") {
+      this.listen = this.createListen(client);
+      this.listen.start();
+    }
     this.deps.listener.connected(this);
+    // Last: a stream lost already (its first GET failed during connect) drops at once, after `connected`.
+    if (this.client !== client) {
+      watch?.dispose();
+      return;
+    }
+    this.streamWatch = watch;
+    watch?.onLost((reason) => this.drop(client, reason));
   }
 
-  private createTransport(): Transport {
+  private createListen(client: Client): UpstreamListen {
+    const caps = client.getServerCapabilities() ?? {};
+    const flags: ListenFlags = {};
+    if (caps.tools?.listChanged) flags.toolsListChanged = true;
+    if (caps.prompts?.listChanged) flags.promptsListChanged = true;
+    if (caps.resources?.listChanged) flags.resourcesListChanged = true;
+    return new UpstreamListen({
+      backendId: this.id,
+      open: (filter) => this.openListen(client, filter),
+      flags,
+      clock: this.deps.clock,
+      logger: this.deps.logger,
+      policy: this.config.reconnect,
+      onGap: () => this.announcePossibleListChanges(client),
+    });
+  }
+
+  private async openListen(client: Client, filter: SubscriptionFilter): Promise<McpSubscription> {
+    try {
+      return await client.listen(filter, { timeout: this.config.timeoutMs });
+    } catch (error) {
+      throw this.translateError(client, error);
+    }
+  }
+
+  /**
+   * The listen stream was lost and is back: the backend may have restarted with other lists and
+   * nobody announced it, so every list it offers is reloaded (the catalog announces real changes only).
+   */
+  private announcePossibleListChanges(client: Client): void {
+    if (this.client !== client) return;
+    const caps = client.getServerCapabilities() ?? {};
+    for (const kind of LIST_KINDS) if (caps[kind] !== undefined) this.deps.listener.listChanged(this, kind);
+  }
+
+  private createTransport(watch: NotificationStreamWatch | undefined): Transport {
     const config = this.config;
     if (isStdioBackend(config)) {
       const transport = new StdioClientTransport({
@@ -197,11 +258,18 @@ export class BackendConnection {
     }
     return new StreamableHTTPClientTransport(new URL(config.url), {
       requestInit: { headers: config.headers },
-      reconnectionOptions: { initialReconnectionDelay: 1000, maxReconnectionDelay: 30_000, reconnectionDelayGrowFactor: 2, maxRetries: 2 },
+      reconnectionOptions: {
+        initialReconnectionDelay: config.reconnect.initialDelayMs,
+        maxReconnectionDelay: config.reconnect.maxDelayMs,
+        reconnectionDelayGrowFactor: config.reconnect.multiplier,
+        // The watch gives up first and says so; the SDK's own limit is only a backstop.
+        maxRetries: NOTIFICATION_STREAM_ATTEMPTS + 1,
+      },
+      ...(watch !== undefined && { reconnectionScheduler: watch.scheduler }),
     });
   }
 
-  private installHandlers(client: Client): void {
+  private installHandlers(client: Client, watch: NotificationStreamWatch | undefined): void {
     const { listener } = this.deps;
     client.setNotificationHandler(NOTIFICATION.resourceUpdated, (n) => {
       if (this.client === client) listener.resourceUpdated(this, n.params.uri);
@@ -218,7 +286,10 @@ export class BackendConnection {
     client.setNotificationHandler(NOTIFICATION.message, (n) => {
       if (this.client === client) listener.log(this, n.params);
     });
-    client.onerror = (error) => this.deps.logger.debug({ backend: this.id, err: error.message }, "backend transport error");
+    client.onerror = (error) => {
+      this.deps.logger.debug({ backend: this.id, err: error.message }, "backend transport error");
+      watch?.observe(error);
+    };
   }
 
   private fail(client: Client, reason: string): void {
@@ -233,10 +304,16 @@ export class BackendConnection {
   private drop(client: Client, reason: string): void {
     if (this.client !== client || this.stateValue === "closed") return;
     this.client = undefined;
+    void this.listen?.dispose();
     this.listen = undefined;
+    this.streamWatch?.dispose();
+    this.streamWatch = undefined;
     this.lastError = reason;
     this.clearTimers();
     void client.close().catch(() => undefined);
+    // Only a connection that outlived the longest backoff delay starts the backoff over: one that
+    // drops right after connecting (e.g. its notification stream cannot open) keeps backing off.
+    if (this.deps.clock.now() - this.connectedAt >= this.config.reconnect.maxDelayMs) this.attempt = 0;
     this.deps.logger.warn({ backend: this.id, reason }, "backend disconnected");
     this.scheduleReconnect();
     this.deps.listener.disconnected(this, reason);
@@ -258,7 +335,7 @@ export class BackendConnection {
       // The modern era has no ping; server/discover is its cheap liveness probe.
       const probe = client.getProtocolEra() === "modern" ? client.discover({ timeout: this.config.timeoutMs }) : client.ping({ timeout: this.config.timeoutMs });
       probe.then(
-        () => this.scheduleHealthCheck(client),
+        () => this.afterHealthProbe(client),
         (error: unknown) => this.drop(client, `health check failed: ${describe(error)}`),
       );
     }, this.config.healthIntervalMs);
@@ -266,83 +343,63 @@ export class BackendConnection {
   }
 
   /**
-   * Opens the new stream before closing the old one: an overlap may deliver an update twice
-   * (harmless), a gap could lose one (not harmless).
+   * The backend answers, but a modern backend is only useful with its listen stream: one down for a
+   * whole health interval (and not being reopened right now) drops the connection, since the
+   * reconnect reloads lists and re-subscribes; one down for less is retried now instead of after
+   * its backoff delay.
    */
-  private async reopenListen(): Promise<void> {
-    const client = this.client;
-    if (client === undefined) return;
-    const generation = ++this.listenGeneration;
-    const filter = this.effectiveListenFilter();
-    let next: McpSubscription | undefined;
-    if (Object.keys(filter).length > 0) {
-      try {
-        next = await client.listen(filter, { timeout: this.config.timeoutMs });
-      } catch (error) {
-        this.deps.logger.warn({ backend: this.id, err: describe(error) }, "subscriptions/listen failed");
-        if (generation === this.listenGeneration && this.client === client) this.scheduleListenRetry(client);
-        return;
-      }
-    }
-    if (generation !== this.listenGeneration || this.client !== client) {
-      await next?.close().catch(() => undefined);
+  private afterHealthProbe(client: Client): void {
+    if (this.client !== client) return;
+    const listen = this.listen;
+    const down = listen?.downFor(this.deps.clock.now()) ?? 0;
+    if (down >= this.config.healthIntervalMs && listen?.opening !== true) {
+      this.drop(client, `the subscriptions/listen stream has been down for ${down} ms`);
       return;
     }
-    const previous = this.listen;
-    this.listen = next;
-    this.listenAttempt = 0;
-    await previous?.close().catch(() => undefined);
-    if (next === undefined) return;
-    const opened = next;
-    void opened.closed.then((how) => {
-      if (how === "remote" && this.listen === opened && this.client === client) this.scheduleListenRetry(client);
-    });
-  }
-
-  private scheduleListenRetry(client: Client): void {
-    if (this.listenTimer !== undefined) return;
-    const delay = backoffDelay(this.config.reconnect, this.listenAttempt++);
-    this.listenTimer = this.deps.clock.setTimeout(() => {
-      this.listenTimer = undefined;
-      if (this.client === client) void this.reopenListen();
-    }, delay);
-  }
-
-  /** List-change flags follow the backend's capabilities; resource URIs follow the wanted set. */
-  private effectiveListenFilter(): SubscriptionFilter {
-    const caps = this.capabilities ?? {};
-    const filter: SubscriptionFilter = {};
-    if (caps.tools?.listChanged) filter.toolsListChanged = true;
-    if (caps.prompts?.listChanged) filter.promptsListChanged = true;
-    if (caps.resources?.listChanged) filter.resourcesListChanged = true;
-    const uris = this.listenFilter.resourceSubscriptions ?? [];
-    if (caps.resources?.subscribe && uris.length > 0) filter.resourceSubscriptions = [...uris];
-    return filter;
+    if (down > 0) listen?.retryNow();
+    this.scheduleHealthCheck(client);
   }
 
   private translateError(client: Client, error: unknown): Error {
-    if (error instanceof ProtocolError) return error;
+    if (error instanceof ProtocolError || error instanceof BrokerError) return error;
+    if (isAbort(error)) return error as Error;
     if (error instanceof SdkError && error.code === SdkErrorCode.RequestTimeout) {
       return new BrokerError("BACKEND_TIMEOUT", `Backend '${this.id}' did not answer within ${this.config.timeoutMs} ms.`, {
         backend: this.id,
         timeoutMs: this.config.timeoutMs,
       });
     }
-    if (error instanceof SdkError && error.code === SdkErrorCode.CapabilityNotSupported) {
+    if (error instanceof SdkError && (error.code === SdkErrorCode.CapabilityNotSupported || error.code === SdkErrorCode.MethodNotSupportedByProtocolVersion)) {
       return new BrokerError("CAPABILITY_MISSING", `Backend '${this.id}' does not support this: ${error.message}`, { backend: this.id });
     }
-    if (isAbort(error)) return error as Error;
-    // Anything else is a transport-level failure: the backend is treated as down until reconnected.
     const reason = describe(error);
-    this.drop(client, `request failed: ${reason}`);
-    return new BrokerError("BACKEND_UNAVAILABLE", `Backend '${this.id}' failed: ${reason}; retry later.`, { backend: this.id }, { cause: error });
+    // The client lost its transport under us (`Not connected`): as connection-level as it gets.
+    if (isConnectionFailure(error) || client.transport === undefined) {
+      this.drop(client, `request failed: ${reason}`);
+      return new BrokerError("BACKEND_UNAVAILABLE", `Backend '${this.id}' failed: ${reason}; retry later.`, { backend: this.id }, { cause: error });
+    }
+    // One unusable answer (malformed result, `input_required`, an HTTP error on one POST): this request fails, the connection stays.
+    const code = error instanceof SdkError ? error.code : undefined;
+    this.deps.logger.warn({ backend: this.id, code, err: reason }, "backend request failed");
+    return new BrokerError(
+      "BACKEND_INVALID_RESPONSE",
+      `Backend '${this.id}' gave an unusable answer: ${reason}`,
+      { backend: this.id, ...(code !== undefined && { reason: code }) },
+      { cause: error },
+    );
+  }
+
+  private unavailable(): BrokerError {
+    return new BrokerError("BACKEND_UNAVAILABLE", `Backend '${this.id}' is not connected${this.lastError ? ` (${this.lastError})` : ""}; retry later.`, {
+      backend: this.id,
+    });
   }
 
   private clearTimers(): void {
-    for (const timer of [this.retryTimer, this.healthTimer, this.listenTimer]) {
+    for (const timer of [this.retryTimer, this.healthTimer]) {
       if (timer !== undefined) this.deps.clock.clearTimeout(timer);
     }
-    this.retryTimer = this.healthTimer = this.listenTimer = undefined;
+    this.retryTimer = this.healthTimer = undefined;
   }
 }
 

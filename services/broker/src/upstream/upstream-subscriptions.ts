@@ -1,40 +1,105 @@
 import { createHash } from "node:crypto";
-import { BrokerError, CHANNEL, type Bus, type Clock, type SubscriptionRegistry, type TimerHandle } from "@mcp-broker/shared";
+import type { ServerCapabilities } from "@modelcontextprotocol/client";
+import { BrokerError, CHANNEL, type BackendConfig, type Bus, type Clock, type SubscriptionRegistry, type TimerHandle } from "@mcp-broker/shared";
 import { ancestorsOf } from "../catalog/catalog.js";
 import type { Logger } from "../logger.js";
-import type { BackendConnection } from "./backend-connection.js";
-import type { BackendPool } from "./backend-pool.js";
+import type { BackendEra, BackendState } from "./backend-connection.js";
+import { backoffDelay } from "./backoff.js";
 
 /** How one (backend, URI) is watched upstream. */
 type Mode = "subscribe" | "listen" | "poll";
 
+interface PollState {
+  timer: TimerHandle | undefined;
+  hash: string | undefined;
+  stopped: boolean;
+}
+
 interface Watch {
   mode: Mode;
-  poll?: { timer: TimerHandle | undefined; hash: string | undefined; stopped: boolean };
+  poll?: PollState;
+}
+
+/**
+ * One (backend, URI): its established watch and the upstream operations on it. The operations run
+ * one after another, so the backend ends in the state the last one asked for (a subscribe never
+ * overtakes an unsubscribe) and a release that arrives during a subscribe takes effect after it.
+ */
+interface Slot {
+  readonly backendId: string;
+  readonly uri: string;
+  watch: Watch | undefined;
+  /** Tail of the operation chain; never rejects. */
+  tail: Promise<void>;
+  /** Operations queued or running. */
+  ops: number;
+  /** The watch operation at the tail of the chain, which concurrent `ensure`s share. */
+  joinable: Promise<void> | undefined;
+  grace: TimerHandle | undefined;
+}
+
+/** Re-subscriptions after a reconnect that failed and wait for their next attempt. */
+interface RetryState {
+  readonly epoch: number;
+  attempt: number;
+  timer: TimerHandle | undefined;
+  readonly uris: Set<string>;
+  /** `registry.wanted` itself failed: the next attempt starts from the whole wanted set. */
+  all: boolean;
+}
+
+/** What the watcher uses of one backend connection (`BackendConnection` is one). */
+export interface WatchedBackend {
+  readonly id: string;
+  readonly state: BackendState;
+  readonly era: BackendEra | undefined;
+  readonly capabilities: ServerCapabilities | undefined;
+  readonly config: Pick<BackendConfig, "pollIntervalMs" | "reconnect">;
+  request(method: string, params: Record<string, unknown> | undefined): Promise<Record<string, unknown>>;
+  watchListen(uri: string): Promise<void>;
+  unwatchListen(uri: string): void;
+}
+
+/** The backends by id (`BackendPool` is one). */
+export interface WatchedBackends {
+  get(id: string): WatchedBackend;
 }
 
 /** What the subscribe orchestration needs from the upstream side. */
 export interface UpstreamPort {
-  /** Resolves once (backend, uri) is watched upstream; idempotent; concurrent calls share one attempt. */
+  /**
+   * Resolves once (backend, uri) is watched upstream (for a modern backend: once an upstream listen
+   * stream's acknowledgement honors it); rejects with a `BrokerError` when the backend is down or
+   * refuses. Idempotent; concurrent calls share one attempt.
+   */
   ensure(backendId: string, uri: string): Promise<void>;
-  /** The cluster-wide count for (backend, uri) reached zero: unwatch after the grace period. */
+  /**
+   * The cluster-wide count for (backend, uri) reached zero: unwatch after the grace period, once any
+   * operation on it in flight has finished, unless someone wants it again by then.
+   */
   release(backendId: string, uri: string): void;
 }
 
 const MIN_POLL_MS = 1_000;
+/** Subscribe requests (or first polls) one re-subscribe after a reconnect keeps in flight. */
+const RESUBSCRIBE_CONCURRENCY = 16;
 
 /**
  * The watcher role: one upstream subscription per (backend, URI) while anyone wants it.
  * Legacy backends get `resources/subscribe`; modern backends one `subscriptions/listen` stream whose
  * filter is the wanted set; backends that cannot push are polled and an update is emitted when the
- * content hash changes. After a reconnect every wanted URI is watched again. Updates are published
- * on the bus, once per matching subscription key (the URI itself or an ancestor of it).
+ * content hash changes. After a reconnect every wanted URI is watched again, and those that fail
+ * are retried with the backend's backoff until they succeed, the backend drops again, or nobody
+ * wants them. Updates are published on the bus, once per matching subscription key (the URI itself
+ * or an ancestor of it).
  */
 export class UpstreamSubscriptions implements UpstreamPort {
-  private readonly watches = new Map<string, Map<string, Watch>>();
-  private readonly inflight = new Map<string, Promise<void>>();
-  private readonly graceTimers = new Map<string, TimerHandle>();
-  private pool: BackendPool | undefined;
+  private readonly slots = new Map<string, Map<string, Slot>>();
+  /** Bumped on every disconnect: an operation that spans one must not record its result. */
+  private readonly epochs = new Map<string, number>();
+  private readonly retries = new Map<string, RetryState>();
+  private backends: WatchedBackends | undefined;
+  private closed = false;
 
   constructor(
     private readonly deps: {
@@ -48,64 +113,68 @@ export class UpstreamSubscriptions implements UpstreamPort {
     },
   ) {}
 
-  attach(pool: BackendPool): void {
-    this.pool = pool;
+  attach(backends: WatchedBackends): void {
+    this.backends = backends;
   }
 
   async ensure(backendId: string, uri: string): Promise<void> {
-    const key = `${backendId}\u0000${uri}`;
-    const grace = this.graceTimers.get(key);
-    if (grace !== undefined) {
-      this.deps.clock.clearTimeout(grace);
-      this.graceTimers.delete(key);
-    }
-    if (this.watchesOf(backendId).has(uri)) return;
-    const running = this.inflight.get(key);
-    if (running !== undefined) return running;
-    const attempt = this.watch(backendId, uri).finally(() => this.inflight.delete(key));
-    this.inflight.set(key, attempt);
-    return attempt;
+    const slot = this.slot(backendId, uri);
+    this.cancelGrace(slot);
+    return this.watchInOrder(slot);
   }
 
   release(backendId: string, uri: string): void {
-    const key = `${backendId}\u0000${uri}`;
-    if (this.graceTimers.has(key)) return;
+    const slot = this.slot(backendId, uri);
+    if (slot.grace !== undefined) return;
     const timer = this.deps.clock.setTimeout(() => {
-      this.graceTimers.delete(key);
-      void this.unwatchIfUnwanted(backendId, uri);
+      slot.grace = undefined;
+      this.unwatchInOrder(slot);
     }, this.deps.releaseGraceMs);
     timer.unref?.();
-    this.graceTimers.set(key, timer);
+    slot.grace = timer;
   }
 
   /** URIs of a backend currently watched upstream (for tests and the operator view). */
   watched(backendId: string): string[] {
-    return [...this.watchesOf(backendId).keys()];
+    return [...(this.slots.get(backendId)?.values() ?? [])].filter((slot) => slot.watch !== undefined).map((slot) => slot.uri);
   }
 
-  /** A backend (re)connected: everything wanted is watched again, without any client action. */
-  async backendConnected(backend: BackendConnection): Promise<void> {
-    this.clearBackend(backend.id);
-    for (const uri of await this.deps.registry.wanted(backend.id)) {
-      try {
-        await this.ensure(backend.id, uri);
-      } catch (error) {
-        this.deps.logger.warn({ backend: backend.id, uri, err: (error as Error).message }, "re-subscribe after reconnect failed");
-      }
+  /** A backend (re)connected: everything wanted is watched again, without any client action. Never rejects. */
+  async backendConnected(backend: { readonly id: string }): Promise<void> {
+    const epoch = this.epoch(backend.id);
+    let uris: string[];
+    try {
+      uris = await this.deps.registry.wanted(backend.id);
+    } catch (error) {
+      this.deps.logger.warn({ backend: backend.id, err: (error as Error).message }, "re-subscribe after reconnect: cannot read the wanted set");
+      this.scheduleRetry(backend.id, epoch, [], true);
+      return;
     }
+    await this.resubscribe(backend.id, epoch, uris);
   }
 
   /** The upstream session is gone and so are its subscriptions. */
-  backendDisconnected(backend: BackendConnection): void {
-    this.clearBackend(backend.id);
+  backendDisconnected(backend: { readonly id: string }): void {
+    this.epochs.set(backend.id, this.epoch(backend.id) + 1);
+    const retry = this.retries.get(backend.id);
+    if (retry?.timer !== undefined) this.deps.clock.clearTimeout(retry.timer);
+    this.retries.delete(backend.id);
+    for (const slot of [...(this.slots.get(backend.id)?.values() ?? [])]) {
+      if (slot.watch?.poll !== undefined) this.stopPoll(slot.watch.poll);
+      slot.watch = undefined;
+      // A watch in flight fails (its epoch is gone); later ensures must not join it.
+      slot.joinable = undefined;
+      this.forgetIfIdle(slot);
+    }
   }
 
   /** An update from a backend: published once per watched key it falls under (itself and its ancestors). */
   resourceUpdated(backendId: string, uri: string): void {
+    const slots = this.slots.get(backendId);
+    if (slots === undefined) return;
     const at = this.deps.clock.now();
-    const watches = this.watchesOf(backendId);
     for (const key of [uri, ...ancestorsOf(uri)]) {
-      if (!watches.has(key)) continue;
+      if (slots.get(key)?.watch === undefined) continue;
       void this.deps.bus
         .publish(CHANNEL.resource(backendId, key), { kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, key, uri, at })
         .catch((error: unknown) => this.deps.logger.warn({ backendId, uri, err: (error as Error).message }, "publish failed"));
@@ -113,73 +182,218 @@ export class UpstreamSubscriptions implements UpstreamPort {
   }
 
   close(): void {
-    for (const timer of this.graceTimers.values()) this.deps.clock.clearTimeout(timer);
-    this.graceTimers.clear();
-    for (const backendId of this.watches.keys()) this.clearBackend(backendId);
-  }
-
-  private watchesOf(backendId: string): Map<string, Watch> {
-    let map = this.watches.get(backendId);
-    if (map === undefined) {
-      map = new Map();
-      this.watches.set(backendId, map);
+    this.closed = true;
+    for (const retry of this.retries.values()) if (retry.timer !== undefined) this.deps.clock.clearTimeout(retry.timer);
+    this.retries.clear();
+    for (const slots of this.slots.values()) {
+      for (const slot of slots.values()) {
+        this.cancelGrace(slot);
+        if (slot.watch?.poll !== undefined) this.stopPoll(slot.watch.poll);
+      }
     }
-    return map;
+    this.slots.clear();
   }
 
-  private backend(backendId: string): BackendConnection {
-    const backend = this.pool?.get(backendId);
+  private slot(backendId: string, uri: string): Slot {
+    let slots = this.slots.get(backendId);
+    if (slots === undefined) {
+      slots = new Map();
+      this.slots.set(backendId, slots);
+    }
+    let slot = slots.get(uri);
+    if (slot === undefined) {
+      slot = { backendId, uri, watch: undefined, tail: Promise.resolve(), ops: 0, joinable: undefined, grace: undefined };
+      slots.set(uri, slot);
+    }
+    return slot;
+  }
+
+  private forgetIfIdle(slot: Slot): void {
+    if (slot.ops > 0 || slot.watch !== undefined || slot.grace !== undefined) return;
+    const slots = this.slots.get(slot.backendId);
+    if (slots?.get(slot.uri) !== slot) return;
+    slots.delete(slot.uri);
+    if (slots.size === 0) this.slots.delete(slot.backendId);
+  }
+
+  private cancelGrace(slot: Slot): void {
+    if (slot.grace === undefined) return;
+    this.deps.clock.clearTimeout(slot.grace);
+    slot.grace = undefined;
+  }
+
+  private epoch(backendId: string): number {
+    return this.epochs.get(backendId) ?? 0;
+  }
+
+  /** Runs `op` after every operation queued on the slot before it. */
+  private enqueue(slot: Slot, op: () => Promise<void>): Promise<void> {
+    slot.ops++;
+    const run = slot.tail.then(op);
+    const done = (): void => {
+      slot.ops--;
+      this.forgetIfIdle(slot);
+    };
+    slot.tail = run.then(done, done);
+    return run;
+  }
+
+  /** Resolves once the slot is watched, after whatever is queued on it; joins a watch already at the tail. */
+  private watchInOrder(slot: Slot): Promise<void> {
+    if (slot.ops === 0 && slot.watch !== undefined) return Promise.resolve();
+    if (slot.joinable !== undefined) return slot.joinable;
+    const attempt = this.enqueue(slot, () => this.watch(slot));
+    slot.joinable = attempt;
+    const settled = (): void => {
+      if (slot.joinable === attempt) slot.joinable = undefined;
+    };
+    void attempt.then(settled, settled);
+    return attempt;
+  }
+
+  private unwatchInOrder(slot: Slot): void {
+    // Whoever ensures from now on waits for this unwatch, then watches again.
+    slot.joinable = undefined;
+    this.enqueue(slot, () => this.unwatchIfUnwanted(slot)).catch((error: unknown) => {
+      this.deps.logger.warn({ backend: slot.backendId, uri: slot.uri, err: (error as Error).message }, "upstream release failed");
+    });
+  }
+
+  private connectedBackend(backendId: string): WatchedBackend {
+    const backend = this.backends?.get(backendId);
     if (backend?.state !== "connected") {
       throw new BrokerError("BACKEND_UNAVAILABLE", `Backend '${backendId}' is not connected; retry later.`, { backend: backendId });
     }
     return backend;
   }
 
-  private async watch(backendId: string, uri: string): Promise<void> {
-    const backend = this.backend(backendId);
-    const caps = backend.capabilities?.resources;
-    const mode: Mode = caps?.subscribe === true ? (backend.era === "modern" ? "listen" : "subscribe") : "poll";
-    const watches = this.watchesOf(backendId);
+  private async watch(slot: Slot): Promise<void> {
+    if (slot.watch !== undefined) return;
+    const backend = this.connectedBackend(slot.backendId);
+    const epoch = this.epoch(slot.backendId);
+    const mode = modeOf(backend);
+    let watch: Watch;
     if (mode === "subscribe") {
-      await backend.request("resources/subscribe", { uri });
-      watches.set(uri, { mode });
+      await backend.request("resources/subscribe", { uri: slot.uri });
+      watch = { mode };
     } else if (mode === "listen") {
-      watches.set(uri, { mode });
-      this.syncListenFilter(backend);
+      await backend.watchListen(slot.uri);
+      watch = { mode };
     } else {
-      const poll = { timer: undefined, hash: undefined, stopped: false };
-      watches.set(uri, { mode, poll });
-      await this.pollOnce(backend, uri, poll);
+      const poll: PollState = { timer: undefined, hash: undefined, stopped: false };
+      watch = { mode, poll };
+      await this.pollOnce(backend, slot.uri, poll);
     }
-    this.deps.logger.debug({ backend: backendId, uri, mode }, "upstream subscription established");
+    if (epoch !== this.epoch(slot.backendId) || this.closed) {
+      if (watch.poll !== undefined) this.stopPoll(watch.poll);
+      throw new BrokerError("BACKEND_UNAVAILABLE", `Backend '${slot.backendId}' dropped while subscribing; retry later.`, { backend: slot.backendId });
+    }
+    slot.watch = watch;
+    this.retries.get(slot.backendId)?.uris.delete(slot.uri);
+    this.deps.logger.debug({ backend: slot.backendId, uri: slot.uri, mode }, "upstream subscription established");
+    // Nobody may want it by now (its holder left during the subscribe, or a re-subscribe read a stale
+    // wanted set); with no release pending, nothing else would ever unwatch it.
+    if (slot.grace === undefined && (await this.countOrUnknown(slot)) === 0) this.unwatchInOrder(slot);
   }
 
-  private async unwatchIfUnwanted(backendId: string, uri: string): Promise<void> {
-    if ((await this.deps.registry.count(backendId, uri)) > 0) return;
-    const watches = this.watchesOf(backendId);
-    const watch = watches.get(uri);
+  private async unwatchIfUnwanted(slot: Slot): Promise<void> {
+    const watch = slot.watch;
     if (watch === undefined) return;
-    watches.delete(uri);
-    this.deps.logger.debug({ backend: backendId, uri, mode: watch.mode }, "upstream subscription released");
-    const backend = this.pool?.get(backendId);
+    if ((await this.deps.registry.count(slot.backendId, slot.uri)) > 0) return;
+    // A disconnect in the meantime cleared it already.
+    if (slot.watch !== watch) return;
+    slot.watch = undefined;
+    this.deps.logger.debug({ backend: slot.backendId, uri: slot.uri, mode: watch.mode }, "upstream subscription released");
     if (watch.poll !== undefined) this.stopPoll(watch.poll);
+    const backend = this.backends?.get(slot.backendId);
     if (backend?.state !== "connected") return;
     if (watch.mode === "subscribe") {
-      await backend.request("resources/unsubscribe", { uri }).catch((error: unknown) => {
-        this.deps.logger.warn({ backend: backendId, uri, err: (error as Error).message }, "upstream unsubscribe failed");
+      await backend.request("resources/unsubscribe", { uri: slot.uri }).catch((error: unknown) => {
+        this.deps.logger.warn({ backend: slot.backendId, uri: slot.uri, err: (error as Error).message }, "upstream unsubscribe failed");
       });
     } else if (watch.mode === "listen") {
-      this.syncListenFilter(backend);
+      backend.unwatchListen(slot.uri);
     }
   }
 
-  private syncListenFilter(backend: BackendConnection): void {
-    const uris = [...this.watchesOf(backend.id).entries()].filter(([, w]) => w.mode === "listen").map(([u]) => u);
-    backend.setListenFilter({ resourceSubscriptions: uris });
+  /** The registry count, or -1 when it cannot be read (then the watch is kept: a leak beats a loss). */
+  private async countOrUnknown(slot: Slot): Promise<number> {
+    try {
+      return await this.deps.registry.count(slot.backendId, slot.uri);
+    } catch (error) {
+      this.deps.logger.warn({ backend: slot.backendId, uri: slot.uri, err: (error as Error).message }, "cannot re-check the subscriber count");
+      return -1;
+    }
+  }
+
+  /**
+   * Watches `uris` again: all at once for a listen backend (its filter changes coalesce into one
+   * reopen), a few at a time otherwise. Those that fail wait for a retry.
+   */
+  private async resubscribe(backendId: string, epoch: number, uris: readonly string[]): Promise<void> {
+    const backend = this.backends?.get(backendId);
+    if (backend?.state !== "connected" || epoch !== this.epoch(backendId)) return;
+    const failed: string[] = [];
+    const concurrency = modeOf(backend) === "listen" ? uris.length : RESUBSCRIBE_CONCURRENCY;
+    await eachLimited(uris, concurrency, async (uri) => {
+      try {
+        await this.watchInOrder(this.slot(backendId, uri));
+      } catch (error) {
+        if (epoch !== this.epoch(backendId)) return;
+        failed.push(uri);
+        this.deps.logger.warn({ backend: backendId, uri, err: (error as Error).message }, "re-subscribe after reconnect failed; retrying");
+      }
+    });
+    if (failed.length > 0) this.scheduleRetry(backendId, epoch, failed, false);
+  }
+
+  /** One timer per backend and capped exponential backoff (the backend's reconnect policy) across attempts. */
+  private scheduleRetry(backendId: string, epoch: number, uris: readonly string[], all: boolean): void {
+    if (epoch !== this.epoch(backendId)) return;
+    let state = this.retries.get(backendId);
+    if (state?.epoch !== epoch) {
+      state = { epoch, attempt: 0, timer: undefined, uris: new Set(), all: false };
+      this.retries.set(backendId, state);
+    }
+    for (const uri of uris) state.uris.add(uri);
+    state.all ||= all;
+    if (state.timer !== undefined) return;
+    const policy = this.backends?.get(backendId).config.reconnect;
+    if (policy === undefined) return;
+    const retry = state;
+    retry.timer = this.deps.clock.setTimeout(() => {
+      retry.timer = undefined;
+      void this.retry(backendId, retry);
+    }, backoffDelay(policy, retry.attempt++));
+    retry.timer.unref?.();
+  }
+
+  private async retry(backendId: string, state: RetryState): Promise<void> {
+    if (this.retries.get(backendId) !== state || state.epoch !== this.epoch(backendId)) return;
+    const all = state.all;
+    const candidates = [...state.uris];
+    state.uris.clear();
+    state.all = false;
+    let uris: string[];
+    try {
+      uris = all ? await this.deps.registry.wanted(backendId) : await this.stillWanted(backendId, candidates);
+    } catch (error) {
+      this.deps.logger.warn({ backend: backendId, err: (error as Error).message }, "re-subscribe retry: cannot read the registry");
+      this.scheduleRetry(backendId, state.epoch, candidates, all);
+      return;
+    }
+    await this.resubscribe(backendId, state.epoch, uris);
+    // Everything is watched (or unwanted): the next failure starts the backoff over.
+    if (this.retries.get(backendId) === state && state.timer === undefined && state.uris.size === 0 && !state.all) this.retries.delete(backendId);
+  }
+
+  private async stillWanted(backendId: string, uris: readonly string[]): Promise<string[]> {
+    const counts = await Promise.all(uris.map((uri) => this.deps.registry.count(backendId, uri)));
+    return uris.filter((_, index) => (counts[index] ?? 0) > 0);
   }
 
   /** Reads the resource; an update is published when its content hash differs from the last one. */
-  private async pollOnce(backend: BackendConnection, uri: string, poll: NonNullable<Watch["poll"]>): Promise<void> {
+  private async pollOnce(backend: WatchedBackend, uri: string, poll: PollState): Promise<void> {
     if (poll.stopped) return;
     let ttlMs: number | undefined;
     try {
@@ -191,19 +405,28 @@ export class UpstreamSubscriptions implements UpstreamPort {
     } catch (error) {
       this.deps.logger.debug({ backend: backend.id, uri, err: (error as Error).message }, "poll failed");
     }
-    if (poll.stopped) return;
+    if (poll.stopped || this.closed) return;
     const interval = Math.max(MIN_POLL_MS, ttlMs ?? backend.config.pollIntervalMs ?? this.deps.pollIntervalMs);
     poll.timer = this.deps.clock.setTimeout(() => void this.pollOnce(backend, uri, poll), interval);
     poll.timer.unref?.();
   }
 
-  private stopPoll(poll: NonNullable<Watch["poll"]>): void {
+  private stopPoll(poll: PollState): void {
     poll.stopped = true;
     if (poll.timer !== undefined) this.deps.clock.clearTimeout(poll.timer);
   }
+}
 
-  private clearBackend(backendId: string): void {
-    for (const watch of this.watchesOf(backendId).values()) if (watch.poll !== undefined) this.stopPoll(watch.poll);
-    this.watches.delete(backendId);
-  }
+function modeOf(backend: WatchedBackend): Mode {
+  if (backend.capabilities?.resources?.subscribe !== true) return "poll";
+  return backend.era === "modern" ? "listen" : "subscribe";
+}
+
+/** Runs `fn` over `items`, at most `limit` at a time. */
+async function eachLimited<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length) await fn(items[next++] as T);
+  };
+  await Promise.all(Array.from({ length: Math.min(Math.max(limit, 1), items.length) }, worker));
 }

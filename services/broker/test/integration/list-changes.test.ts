@@ -145,8 +145,8 @@ describe("list changes", () => {
       const without = await toolNames(client);
       expect(without.some((name) => name.startsWith("flaky__"))).toBe(false);
       expect(without).toContain("stay__echo");
-      // Calling a tool of the missing backend is an unknown tool now, not a hang.
-      await expect(client.callTool({ name: "flaky__echo", arguments: { text: "x" } })).rejects.toMatchObject({ code: -32602 });
+      // Calling a tool of the missing backend says it is unavailable, at once, not a hang.
+      await expect(client.callTool({ name: "flaky__echo", arguments: { text: "x" } })).rejects.toMatchObject({ code: -32000, data: { backend: "flaky" } });
 
       const mark = notes.mark();
       backend = await startLegacyHttpBackend(server, port);

@@ -1,0 +1,45 @@
+import { join, resolve } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { NotificationRecorder } from "../fixtures/notification-recorder.js";
+import { connectClient, startBroker, type RunningBroker } from "../helpers/harness.js";
+
+const BROKER_DIR = resolve(import.meta.dirname, "../..");
+const MALFORMED_BACKEND = join(BROKER_DIR, "test/fixtures/malformed-stdio-backend.ts");
+const TOOLS_CHANGED = "notifications/tools/list_changed";
+
+/** One unusable answer from a backend fails that request alone; it does not take the backend down. */
+describe("upstream: a malformed backend result", () => {
+  let running: RunningBroker;
+
+  beforeAll(async () => {
+    running = await startBroker({
+      backends: [{ id: "mal", command: process.execPath, args: ["--import", "tsx", MALFORMED_BACKEND], cwd: BROKER_DIR, era: "legacy", timeoutMs: 10_000 }],
+    });
+  }, 60_000);
+
+  afterAll(async () => {
+    await running?.close();
+  });
+
+  const text = (result: unknown): string => ((result as { content: { text: string }[] }).content[0]?.text ?? "");
+
+  it("fails only that call with -32003; the backend stays up, its tools stay listed, other calls in flight complete", async () => {
+    const client = await connectClient(running.url, "legacy");
+    try {
+      const notes = new NotificationRecorder(client, [TOOLS_CHANGED]);
+      const pid = text(await client.callTool({ name: "mal__pid" }));
+      const inFlight = client.callTool({ name: "mal__slow", arguments: { ms: 400 } });
+
+      await expect(client.callTool({ name: "mal__bad" })).rejects.toMatchObject({ code: -32003, data: { backend: "mal", reason: "INVALID_RESULT" } });
+
+      expect(text(await inFlight)).toBe("done");
+      expect(running.broker.pool.get("mal").state).toBe("connected");
+      expect(text(await client.callTool({ name: "mal__pid" }))).toBe(pid); // the same process: not restarted
+      expect((await client.listTools()).tools.map((t) => t.name)).toEqual(["mal__bad", "mal__slow", "mal__pid"]);
+      await new Promise((r) => setTimeout(r, 100));
+      expect(notes.all(TOOLS_CHANGED)).toEqual([]);
+    } finally {
+      await client.close();
+    }
+  });
+});

@@ -1,0 +1,265 @@
+import type { McpSubscription, SubscriptionFilter } from "@modelcontextprotocol/client";
+import { BrokerError, MemoryBus, MemoryRegistry, type Clock, type SubscriptionRef } from "@mcp-broker/shared";
+import { pino } from "pino";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { UpstreamListen } from "../../src/upstream/upstream-listen.js";
+import { UpstreamSubscriptions, type WatchedBackend } from "../../src/upstream/upstream-subscriptions.js";
+
+const clock: Clock = { now: () => Date.now(), setTimeout: (f, ms) => setTimeout(f, ms), clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };
+const limits = { perSession: 1_000, perPrincipal: 1_000, total: 1_000 };
+const logger = pino({ level: "silent" });
+const GRACE_MS = 50;
+
+interface Held {
+  readonly call: string;
+  resolve(): void;
+  reject(error: Error): void;
+}
+
+/**
+ * A backend that applies each subscribe/unsubscribe when its answer is sent (as a real one does
+ * when it processes the request), so overlapping requests can leave it in a state the broker did
+ * not intend. Requests of a held method wait for the test; `failures` makes the next N of a call fail.
+ */
+function fakeBackend(era: "legacy" | "modern" = "legacy") {
+  const calls: string[] = [];
+  const subscribed = new Set<string>();
+  const held: Held[] = [];
+  const holding = new Set<string>();
+  const failures = new Map<string, number>();
+  const backend = {
+    id: "b",
+    state: "connected" as WatchedBackend["state"],
+    era,
+    capabilities: { resources: { subscribe: true } },
+    config: { pollIntervalMs: undefined, reconnect: { initialDelayMs: 100, maxDelayMs: 400, multiplier: 2 } },
+    calls,
+    subscribed,
+    held,
+    holding,
+    failures,
+    listenCalls: [] as string[],
+    request: async (method: string, params: Record<string, unknown> | undefined): Promise<Record<string, unknown>> => {
+      const uri = String(params?.uri);
+      const call = `${method} ${uri}`;
+      calls.push(call);
+      const apply = (): void => {
+        if (method === "resources/subscribe") subscribed.add(uri);
+        if (method === "resources/unsubscribe") subscribed.delete(uri);
+      };
+      const failing = failures.get(call) ?? 0;
+      if (failing > 0) {
+        failures.set(call, failing - 1);
+        throw new BrokerError("BACKEND_TIMEOUT", "no answer");
+      }
+      if (holding.has(method)) {
+        await new Promise<void>((resolve, reject) => held.push({ call, resolve, reject }));
+      }
+      apply();
+      return {};
+    },
+    /** Modern backends: replaced per test. */
+    watchListen: async (uri: string): Promise<void> => {
+      backend.listenCalls.push(uri);
+    },
+    unwatchListen: (_uri: string): void => undefined,
+    /** The old API some versions used; accepted and ignored. */
+    setListenFilter: (_filter: SubscriptionFilter): void => undefined,
+  };
+  return backend;
+}
+
+function world(era: "legacy" | "modern" = "legacy") {
+  const registry = new MemoryRegistry();
+  const backend = fakeBackend(era);
+  const upstream = new UpstreamSubscriptions({ registry, bus: new MemoryBus(), clock, logger, instanceId: "i", releaseGraceMs: GRACE_MS, pollIntervalMs: 60_000 });
+  upstream.attach({ get: () => backend });
+  const ref = (uri: string, sessionId = "s1"): SubscriptionRef => ({ principal: "p", sessionId, backendId: "b", uri });
+  return { registry, backend, upstream, ref };
+}
+
+function track(promise: Promise<void>): { state: "pending" | "resolved" | "rejected"; error?: unknown } {
+  const outcome: { state: "pending" | "resolved" | "rejected"; error?: unknown } = { state: "pending" };
+  promise.then(
+    () => (outcome.state = "resolved"),
+    (error: unknown) => {
+      outcome.state = "rejected";
+      outcome.error = error;
+    },
+  );
+  return outcome;
+}
+
+describe("upstream subscriptions", () => {
+  beforeEach(() => {
+    vi.useFakeTimers();
+  });
+
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it("releases an upstream subscription whose only holder left while the subscribe was in flight", async () => {
+    const { registry, backend, upstream, ref } = world();
+    await registry.add(ref("u://a"), limits);
+    backend.holding.add("resources/subscribe");
+    const ensured = track(upstream.ensure("b", "u://a"));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(backend.calls).toEqual(["resources/subscribe u://a"]);
+
+    // The session ends and its grace period runs out, all while the subscribe is still in flight.
+    await registry.remove(ref("u://a"));
+    upstream.release("b", "u://a");
+    await vi.advanceTimersByTimeAsync(GRACE_MS);
+    backend.held.shift()?.resolve();
+    await vi.advanceTimersByTimeAsync(0);
+
+    expect(ensured.state).toBe("resolved");
+    expect(backend.calls).toEqual(["resources/subscribe u://a", "resources/unsubscribe u://a"]);
+    expect(backend.subscribed.size).toBe(0);
+    expect(upstream.watched("b")).toEqual([]);
+  });
+
+  it("unwatches a URI a stale re-subscribe brought back although nobody holds it", async () => {
+    const { backend, upstream } = world();
+    // No holder in the registry and no release to come: nothing else would ever unwatch it.
+    await upstream.ensure("b", "u://stale");
+    await vi.advanceTimersByTimeAsync(0);
+    expect(backend.calls).toEqual(["resources/subscribe u://stale", "resources/unsubscribe u://stale"]);
+    expect(upstream.watched("b")).toEqual([]);
+  });
+
+  it("runs upstream operations on one URI in order: a new subscribe waits for the unsubscribe in flight", async () => {
+    const { registry, backend, upstream, ref } = world();
+    await registry.add(ref("u://a", "s1"), limits);
+    await upstream.ensure("b", "u://a");
+    await registry.remove(ref("u://a", "s1"));
+    upstream.release("b", "u://a");
+    backend.holding.add("resources/unsubscribe");
+    await vi.advanceTimersByTimeAsync(GRACE_MS);
+    expect(backend.calls).toEqual(["resources/subscribe u://a", "resources/unsubscribe u://a"]);
+
+    // A new subscriber arrives while the unsubscribe is in flight.
+    await registry.add(ref("u://a", "s2"), limits);
+    const again = track(upstream.ensure("b", "u://a"));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(backend.calls).toHaveLength(2);
+    expect(again.state).toBe("pending");
+
+    backend.held.shift()?.resolve();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(again.state).toBe("resolved");
+    expect(backend.calls).toEqual(["resources/subscribe u://a", "resources/unsubscribe u://a", "resources/subscribe u://a"]);
+    expect([...backend.subscribed]).toEqual(["u://a"]);
+    expect(upstream.watched("b")).toEqual(["u://a"]);
+  });
+
+  it("shares one subscribe among concurrent ensures, and a release cancelled in its grace period sends nothing", async () => {
+    const { registry, backend, upstream, ref } = world();
+    await registry.add(ref("u://a", "s1"), limits);
+    await Promise.all([upstream.ensure("b", "u://a"), upstream.ensure("b", "u://a"), upstream.ensure("b", "u://a")]);
+    await registry.remove(ref("u://a", "s1"));
+    upstream.release("b", "u://a");
+    await vi.advanceTimersByTimeAsync(GRACE_MS / 2);
+    await registry.add(ref("u://a", "s2"), limits);
+    await upstream.ensure("b", "u://a");
+    await vi.advanceTimersByTimeAsync(GRACE_MS * 2);
+    expect(backend.calls).toEqual(["resources/subscribe u://a"]);
+    expect(upstream.watched("b")).toEqual(["u://a"]);
+  });
+
+  it("retries a failed re-subscribe after a reconnect with backoff until it succeeds", async () => {
+    const { registry, backend, upstream, ref } = world();
+    await registry.add(ref("u://a"), limits);
+    await registry.add(ref("u://b"), limits);
+    backend.failures.set("resources/subscribe u://a", 2);
+
+    await upstream.backendConnected(backend);
+    expect(upstream.watched("b")).toEqual(["u://b"]);
+
+    await vi.advanceTimersByTimeAsync(100); // first retry: 50..100 ms (equal jitter) → fails again
+    expect(backend.calls.filter((c) => c === "resources/subscribe u://a")).toHaveLength(2);
+    await vi.advanceTimersByTimeAsync(200); // second retry: 100..200 ms → succeeds
+    expect(backend.calls.filter((c) => c === "resources/subscribe u://a")).toHaveLength(3);
+    expect(upstream.watched("b").sort()).toEqual(["u://a", "u://b"]);
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(backend.calls).toHaveLength(4);
+  });
+
+  it("stops retrying a re-subscribe once nobody wants the URI, or the backend dropped again", async () => {
+    const { registry, backend, upstream, ref } = world();
+    await registry.add(ref("u://a"), limits);
+    await registry.add(ref("u://b"), limits);
+    backend.failures.set("resources/subscribe u://a", 100);
+    backend.failures.set("resources/subscribe u://b", 100);
+    await upstream.backendConnected(backend);
+    await registry.remove(ref("u://a"));
+    await vi.advanceTimersByTimeAsync(100);
+    expect(backend.calls.filter((c) => c === "resources/subscribe u://a")).toHaveLength(1);
+    expect(backend.calls.filter((c) => c === "resources/subscribe u://b")).toHaveLength(2);
+
+    backend.state = "backoff";
+    upstream.backendDisconnected(backend);
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(backend.calls.filter((c) => c === "resources/subscribe u://b")).toHaveLength(2);
+  });
+
+  it("on a modern backend, resolves ensure only once the upstream listen honors the URI, and rejects when refused", async () => {
+    const { registry, backend, upstream, ref } = world("modern");
+    const acks: Held[] = [];
+    backend.watchListen = (uri: string) => new Promise<void>((resolve, reject) => acks.push({ call: uri, resolve, reject }));
+    await registry.add(ref("u://a"), limits);
+    await registry.add(ref("u://refused"), limits);
+    const a = track(upstream.ensure("b", "u://a"));
+    const refused = track(upstream.ensure("b", "u://refused"));
+    await vi.advanceTimersByTimeAsync(10);
+    expect(a.state).toBe("pending");
+    expect(refused.state).toBe("pending");
+
+    acks.find((h) => h.call === "u://a")?.resolve();
+    acks.find((h) => h.call === "u://refused")?.reject(new BrokerError("BACKEND_UNAVAILABLE", "not honored"));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(a.state).toBe("resolved");
+    expect(refused.state).toBe("rejected");
+    expect((refused.error as BrokerError).code).toBe("BACKEND_UNAVAILABLE");
+    expect(upstream.watched("b")).toEqual(["u://a"]);
+  });
+
+  it("re-subscribes a modern backend's wanted URIs all at once after a reconnect: one listen request, not one per URI", async () => {
+    const { registry, backend, upstream, ref } = world("modern");
+    const opened: SubscriptionFilter[] = [];
+    const listen = new UpstreamListen({
+      backendId: "b",
+      flags: {},
+      clock,
+      logger,
+      policy: backend.config.reconnect,
+      onGap: () => undefined,
+      open: async (filter) => {
+        opened.push(filter);
+        return { honoredFilter: filter, close: async () => undefined, closed: new Promise<never>(() => undefined) } satisfies McpSubscription;
+      },
+    });
+    backend.watchListen = (uri) => listen.add(uri);
+    backend.unwatchListen = (uri) => listen.remove(uri);
+    const uris = Array.from({ length: 100 }, (_, i) => `u://items/${i}`);
+    for (const uri of uris) await registry.add(ref(uri), limits);
+
+    const done = upstream.backendConnected(backend);
+    await vi.advanceTimersByTimeAsync(10);
+    await done;
+    expect(opened).toHaveLength(1);
+    expect(opened[0]?.resourceSubscriptions).toHaveLength(100);
+    expect(upstream.watched("b")).toHaveLength(100);
+
+    // And when everyone leaves, the releases coalesce into one more.
+    for (const uri of uris) {
+      await registry.remove(ref(uri));
+      upstream.release("b", uri);
+    }
+    await vi.advanceTimersByTimeAsync(GRACE_MS + 10);
+    expect(upstream.watched("b")).toEqual([]);
+    expect(opened).toHaveLength(1); // nothing left to listen to: the stream is closed, not reopened
+    await listen.dispose();
+  });
+});
