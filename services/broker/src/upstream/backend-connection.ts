@@ -28,6 +28,8 @@ export interface BackendListener {
   disconnected(backend: BackendConnection, reason: string): void;
   resourceUpdated(backend: BackendConnection, uri: string): void;
   listChanged(backend: BackendConnection, kind: ListKind): void;
+  /** Notifications from the backend may have been lost (its listen stream was down for a while). */
+  updatesMissed(backend: BackendConnection): void;
   log(backend: BackendConnection, params: Record<string, unknown>): void;
 }
 
@@ -237,6 +239,7 @@ export class BackendConnection {
     if (this.client !== client) return;
     const caps = client.getServerCapabilities() ?? {};
     for (const kind of LIST_KINDS) if (caps[kind] !== undefined) this.deps.listener.listChanged(this, kind);
+    this.deps.listener.updatesMissed(this);
   }
 
   private createTransport(watch: NotificationStreamWatch | undefined): Transport {

@@ -181,6 +181,17 @@ export class UpstreamSubscriptions implements UpstreamPort {
     }
   }
 
+  /**
+   * The backend's notifications may have been lost for a while (its listen stream was down):
+   * every URI watched on it counts as updated once. An extra `updated` is harmless, a missed one
+   * is not.
+   */
+  updatesMissed(backendId: string): void {
+    for (const slot of this.slots.get(backendId)?.values() ?? []) {
+      if (slot.watch !== undefined) this.resourceUpdated(backendId, slot.uri);
+    }
+  }
+
   close(): void {
     this.closed = true;
     for (const retry of this.retries.values()) if (retry.timer !== undefined) this.deps.clock.clearTimeout(retry.timer);
@@ -338,6 +349,8 @@ export class UpstreamSubscriptions implements UpstreamPort {
     await eachLimited(uris, concurrency, async (uri) => {
       try {
         await this.watchInOrder(this.slot(backendId, uri));
+        // What changed while the backend was away was not announced: count it as updated once.
+        this.resourceUpdated(backendId, uri);
       } catch (error) {
         if (epoch !== this.epoch(backendId)) return;
         failed.push(uri);
