@@ -4,3 +4,4 @@ export * from "./protocol/wire-methods.js";
 export * from "./clock.js";
 export * from "./engine/index.js";
 export * from "./naming/index.js";
+export * from "./backoff.js";

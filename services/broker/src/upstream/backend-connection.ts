@@ -13,7 +13,7 @@ import {
 import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/client/stdio";
 import { BrokerError, NOTIFICATION, isStdioBackend, type BackendConfig, type Clock, type TimerHandle } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
-import { backoffDelay } from "./backoff.js";
+import { backoffDelay } from "@mcp-broker/shared";
 import { isConnectionFailure } from "./connection-failure.js";
 import { NotificationStreamWatch } from "./notification-stream-watch.js";
 import { UpstreamListen, type ListenFlags } from "./upstream-listen.js";

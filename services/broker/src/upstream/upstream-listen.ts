@@ -1,7 +1,7 @@
 import { ProtocolError, type McpSubscription, type SubscriptionFilter } from "@modelcontextprotocol/client";
 import { BrokerError, type Clock, type TimerHandle } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
-import { backoffDelay, type BackoffPolicy } from "./backoff.js";
+import { backoffDelay, type BackoffPolicy } from "@mcp-broker/shared";
 
 export type ListenFlags = Pick<SubscriptionFilter, "toolsListChanged" | "promptsListChanged" | "resourcesListChanged">;
 

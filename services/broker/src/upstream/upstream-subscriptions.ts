@@ -4,7 +4,7 @@ import { BrokerError, CHANNEL, type BackendConfig, type Bus, type Clock, type Su
 import { ancestorsOf } from "../catalog/catalog.js";
 import type { Logger } from "../logger.js";
 import type { BackendEra, BackendState } from "./backend-connection.js";
-import { backoffDelay } from "./backoff.js";
+import { backoffDelay } from "@mcp-broker/shared";
 
 /** How one (backend, URI) is watched upstream. */
 type Mode = "subscribe" | "listen" | "poll";

@@ -1,12 +1,16 @@
 export interface BackoffPolicy {
+  /** Delay before the first retry, in ms. */
   initialDelayMs: number;
+  /** Upper bound of any delay, in ms. */
   maxDelayMs: number;
+  /** Growth factor per attempt. */
   multiplier: number;
 }
 
 /**
- * Delay before reconnect attempt `attempt` (0-based): exponential, capped, with "equal jitter"
- * (half fixed, half random) so a fleet of brokers does not reconnect in lockstep.
+ * Delay before retry `attempt` (0-based): exponential, capped, with "equal jitter" (half fixed,
+ * half random) so that many clients of one restarted server do not come back in lockstep.
+ * The result lies in [capped / 2, capped].
  */
 export function backoffDelay(policy: BackoffPolicy, attempt: number, random: () => number = Math.random): number {
   const exponential = policy.initialDelayMs * policy.multiplier ** Math.min(attempt, 32);

@@ -1,0 +1,20 @@
+import type { EmitPlan } from "../core/bench-uris.js";
+import type { PacedResult } from "../core/paced-loop.js";
+import type { ProcessUsage } from "../core/process-usage.js";
+
+/** The plain Node SSE server of the baselines, over IPC. */
+export type RawServerApi = {
+  /** Listens on 127.0.0.1; with `redisUrl`, streams are fed from Redis channels `bench:r:<key>`. */
+  start(params: { redisUrl: string | undefined }): Promise<{ url: string }>;
+  usage(params: { gc: boolean }): ProcessUsage;
+  census(params: Record<string, never>): { connections: number; channels: number };
+  stop(params: Record<string, never>): Promise<void>;
+};
+
+/** The Redis publisher of the baselines (stands where the backend stands for the broker). */
+export type RawPublisherApi = {
+  start(params: { redisUrl: string }): Promise<void>;
+  emit(plan: EmitPlan): Promise<PacedResult>;
+  usage(params: { gc: boolean }): ProcessUsage;
+  stop(params: Record<string, never>): Promise<void>;
+};

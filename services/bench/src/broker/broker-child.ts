@@ -1,0 +1,73 @@
+/**
+ * One broker under test, in a process of its own so that its CPU, RSS and heap are its own.
+ * Driven over IPC (see BrokerChildApi); run with --expose-gc for memory figures and optionally
+ * --cpu-prof. The broker is the real one: `createBroker` from @mcp-broker/broker.
+ */
+import { writeFileSync } from "node:fs";
+import { Session } from "node:inspector/promises";
+import { writeHeapSnapshot } from "node:v8";
+import { createBroker, createLogger, type Broker } from "@mcp-broker/broker";
+import { parseConfig } from "@mcp-broker/shared";
+import { BACKEND_ID } from "../core/bench-uris.js";
+import { parentLink } from "../core/links.js";
+import { exitWithParent } from "../core/process-group.js";
+import { sampleUsage } from "../core/process-usage.js";
+import { serveRpc } from "../core/rpc.js";
+import type { BrokerChildApi } from "./broker-child-api.js";
+
+let broker: Broker | undefined;
+let profiler: Session | undefined;
+
+const shutdown = async (): Promise<void> => {
+  const running = broker;
+  broker = undefined;
+  await running?.close().catch(() => undefined);
+};
+
+const api: BrokerChildApi = {
+  start: async ({ config }) => {
+    if (broker !== undefined) throw new Error("broker already started");
+    const parsed = parseConfig(config, "bench config");
+    const started = createBroker(parsed, { logger: createLogger(parsed.logging.level) });
+    broker = started;
+    const url = await started.listen();
+    if (!(await started.whenReady(30_000))) {
+      const states = started.pool.all().map((b) => `${b.id}: ${b.state} ${b.lastFailure ?? ""}`);
+      throw new Error(`broker not ready: ${states.join("; ")}`);
+    }
+    return { url };
+  },
+  usage: ({ gc }) => sampleUsage(gc),
+  census: () => ({
+    legacySessions: broker?.sessions.legacySessions().length ?? 0,
+    listens: broker?.sessions.listenCount() ?? 0,
+    watched: broker?.upstream.watched(BACKEND_ID).length ?? 0,
+  }),
+  profileStart: async ({ intervalMicros }) => {
+    if (profiler !== undefined) throw new Error("a step profile is already running");
+    const session = new Session();
+    session.connect();
+    await session.post("Profiler.enable");
+    await session.post("Profiler.setSamplingInterval", { interval: intervalMicros });
+    await session.post("Profiler.start");
+    profiler = session;
+  },
+  profileStop: async ({ file }) => {
+    const session = profiler;
+    profiler = undefined;
+    if (session === undefined) throw new Error("no step profile running");
+    const { profile } = await session.post("Profiler.stop");
+    session.disconnect();
+    writeFileSync(file, JSON.stringify(profile));
+  },
+  heapSnapshot: ({ file }) => {
+    writeHeapSnapshot(file);
+  },
+  stop: async () => {
+    await shutdown();
+    setTimeout(() => process.exit(0), 20);
+  },
+};
+
+serveRpc(parentLink(), api);
+exitWithParent(shutdown);

@@ -1,0 +1,48 @@
+import type { BackendApi } from "../backend/backend-api.js";
+import type { BrokerCensus } from "../broker/broker-child-api.js";
+import type { ProcessUsage } from "../core/process-usage.js";
+import type { RpcClient } from "../core/rpc.js";
+
+export type EngineName = "memory" | "redis";
+
+/** Where diagnostics go; each is off when its directory is undefined. */
+export interface Diagnostics {
+  /** --cpu-prof: whole-process and per-step CPU profiles. */
+  cpuProfDir: string | undefined;
+  /** --heap-snapshot: heap snapshots in the memory scenario. */
+  heapSnapshotDir: string | undefined;
+  /** Step profiles written so far (appended by the engines), for the report. */
+  readonly stepProfiles: string[];
+}
+
+/** Brokers under test, running, with the backend that feeds them. */
+export interface BrokerDeployment {
+  readonly engine: EngineName;
+  /** MCP endpoints; load generators spread sessions over them round-robin. */
+  readonly urls: string[];
+  /** The bench backend whose updates the scenario drives. */
+  readonly backend: RpcClient<BackendApi>;
+  /** One sample per broker process; with `gc`, after full collections. */
+  usage(gc: boolean): Promise<ProcessUsage[]>;
+  census(): Promise<BrokerCensus[]>;
+  /**
+   * Runs `run`; under --cpu-prof also records a CPU profile of every broker process for exactly
+   * that span, to results/broker-<label>-<name>.cpuprofile (whole-process profiles mix in setup).
+   */
+  profiled<T>(name: string, run: () => Promise<T>): Promise<T>;
+  /** Under --heap-snapshot, writes results/broker-<label>-<name>.heapsnapshot per broker process; otherwise nothing. */
+  heapSnapshot(name: string): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/**
+ * How brokers are deployed for a scenario. The memory engine is one process; a Redis engine is
+ * two broker processes sharing a Redis (sessions spread over both): adding it means returning
+ * both URLs from `deploy` and a backend both instances reach (see README, "Adding the Redis engine").
+ */
+export interface BrokerEngine {
+  readonly name: EngineName;
+  /** Why this engine cannot run in this version, or undefined when it can. */
+  readonly unavailableReason: string | undefined;
+  deploy(label: string, options?: { debounceMs?: number }): Promise<BrokerDeployment>;
+}

@@ -1,0 +1,120 @@
+import type { Agent, ClientRequest, IncomingMessage } from "node:http";
+import { LEGACY_PROTOCOL_VERSIONS, META, MODERN_PROTOCOL_VERSION, NOTIFICATION } from "@mcp-broker/shared";
+import { drain, fetchText, openStream, type HttpResponse } from "./http-client.js";
+import type { TargetKind } from "./generator-api.js";
+import { SseParser } from "./sse-parser.js";
+
+const LEGACY_VERSION = LEGACY_PROTOCOL_VERSIONS[0];
+const CLIENT_INFO = { name: "mcp-broker-bench", version: "1.0.0" };
+const ENVELOPE = { [META.protocolVersion]: MODERN_PROTOCOL_VERSION, [META.clientCapabilities]: {}, [META.clientInfo]: CLIENT_INFO };
+const JSON_AND_SSE = "application/json, text/event-stream";
+
+export interface Agents {
+  /** Keep-alive pool for request/response POSTs. */
+  requests: Agent;
+  /** One socket per long-lived stream. */
+  streams: Agent;
+}
+
+/**
+ * One client session driven by hand over raw HTTP (no SDK, so thousands fit in one process).
+ * - legacy: POST initialize → Mcp-Session-Id, POST notifications/initialized, GET the standalone
+ *   SSE stream, POST resources/subscribe.
+ * - modern: one POST subscriptions/listen (MCP-Protocol-Version 2026-07-28, Mcp-Method, `_meta`
+ *   envelope) whose SSE response is the stream; open once the acknowledgement arrives.
+ * - raw: GET /sse?key=K on the baseline server.
+ * Every `data:` line of the stream goes to `onData`.
+ */
+export class ClientSession {
+  sessionId: string | undefined;
+  private req: ClientRequest | undefined;
+  private res: IncomingMessage | undefined;
+  private nextId = 0;
+  private acknowledged: (() => void) | undefined;
+
+  constructor(
+    readonly kind: TargetKind,
+    readonly url: URL,
+    private readonly agents: Agents,
+    private readonly onData: (session: ClientSession, data: string) => void,
+  ) {}
+
+  async open(uri: string, toolsListChanged: boolean): Promise<void> {
+    if (this.kind === "raw") {
+      await this.attachStream(new URL(`/sse?key=${encodeURIComponent(uri)}`, this.url), { method: "GET", headers: { accept: "text/event-stream" } });
+      return;
+    }
+    if (this.kind === "legacy") {
+      const init = await this.request("initialize", { protocolVersion: LEGACY_VERSION, capabilities: {}, clientInfo: CLIENT_INFO });
+      const id = init.headers["mcp-session-id"];
+      if (init.status !== 200 || typeof id !== "string") throw new Error(`initialize: HTTP ${init.status} ${init.body.slice(0, 200)}`);
+      this.sessionId = id;
+      const initialized = await this.post({ jsonrpc: "2.0", method: NOTIFICATION.initialized });
+      if (initialized.status !== 202) throw new Error(`notifications/initialized: HTTP ${initialized.status}`);
+      await this.attachStream(this.url, { method: "GET", headers: { accept: "text/event-stream", ...this.legacyHeaders() } });
+      if (uri !== "") await this.call("resources/subscribe", { uri });
+      return;
+    }
+    const notifications = { ...(uri !== "" && { resourceSubscriptions: [uri] }), ...(toolsListChanged && { toolsListChanged: true }) };
+    const body = JSON.stringify({ jsonrpc: "2.0", id: `listen-${++this.nextId}`, method: "subscriptions/listen", params: { notifications, _meta: ENVELOPE } });
+    const ack = new Promise<void>((resolve) => (this.acknowledged = resolve));
+    await this.attachStream(this.url, { method: "POST", headers: { ...this.modernHeaders("subscriptions/listen"), "content-type": "application/json" }, body });
+    await ack;
+  }
+
+  /** A JSON-RPC request on this session (raw: POST /rpc); resolves with the HTTP response. */
+  request(method: string, params: Record<string, unknown>): Promise<HttpResponse> {
+    const id = ++this.nextId;
+    if (this.kind === "modern") {
+      const body = JSON.stringify({ jsonrpc: "2.0", id, method, params: { ...params, _meta: ENVELOPE } });
+      return fetchText(this.agents.requests, this.url, { method: "POST", headers: { ...this.modernHeaders(method), "content-type": "application/json" }, body });
+    }
+    return this.post({ jsonrpc: "2.0", id, method, params });
+  }
+
+  /** A request that must succeed with a JSON-RPC result. */
+  async call(method: string, params: Record<string, unknown>): Promise<string> {
+    const response = await this.request(method, params);
+    if (response.status !== 200 || !response.body.includes('"result"')) throw new Error(`${method}: HTTP ${response.status} ${response.body.slice(0, 200)}`);
+    return response.body;
+  }
+
+  close(): void {
+    this.res?.destroy();
+    this.req?.destroy();
+  }
+
+  /** Called by the stream reader for the modern acknowledgement. */
+  markAcknowledged(): void {
+    this.acknowledged?.();
+    this.acknowledged = undefined;
+  }
+
+  private post(message: Record<string, unknown>): Promise<HttpResponse> {
+    const target = this.kind === "raw" ? new URL("/rpc", this.url) : this.url;
+    const headers = { "content-type": "application/json", accept: JSON_AND_SSE, ...(this.kind === "legacy" ? this.legacyHeaders() : {}) };
+    return fetchText(this.agents.requests, target, { method: "POST", headers, body: JSON.stringify(message) });
+  }
+
+  private legacyHeaders(): Record<string, string> {
+    return this.sessionId === undefined ? {} : { "mcp-session-id": this.sessionId, "mcp-protocol-version": LEGACY_VERSION };
+  }
+
+  private modernHeaders(method: string): Record<string, string> {
+    return { accept: JSON_AND_SSE, "mcp-protocol-version": MODERN_PROTOCOL_VERSION, "mcp-method": method };
+  }
+
+  private async attachStream(url: URL, call: Parameters<typeof openStream>[2]): Promise<void> {
+    const { req, res } = await openStream(this.agents.streams, url, call);
+    if (res.statusCode !== 200 || !(res.headers["content-type"] ?? "").startsWith("text/event-stream")) {
+      const body = await drain(res);
+      throw new Error(`${call.method} stream: HTTP ${res.statusCode ?? 0} ${body.slice(0, 200)}`);
+    }
+    this.req = req;
+    this.res = res;
+    const parser = new SseParser((data) => this.onData(this, data));
+    res.on("data", (chunk: Buffer) => parser.push(chunk.toString("latin1")));
+    res.on("error", () => undefined);
+    req.on("error", () => undefined);
+  }
+}

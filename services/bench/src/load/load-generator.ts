@@ -1,0 +1,182 @@
+/**
+ * A load generator: a child process holding many lightweight client sessions (raw node:http and a
+ * minimal SSE parser, no SDK), recording end-to-end latency of every update it reads, and
+ * reporting its own CPU so a run can show it was not the bottleneck. Driven over IPC (GeneratorApi).
+ */
+import { Agent } from "node:http";
+import { NOTIFICATION } from "@mcp-broker/shared";
+import { nowMicros } from "../core/clock.js";
+import { Histogram } from "../core/histogram.js";
+import { parentLink } from "../core/links.js";
+import { exitWithParent } from "../core/process-group.js";
+import { sampleUsage } from "../core/process-usage.js";
+import { serveRpc } from "../core/rpc.js";
+import { ClientSession, type Agents } from "./client-session.js";
+import type { GeneratorApi, ListWatchReport, OpenParams, OpenResult, RpcLoadParams, RpcLoadResult } from "./generator-api.js";
+import { UpdateRecorder } from "./update-recorder.js";
+
+const URI_FIELD = '"uri":"';
+const LIST_CHANGED = NOTIFICATION.toolsListChanged;
+const ACKNOWLEDGED = NOTIFICATION.subscriptionsAcknowledged;
+
+/** Per-session state of the list-storm watch. */
+interface ListWatch {
+  notifications: number;
+  fetching: boolean;
+  again: boolean;
+  body: string;
+  /** When each distinct list body first arrived, µs. */
+  bodyAt: number;
+}
+
+const agents: Agents = {
+  requests: new Agent({ keepAlive: true, maxSockets: 64, maxFreeSockets: 64 }),
+  streams: new Agent({ keepAlive: false, maxSockets: Number.POSITIVE_INFINITY }),
+};
+const sessions: ClientSession[] = [];
+const recorder = new UpdateRecorder();
+const lists = new Map<ClientSession, ListWatch>();
+let watching = false;
+let listCalls = 0;
+let listErrors = 0;
+
+function onData(session: ClientSession, data: string): void {
+  const uri = data.indexOf(URI_FIELD);
+  if (uri >= 0) {
+    const start = uri + URI_FIELD.length;
+    recorder.onUpdate(data, start, data.indexOf('"', start));
+  } else if (data.includes(LIST_CHANGED)) onListChanged(session);
+  else if (data.includes(ACKNOWLEDGED)) session.markAcknowledged();
+}
+
+function onListChanged(session: ClientSession): void {
+  if (!watching) return;
+  const watch = lists.get(session);
+  if (watch === undefined) return;
+  watch.notifications++;
+  if (watch.fetching) watch.again = true;
+  else void fetchList(session, watch);
+}
+
+/** Re-lists tools as a client would on list_changed; one fetch in flight per session, plus one more if notified meanwhile. */
+async function fetchList(session: ClientSession, watch: ListWatch): Promise<void> {
+  watch.fetching = true;
+  do {
+    watch.again = false;
+    listCalls++;
+    try {
+      const body = await session.call("tools/list", {});
+      if (body !== watch.body) {
+        watch.body = body;
+        watch.bodyAt = nowMicros();
+      }
+    } catch {
+      listErrors++;
+    }
+  } while (watch.again);
+  watch.fetching = false;
+}
+
+async function open(params: OpenParams): Promise<OpenResult> {
+  const started = Date.now();
+  const urls = params.urls.map((u) => new URL(u));
+  let next = 0;
+  let opened = 0;
+  const errors: string[] = [];
+  const worker = async (): Promise<void> => {
+    while (next < params.uris.length) {
+      const index = next++;
+      const session = new ClientSession(params.kind, urls[index % urls.length] as URL, agents, onData);
+      try {
+        await session.open(params.uris[index] ?? "", params.toolsListChanged);
+        sessions.push(session);
+        opened++;
+      } catch (error) {
+        session.close();
+        if (errors.length < 5) errors.push((error as Error).message);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(params.concurrency, params.uris.length) }, worker));
+  return { opened, failed: params.uris.length - opened, errors, ms: Date.now() - started };
+}
+
+async function rpcLoad(params: RpcLoadParams): Promise<RpcLoadResult> {
+  const legacy = sessions.filter((s) => s.kind === "legacy");
+  const rawUrl = params.rawUrl === undefined ? undefined : new URL(params.rawUrl);
+  if (rawUrl === undefined && legacy.length < params.perWorker.length) throw new Error(`rpcLoad needs ${params.perWorker.length} legacy sessions, has ${legacy.length}`);
+  const histogram = new Histogram();
+  let ops = 0;
+  let errors = 0;
+  let firstError: string | undefined;
+  const started = nowMicros();
+  await Promise.all(
+    params.perWorker.map(async (uris, w) => {
+      const session = rawUrl !== undefined ? new ClientSession("raw", rawUrl, agents, onData) : (legacy[w] as ClientSession);
+      for (const uri of uris) {
+        const t0 = nowMicros();
+        try {
+          await session.call(params.method, { uri });
+          histogram.record(nowMicros() - t0);
+          ops++;
+        } catch (error) {
+          errors++;
+          firstError ??= (error as Error).message;
+        }
+      }
+    }),
+  );
+  return { ops, errors, firstError, ms: (nowMicros() - started) / 1000, histogram: histogram.toData() };
+}
+
+function listReport(marker: string): ListWatchReport {
+  const counts = new Map<number, number>();
+  let holding = 0;
+  let lastHeldMicros = 0;
+  for (const watch of lists.values()) {
+    counts.set(watch.notifications, (counts.get(watch.notifications) ?? 0) + 1);
+    if (watch.body.includes(marker)) {
+      holding++;
+      lastHeldMicros = Math.max(lastHeldMicros, watch.bodyAt);
+    }
+  }
+  return { sessions: lists.size, notificationCounts: [...counts].sort((a, b) => a[0] - b[0]), holding, lastHeldMicros, listCalls, listErrors };
+}
+
+const api: GeneratorApi = {
+  open,
+  reset: ({ step, trackSeq }) => recorder.reset(step, trackSeq),
+  progress: () => ({ received: recorder.received }),
+  snapshot: () => ({
+    received: recorder.received,
+    strays: recorder.strays,
+    histogram: recorder.histogram.toData(),
+    firstMicros: recorder.firstMicros,
+    lastMicros: recorder.lastMicros,
+    perSeq: recorder.perSeqEntries(),
+    usage: sampleUsage(),
+  }),
+  watchLists: () => {
+    watching = true;
+    listCalls = listErrors = 0;
+    lists.clear();
+    for (const session of sessions) if (session.kind !== "raw") lists.set(session, { notifications: 0, fetching: false, again: false, body: "", bodyAt: 0 });
+  },
+  listReport: ({ marker }) => listReport(marker),
+  rpcLoad,
+  usage: ({ gc }) => sampleUsage(gc),
+  closeAll: async () => {
+    for (const session of sessions.splice(0)) session.close();
+    lists.clear();
+    watching = false;
+  },
+  stop: () => {
+    for (const session of sessions.splice(0)) session.close();
+    setTimeout(() => process.exit(0), 20);
+  },
+};
+
+serveRpc(parentLink(), api);
+exitWithParent(() => {
+  for (const session of sessions) session.close();
+});

@@ -1,0 +1,45 @@
+import type { ProtocolEra } from "@modelcontextprotocol/client";
+import type { CachedPrompt, CachedResource, CachedTemplateResource, CachedToolCall } from "./cache/content-cache.js";
+import type { ConnectionState } from "./connection/connection-supervisor.js";
+import type { Prompt, Resource, ResourceTemplate, Tool } from "./lists/list-catalog.js";
+
+/** A content change of a resource, from the direct cache or from one template's entry. */
+export type ResourceContentChange =
+  | {
+      readonly source: "resource";
+      readonly uri: string;
+      /** The new entry; null when a re-read failed (the entry was dropped; see `error`). */
+      readonly entry: CachedResource | null;
+      readonly error?: unknown;
+    }
+  | {
+      readonly source: "template";
+      readonly uri: string;
+      readonly uriTemplate: string;
+      readonly entry: CachedTemplateResource | null;
+      readonly error?: unknown;
+    };
+
+/** The events of a `BrokerClient`, by name, with the `detail` each carries. */
+export interface BrokerClientEventMap {
+  /** The connection state changed (`attempt`: failed reconnect attempts so far). */
+  connectionChange: { readonly state: ConnectionState; readonly era: ProtocolEra | undefined; readonly error?: unknown; readonly attempt?: number };
+  /** The tool list was (re)loaded; on failure `tools` is the previous list and `error` says why. */
+  toolsChange: { readonly tools: readonly Tool[]; readonly error?: unknown };
+  resourcesChange: { readonly resources: readonly Resource[]; readonly error?: unknown };
+  resourceTemplatesChange: { readonly resourceTemplates: readonly ResourceTemplate[]; readonly error?: unknown };
+  promptsChange: { readonly prompts: readonly Prompt[]; readonly error?: unknown };
+  /**
+   * The set of subscribed URIs changed, or which of them are pending (refused on a resubscribe,
+   * retried after each reload of the resource list).
+   */
+  resourceSubscriptionsChange: { readonly uris: readonly string[]; readonly pending: readonly string[] };
+  /** A subscribed resource changed and its content is not cached: read it if you need it. */
+  resourceUpdated: { readonly uri: string };
+  /** Cached resource content changed: fetched by a read, or re-read after an update. */
+  resourceContentChange: ResourceContentChange;
+  promptContentChange: { readonly name: string; readonly entry: CachedPrompt };
+  toolCallResultChange: { readonly name: string; readonly entry: CachedToolCall };
+  /** A failure of background work that no call of yours could receive (e.g. a refused resubscribe). */
+  error: { readonly error: unknown; readonly operation: string };
+}

@@ -1,0 +1,152 @@
+import type { CallToolResult, GetPromptResult, ReadResourceResult } from "@modelcontextprotocol/client";
+import { UriTemplate, type UriTemplateVariables } from "@mcp-broker/shared";
+import type { Prompt, Resource, ResourceTemplate, Tool } from "../lists/list-catalog.js";
+import { LatestEntryMap } from "./latest-entry-map.js";
+
+/** The last content read with `readResource(uri)`. */
+export interface CachedResource {
+  readonly uri: string;
+  readonly content: ReadResourceResult;
+  /** When the content arrived (ms since the epoch, from the client's clock). */
+  readonly timestamp: number;
+}
+
+/** The last content read with `readResourceFromTemplate(uriTemplate, params)`. */
+export interface CachedTemplateResource {
+  readonly uriTemplate: string;
+  readonly params: UriTemplateVariables;
+  /** The URI the template expanded to with `params`. */
+  readonly uri: string;
+  readonly content: ReadResourceResult;
+  readonly timestamp: number;
+}
+
+/** The last result of `getPrompt(name, params)`. */
+export interface CachedPrompt {
+  readonly name: string;
+  readonly params: Readonly<Record<string, string>>;
+  readonly result: GetPromptResult;
+  readonly timestamp: number;
+}
+
+/** The last outcome of `callTool(name, params)`: a result, or a failure with its error. */
+export type CachedToolCall =
+  | {
+      readonly name: string;
+      readonly params: Readonly<Record<string, unknown>>;
+      readonly timestamp: number;
+      readonly success: true;
+      readonly result: CallToolResult;
+    }
+  | {
+      readonly name: string;
+      readonly params: Readonly<Record<string, unknown>>;
+      readonly timestamp: number;
+      readonly success: false;
+      /** What the call threw, or a `TOOL_ERROR` BrokerClientError when the tool reported `isError`. */
+      readonly error: unknown;
+      /** The tool's own result, when it ran and reported `isError`. */
+      readonly result?: CallToolResult;
+    };
+
+/**
+ * What users of `BrokerClient.cache` see: the last content fetched per resource, template, prompt
+ * and tool, for display. Reading never contacts the server; clearing only forgets.
+ */
+export interface ContentCacheView {
+  getResource(uri: string): CachedResource | null;
+  getResourceTemplate(uriTemplate: string): CachedTemplateResource | null;
+  getPrompt(name: string): CachedPrompt | null;
+  getToolCallResult(name: string): CachedToolCall | null;
+  clearResource(uri: string): void;
+  clearResourceTemplate(uriTemplate: string): void;
+  clearPrompt(name: string): void;
+  clearToolCallResult(name: string): void;
+  clearAll(): void;
+}
+
+/**
+ * The content cache: one entry per resource URI, per template, per prompt name and per tool name,
+ * the newest fetch replacing the older (see `LatestEntryMap`). Resource and template entries are
+ * separate even when a template expands to a listed URI.
+ *
+ * After a list reload, entries of items that are gone are dropped (`retain*`); a resource entry
+ * stays while its URI is listed or matches a listed template.
+ */
+export class ContentCache implements ContentCacheView {
+  readonly resources = new LatestEntryMap<CachedResource>();
+  readonly templates = new LatestEntryMap<CachedTemplateResource>();
+  readonly prompts = new LatestEntryMap<CachedPrompt>();
+  readonly toolCalls = new LatestEntryMap<CachedToolCall>();
+
+  getResource(uri: string): CachedResource | null {
+    return this.resources.get(uri);
+  }
+
+  getResourceTemplate(uriTemplate: string): CachedTemplateResource | null {
+    return this.templates.get(uriTemplate);
+  }
+
+  getPrompt(name: string): CachedPrompt | null {
+    return this.prompts.get(name);
+  }
+
+  getToolCallResult(name: string): CachedToolCall | null {
+    return this.toolCalls.get(name);
+  }
+
+  clearResource(uri: string): void {
+    this.resources.clear(uri);
+  }
+
+  clearResourceTemplate(uriTemplate: string): void {
+    this.templates.clear(uriTemplate);
+  }
+
+  clearPrompt(name: string): void {
+    this.prompts.clear(name);
+  }
+
+  clearToolCallResult(name: string): void {
+    this.toolCalls.clear(name);
+  }
+
+  clearAll(): void {
+    this.resources.clearAll();
+    this.templates.clearAll();
+    this.prompts.clearAll();
+    this.toolCalls.clearAll();
+  }
+
+  /** The template entries whose expanded URI is `uri`. */
+  templatesExpandingTo(uri: string): CachedTemplateResource[] {
+    return [...this.templates.values()].filter((entry) => entry.uri === uri);
+  }
+
+  retainTools(tools: readonly Tool[]): void {
+    const names = new Set(tools.map((tool) => tool.name));
+    this.toolCalls.retain((name) => names.has(name));
+  }
+
+  retainPrompts(prompts: readonly Prompt[]): void {
+    const names = new Set(prompts.map((prompt) => prompt.name));
+    this.prompts.retain((name) => names.has(name));
+  }
+
+  retainResources(resources: readonly Resource[], templates: readonly ResourceTemplate[]): void {
+    const listed = new Set(resources.map((resource) => resource.uri));
+    const templateStrings = new Set(templates.map((template) => template.uriTemplate));
+    const matchers = [...templateStrings].flatMap((template) => parseTemplate(template) ?? []);
+    this.resources.retain((uri) => listed.has(uri) || matchers.some((matcher) => matcher.match(uri) !== null));
+    this.templates.retain((template) => templateStrings.has(template));
+  }
+}
+
+/** A server-listed template that does not parse matches nothing (it cannot have been expanded either). */
+function parseTemplate(template: string): UriTemplate | undefined {
+  try {
+    return new UriTemplate(template);
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,148 @@
+import type { Clock, TimerHandle } from "@mcp-broker/shared";
+import { BrokerClientError } from "../errors.js";
+import { backoffDelay, type BackoffPolicy } from "@mcp-broker/shared";
+import type { Connection } from "./connection.js";
+
+export type ConnectionState = "disconnected" | "connecting" | "connected" | "reconnecting";
+
+export interface ReconnectPolicy extends BackoffPolicy {
+  /** Give up after this many failed attempts in a row (then the client is disconnected). */
+  maxAttempts: number;
+}
+
+export interface SupervisorDeps {
+  clock: Clock;
+  random: () => number;
+  /** Undefined: a dropped connection is not replaced. */
+  reconnect: ReconnectPolicy | undefined;
+  /** A new, unopened connection whose `lost` is routed to `onLost`. */
+  create(onLost: (connection: Connection, error: BrokerClientError) => void): Connection;
+  /**
+   * Brings an open connection into service (lists, subscriptions) before it is reported
+   * connected. A rejection fails the attempt.
+   */
+  establish(connection: Connection, reconnect: boolean): Promise<void>;
+  /** Every state change; `attempt` counts failed reconnect attempts so far. */
+  stateChanged(change: { state: ConnectionState; error?: unknown; attempt?: number }): void;
+}
+
+type Phase =
+  | { readonly kind: "disconnected" }
+  | { readonly kind: "connecting" }
+  | { readonly kind: "connected"; readonly connection: Connection }
+  /** Waiting for the timer of attempt `attempt`, or running it (`timer` undefined). */
+  | { readonly kind: "reconnecting"; readonly attempt: number; readonly timer: TimerHandle | undefined };
+
+/**
+ * Keeps the client connected: one connection at a time; when it drops, a new one after a capped
+ * exponential backoff with jitter, attempt after attempt, until one is established or the policy
+ * gives up. `disconnect()` stops everything, including an attempt under way (whose connection is
+ * then closed as soon as it opens).
+ */
+export class ConnectionSupervisor {
+  private phase: Phase = { kind: "disconnected" };
+  /** Bumped by connect() and disconnect(): work begun under an older epoch is void. */
+  private epoch = 0;
+
+  constructor(private readonly deps: SupervisorDeps) {}
+
+  get state(): ConnectionState {
+    return this.phase.kind;
+  }
+
+  /** The connection in service; undefined unless connected. */
+  get current(): Connection | undefined {
+    return this.phase.kind === "connected" ? this.phase.connection : undefined;
+  }
+
+  async connect(): Promise<void> {
+    if (this.phase.kind !== "disconnected") {
+      throw new BrokerClientError("ALREADY_CONNECTED", `connect() called while ${this.phase.kind}; call disconnect() first.`);
+    }
+    const epoch = ++this.epoch;
+    this.enter({ kind: "connecting" });
+    try {
+      await this.establish(epoch, false);
+    } catch (error) {
+      if (epoch === this.epoch) this.enter({ kind: "disconnected" }, error);
+      throw error;
+    }
+  }
+
+  async disconnect(): Promise<void> {
+    const phase = this.phase;
+    this.epoch++;
+    if (phase.kind === "disconnected") return;
+    if (phase.kind === "reconnecting" && phase.timer !== undefined) this.deps.clock.clearTimeout(phase.timer);
+    this.enter({ kind: "disconnected" });
+    if (phase.kind === "connected") await phase.connection.close({ endSession: true });
+  }
+
+  /**
+   * Opens and establishes a connection and enters `connected` with it; closes it again if anything
+   * fails or the epoch moved on. The last checks and the state change happen in one synchronous
+   * step, so a drop cannot slip in between.
+   */
+  private async establish(epoch: number, reconnect: boolean): Promise<void> {
+    const connection = this.deps.create((lost, error) => this.lost(lost, error));
+    try {
+      await connection.open();
+      if (epoch === this.epoch) await this.deps.establish(connection, reconnect);
+    } catch (error) {
+      await connection.close();
+      throw error;
+    }
+    if (epoch !== this.epoch) {
+      await connection.close();
+      throw new BrokerClientError("NOT_CONNECTED", "disconnect() was called while connecting.");
+    }
+    // It may have dropped while it was being established.
+    if (!connection.alive) throw new BrokerClientError("CONNECTION_LOST", "The connection dropped while it was being established.");
+    this.enter({ kind: "connected", connection });
+  }
+
+  private lost(connection: Connection, error: BrokerClientError): void {
+    if (this.phase.kind !== "connected" || this.phase.connection !== connection) return;
+    if (this.deps.reconnect === undefined) {
+      this.epoch++;
+      this.enter({ kind: "disconnected" }, error);
+      return;
+    }
+    this.schedule(0, error);
+  }
+
+  private schedule(attempt: number, error: unknown): void {
+    const policy = this.deps.reconnect;
+    if (policy === undefined) return;
+    const epoch = this.epoch;
+    const delay = backoffDelay(policy, attempt, this.deps.random);
+    const timer = this.deps.clock.setTimeout(() => void this.attempt(epoch, attempt), delay);
+    this.enter({ kind: "reconnecting", attempt, timer }, error);
+  }
+
+  private async attempt(epoch: number, attempt: number): Promise<void> {
+    if (epoch !== this.epoch) return;
+    this.phase = { kind: "reconnecting", attempt, timer: undefined };
+    try {
+      await this.establish(epoch, true);
+    } catch (error) {
+      if (epoch !== this.epoch) return;
+      const failed = attempt + 1;
+      if (failed >= (this.deps.reconnect?.maxAttempts ?? 0)) {
+        this.epoch++;
+        this.enter({ kind: "disconnected" }, error);
+        return;
+      }
+      this.schedule(failed, error);
+    }
+  }
+
+  private enter(phase: Phase, error?: unknown): void {
+    this.phase = phase;
+    this.deps.stateChanged({
+      state: phase.kind,
+      ...(error !== undefined && { error }),
+      ...(phase.kind === "reconnecting" && { attempt: phase.attempt }),
+    });
+  }
+}

@@ -1,0 +1,135 @@
+import { SerialQueue } from "../util/serial-queue.js";
+import type { SubscriptionChannel } from "./subscription-channel.js";
+
+/** `active`: the server delivers updates. `pending`: refused on a resubscribe, to be retried. */
+type SubscriptionStatus = "active" | "pending";
+
+/** The subscribed URIs, and those of them still waiting to be re-established. */
+export interface SubscriptionSet {
+  readonly uris: readonly string[];
+  readonly pending: readonly string[];
+}
+
+/**
+ * The subscribed resource URIs, kept in step with the server through the channel of the current
+ * connection. Adds, removes, restores and retries run one at a time in call order, so the set and
+ * the server's view never diverge by interleaving.
+ *
+ * Contracts: `add` changes the set only after the server accepted; `remove` always takes the URI
+ * out (the server call's error, if any, is still thrown); a URI the server refuses on `restore`
+ * stays in the set as pending until a `retryPending` gets it accepted (after a reconnect the
+ * server may not know it yet, e.g. a broker whose backend is still starting); `onChange` hears
+ * every change of membership or status.
+ */
+export class ResourceSubscriptions {
+  private readonly uris = new Map<string, SubscriptionStatus>();
+  private readonly queue = new SerialQueue();
+  /** Bumped by `clear()`: an add that was under way when the set was cleared does not land. */
+  private generation = 0;
+
+  constructor(private readonly onChange: (set: SubscriptionSet) => void) {}
+
+  list(): string[] {
+    return [...this.uris.keys()];
+  }
+
+  active(): string[] {
+    return this.withStatus("active");
+  }
+
+  pending(): string[] {
+    return this.withStatus("pending");
+  }
+
+  has(uri: string): boolean {
+    return this.uris.has(uri);
+  }
+
+  /** Whether an update for `uri` is one of ours: a subscribed URI or a sub-resource of one. */
+  covers(uri: string): boolean {
+    if (this.uris.has(uri)) return true;
+    for (const subscribed of this.uris.keys()) {
+      if (uri.startsWith(subscribed.endsWith("/") ? subscribed : `${subscribed}/`)) return true;
+    }
+    return false;
+  }
+
+  /** `channel` is looked up when the add runs (it throws when there is no usable connection). */
+  add(uri: string, channel: () => SubscriptionChannel): Promise<void> {
+    return this.queue.run(async () => {
+      if (this.uris.has(uri)) return;
+      const generation = this.generation;
+      await channel().add(uri, this.active());
+      if (generation !== this.generation) return;
+      this.uris.set(uri, "active");
+      this.changed();
+    });
+  }
+
+  /** `channel` is undefined while disconnected: then only the set changes. */
+  remove(uri: string, channel: () => SubscriptionChannel | undefined): Promise<void> {
+    return this.queue.run(async () => {
+      const status = this.uris.get(uri);
+      if (status === undefined) return;
+      this.uris.delete(uri);
+      this.changed();
+      if (status === "active") await channel()?.remove(uri, this.active());
+    });
+  }
+
+  /**
+   * Re-establishes the whole set on a fresh connection's channel. Resolves with the URIs the
+   * server refused (now pending) and why.
+   */
+  restore(channel: SubscriptionChannel): Promise<Map<string, unknown>> {
+    return this.queue.run(async () => {
+      const refused = await channel.restore(this.list());
+      let changed = false;
+      for (const [uri, status] of this.uris) {
+        const next = refused.has(uri) ? "pending" : "active";
+        changed ||= next !== status;
+        this.uris.set(uri, next);
+      }
+      if (changed) this.changed();
+      return refused;
+    });
+  }
+
+  /** Tries each pending URI again. Resolves with those now active and those still refused. */
+  retryPending(channel: SubscriptionChannel): Promise<{ activated: string[]; refused: Map<string, unknown> }> {
+    return this.queue.run(async () => {
+      const activated: string[] = [];
+      const refused = new Map<string, unknown>();
+      for (const uri of this.pending()) {
+        try {
+          await channel.add(uri, this.active());
+        } catch (error) {
+          refused.set(uri, error);
+          continue;
+        }
+        // Removed or cleared meanwhile: nothing to activate.
+        if (this.uris.get(uri) !== "pending") continue;
+        this.uris.set(uri, "active");
+        activated.push(uri);
+      }
+      if (activated.length > 0) this.changed();
+      return { activated, refused };
+    });
+  }
+
+  /** Empties the set at once (disconnect), without contacting the server. */
+  clear(): void {
+    this.generation++;
+    if (this.uris.size === 0) return;
+    this.uris.clear();
+    this.changed();
+  }
+
+  private withStatus(status: SubscriptionStatus): string[] {
+    return [...this.uris].filter(([, s]) => s === status).map(([uri]) => uri);
+  }
+
+  private changed(): void {
+    this.onChange({ uris: this.list(), pending: this.pending() });
+  }
+}

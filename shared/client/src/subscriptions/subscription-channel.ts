@@ -1,0 +1,22 @@
+/**
+ * How one connection carries resource subscriptions to the server: `resources/subscribe` per URI
+ * on a legacy connection (`LegacySubscriptionChannel`), one `subscriptions/listen` stream whose
+ * filter mirrors the whole set on a modern one (`ListenStream`). Callers serialize the calls.
+ */
+export interface SubscriptionChannel {
+  /**
+   * Makes the server send updates for `uri` besides those of `current` (which excludes `uri`).
+   * Rejects, leaving the server side as it was for `current`, when the server refuses.
+   */
+  add(uri: string, current: readonly string[]): Promise<void>;
+  /** Stops the updates for `uri`; `remaining` is the set without it. */
+  remove(uri: string, remaining: readonly string[]): Promise<void>;
+  /**
+   * Establishes `uris` on a fresh connection (with an empty list too: a listen stream also carries
+   * the list-change notifications). Resolves with the URIs the server refused, and why; rejects
+   * only when the server could not be asked at all.
+   */
+  restore(uris: readonly string[]): Promise<Map<string, unknown>>;
+  /** Stops everything this channel started; idempotent. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,47 @@
+import type { BrokerClient, BrokerClientEventMap } from "../../src/index.js";
+
+type EventName = keyof BrokerClientEventMap;
+
+/** Resolves with the detail of the next `type` event that satisfies `accept`; rejects after `timeoutMs`. */
+export function nextEvent<K extends EventName>(
+  client: BrokerClient,
+  type: K,
+  accept: (detail: BrokerClientEventMap[K]) => boolean = () => true,
+  timeoutMs = 10_000,
+): Promise<BrokerClientEventMap[K]> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      stop();
+      reject(new Error(`no ${type} event within ${timeoutMs} ms`));
+    }, timeoutMs);
+    const stop = client.on(type, (detail) => {
+      if (!accept(detail)) return;
+      clearTimeout(timer);
+      stop();
+      resolve(detail);
+    });
+  });
+}
+
+/** Records every `type` event from now on. */
+export function record<K extends EventName>(client: BrokerClient, type: K): BrokerClientEventMap[K][] {
+  const seen: BrokerClientEventMap[K][] = [];
+  client.on(type, (detail) => seen.push(detail));
+  return seen;
+}
+
+/** The text of the first text content of a read, prompt or tool result. */
+export function firstText(result: { contents?: unknown[]; content?: unknown[] } | null | undefined): string | undefined {
+  const items = (result?.contents ?? result?.content ?? []) as { text?: unknown }[];
+  const text = items.find((item) => typeof item.text === "string")?.text;
+  return typeof text === "string" ? text : undefined;
+}
+
+/** Resolves once `predicate` holds (checked after each turn of the event loop); rejects after `timeoutMs`. */
+export async function eventually(predicate: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise<void>((resolve) => setTimeout(resolve, 1));
+  }
+}

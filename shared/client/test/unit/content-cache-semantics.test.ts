@@ -1,0 +1,184 @@
+import { ProtocolError } from "@modelcontextprotocol/client";
+import { afterEach, describe, expect, it } from "vitest";
+import { BrokerClientError, type BrokerClient } from "../../src/index.js";
+import { eventually, firstText, nextEvent, record } from "../helpers/events.js";
+import { unitSetup } from "../helpers/unit-client.js";
+
+describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
+  let client: BrokerClient | undefined;
+  afterEach(async () => {
+    await client?.disconnect();
+  });
+
+  it("fills from every fetch, with a timestamp and the params, and announces each entry", async () => {
+    const { clock, client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    const resourceChange = nextEvent(c, "resourceContentChange");
+    const read = await c.readResource("test://one");
+    expect(firstText(read)).toBe("one v1");
+    expect(await resourceChange).toMatchObject({ source: "resource", uri: "test://one", entry: { content: read } });
+    expect(c.cache.getResource("test://one")).toEqual({ uri: "test://one", content: read, timestamp: clock.now() });
+
+    const promptChange = nextEvent(c, "promptContentChange");
+    const prompt = await c.getPrompt("greet", { who: "Ada" });
+    expect((await promptChange).entry).toEqual({ name: "greet", params: { who: "Ada" }, result: prompt, timestamp: clock.now() });
+    expect(c.cache.getPrompt("greet")?.result).toEqual(prompt);
+
+    const toolChange = nextEvent(c, "toolCallResultChange");
+    const result = await c.callTool("echo", { x: 1 });
+    expect((await toolChange).entry).toEqual({ name: "echo", params: { x: 1 }, result, success: true, timestamp: clock.now() });
+  });
+
+  it("expands a template (RFC 6570) and caches per template, apart from the resource cache", async () => {
+    const { client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    const change = nextEvent(c, "resourceContentChange");
+    const read = await c.readResourceFromTemplate("test://items/{id}", { id: "a b" });
+    expect(firstText(read)).toBe("item a%20b");
+    const entry = c.cache.getResourceTemplate("test://items/{id}");
+    expect(entry).toMatchObject({ uriTemplate: "test://items/{id}", params: { id: "a b" }, uri: "test://items/a%20b", content: read });
+    expect(await change).toMatchObject({ source: "template", uri: "test://items/a%20b", uriTemplate: "test://items/{id}" });
+    expect(c.cache.getResource("test://items/a%20b")).toBeNull();
+  });
+
+  it("keeps one entry per resource, template, prompt and tool: the newest replaces the older", async () => {
+    const { backend, client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    await c.readResource("test://one");
+    backend.texts.set("test://one", "one v2");
+    await c.readResource("test://one");
+    expect(firstText(c.cache.getResource("test://one")?.content)).toBe("one v2");
+
+    await c.readResourceFromTemplate("test://items/{id}", { id: "1" });
+    await c.readResourceFromTemplate("test://items/{id}", { id: "2" });
+    expect(c.cache.getResourceTemplate("test://items/{id}")).toMatchObject({ params: { id: "2" }, uri: "test://items/2" });
+
+    await c.getPrompt("greet", { who: "Ada" });
+    await c.getPrompt("greet", { who: "Grace" });
+    expect(c.cache.getPrompt("greet")?.params).toEqual({ who: "Grace" });
+
+    await c.callTool("echo", { x: 1 });
+    await c.callTool("echo", { x: 2 });
+    expect(c.cache.getToolCallResult("echo")).toMatchObject({ params: { x: 2 }, success: true });
+    expect(firstText(c.cache.getToolCallResult("echo")?.result)).toBe('echo {"x":2}');
+
+    // Calls that overlap: the one started last wins, whichever answers last.
+    const [first, second] = [c.callTool("echo", { x: 3 }), c.callTool("echo", { x: 4 })];
+    await Promise.all([first, second]);
+    expect(c.cache.getToolCallResult("echo")?.params).toEqual({ x: 4 });
+  });
+
+  it("caches failed tool calls with success: false and the error", async () => {
+    const { client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    // The tool ran and reported isError: resolved like the SDK does, cached as a failure.
+    const failed = await c.callTool("fail");
+    expect(failed.isError).toBe(true);
+    const toolError = c.cache.getToolCallResult("fail");
+    expect(toolError).toMatchObject({ success: false, result: failed, params: {} });
+    expect(toolError?.success === false && toolError.error).toBeInstanceOf(BrokerClientError);
+    expect(toolError?.success === false && (toolError.error as BrokerClientError).code).toBe("TOOL_ERROR");
+
+    // The call itself failed (a JSON-RPC error): thrown, and cached.
+    const change = nextEvent(c, "toolCallResultChange", (d) => d.name === "missing");
+    const thrown = await c.callTool("missing", { a: 1 }).catch((error: unknown) => error);
+    expect(thrown).toBeInstanceOf(ProtocolError);
+    expect((await change).entry).toMatchObject({ name: "missing", params: { a: 1 }, success: false, error: thrown });
+    expect(c.cache.getToolCallResult("missing")).toMatchObject({ success: false, error: thrown });
+    expect(c.cache.getToolCallResult("missing")?.timestamp).toEqual(expect.any(Number));
+  });
+
+  it("preserves the content of items that still exist across a list reload, and drops the rest", async () => {
+    const { backend, clock, client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    await c.readResource("test://one");
+    await c.readResource("test://two");
+    await c.readResourceFromTemplate("test://items/{id}", { id: "7" });
+    await c.getPrompt("greet");
+    await c.getPrompt("summarize");
+    await c.callTool("echo");
+    await c.callTool("fail");
+
+    backend.texts.delete("test://two");
+    backend.prompts.delete("summarize");
+    backend.tools.delete("fail");
+    const reloaded = Promise.all([nextEvent(c, "resourcesChange"), nextEvent(c, "promptsChange"), nextEvent(c, "toolsChange")]);
+    for (const kind of ["resources", "prompts", "tools"] as const) backend.listChanged(kind);
+    await eventually(() => clock.pendingDelays().filter((d) => d === 100).length === 3, "three debounce timers");
+    await clock.advance(100);
+    await reloaded;
+
+    expect(c.cache.getResource("test://one")).not.toBeNull();
+    expect(c.cache.getResource("test://two")).toBeNull();
+    expect(c.cache.getResourceTemplate("test://items/{id}")).not.toBeNull();
+    expect(c.cache.getPrompt("greet")).not.toBeNull();
+    expect(c.cache.getPrompt("summarize")).toBeNull();
+    expect(c.cache.getToolCallResult("echo")).not.toBeNull();
+    expect(c.cache.getToolCallResult("fail")).toBeNull();
+  });
+
+  it("keeps the content when a reload fails (the server's list is unknown then)", async () => {
+    const { backend, clock, client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    await c.callTool("echo");
+    backend.failing.add("tools/list");
+    const change = nextEvent(c, "toolsChange");
+    backend.listChanged("tools");
+    await eventually(() => clock.pendingDelays().includes(100), "the debounce timer");
+    await clock.advance(100);
+    expect((await change).error).toBeDefined();
+    expect(c.cache.getToolCallResult("echo")).not.toBeNull();
+  });
+
+  it("is cleared, with the subscriptions and lists, on disconnect", async () => {
+    const { client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    await c.readResource("test://one");
+    await c.readResourceFromTemplate("test://items/{id}", { id: "1" });
+    await c.getPrompt("greet");
+    await c.callTool("echo");
+    await c.subscribeToResource("test://one");
+    const subscriptions = record(c, "resourceSubscriptionsChange");
+    await c.disconnect();
+    expect(c.state).toBe("disconnected");
+    expect(c.cache.getResource("test://one")).toBeNull();
+    expect(c.cache.getResourceTemplate("test://items/{id}")).toBeNull();
+    expect(c.cache.getPrompt("greet")).toBeNull();
+    expect(c.cache.getToolCallResult("echo")).toBeNull();
+    expect(c.getSubscribedResources()).toEqual([]);
+    expect(subscriptions).toEqual([{ uris: [], pending: [] }]);
+    expect(c.getTools()).toEqual([]);
+    await expect(c.readResource("test://one")).rejects.toMatchObject({ code: "NOT_CONNECTED" });
+  });
+
+  it("clears single entries and everything on request", async () => {
+    const { client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    await c.readResource("test://one");
+    await c.readResourceFromTemplate("test://items/{id}", { id: "1" });
+    await c.getPrompt("greet");
+    await c.callTool("echo");
+    await c.callTool("fail");
+    c.cache.clearResource("test://one");
+    c.cache.clearResourceTemplate("test://items/{id}");
+    c.cache.clearPrompt("greet");
+    c.cache.clearToolCallResult("echo");
+    expect([c.cache.getResource("test://one"), c.cache.getResourceTemplate("test://items/{id}"), c.cache.getPrompt("greet"), c.cache.getToolCallResult("echo")]).toEqual([
+      null,
+      null,
+      null,
+      null,
+    ]);
+    expect(c.cache.getToolCallResult("fail")).not.toBeNull();
+    c.cache.clearAll();
+    expect(c.cache.getToolCallResult("fail")).toBeNull();
+  });
+});

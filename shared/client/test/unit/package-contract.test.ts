@@ -1,0 +1,26 @@
+import { readdir, readFile } from "node:fs/promises";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { CLIENT_ERROR_CATALOG } from "../../src/index.js";
+
+const root = fileURLToPath(new URL("../../", import.meta.url));
+
+describe("package contract", () => {
+  it("documents exactly the error catalog in the README", async () => {
+    const readme = await readFile(`${root}README.md`, "utf8");
+    const section = readme.slice(readme.indexOf("## Errors"), readme.indexOf("## CLI"));
+    const documented = Object.fromEntries([...section.matchAll(/^\| `([A-Z_]+)` \| (.+) \|$/gm)].map(([, code, meaning]) => [code, meaning]));
+    expect(documented).toEqual(CLIENT_ERROR_CATALOG);
+  });
+
+  it("keeps Node-only modules out of the library (only the CLI may use them)", async () => {
+    const files = (await readdir(`${root}src`, { recursive: true })).filter((name) => name.endsWith(".ts") && name !== "cli.ts");
+    expect(files.length).toBeGreaterThan(15);
+    for (const name of files) {
+      const source = await readFile(`${root}src/${name}`, "utf8");
+      const imports = [...source.matchAll(/from "([^"]+)"/g)].map(([, specifier]) => specifier);
+      expect(imports.filter((specifier) => specifier?.startsWith("node:") || specifier?.endsWith("/stdio")), name).toEqual([]);
+      expect(source, name).not.toMatch(/\bprocess\.|\bBuffer\b|\brequire\(/);
+    }
+  });
+});
