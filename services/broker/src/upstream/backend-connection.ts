@@ -143,6 +143,11 @@ export class BackendConnection {
    * Resolves once an open stream's acknowledgement honors it; rejects with a `BrokerError` when the
    * backend refuses it or the connection ends.
    */
+  /** Modern backends: the resource URIs of each open upstream listen stream (empty otherwise). */
+  listenStreams(): string[][] {
+    return this.listen?.openStreams() ?? [];
+  }
+
   watchListen(uri: string): Promise<void> {
     if (this.listen === undefined || this.stateValue !== "connected") return Promise.reject(this.unavailable());
     return this.listen.add(uri);

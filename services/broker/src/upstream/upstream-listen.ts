@@ -102,6 +102,11 @@ export class UpstreamListen {
     return Math.max(0, now - this.downSince);
   }
 
+  /** The resource URIs each open upstream stream carries, oldest first (for the operator view and tests). */
+  openStreams(): string[][] {
+    return this.streams.map((s) => [...s.honored]);
+  }
+
   /** A listen request is waiting for its acknowledgement. */
   get opening(): boolean {
     return this.inFlight;
@@ -186,6 +191,7 @@ export class UpstreamListen {
       this.deps.logger.warn({ backend: this.deps.backendId }, "backend honors no list-change notifications on subscriptions/listen");
     }
     this.streams.push(stream);
+    this.deps.logger.debug({ backend: this.deps.backendId, uris: stream.honored.size, wanted: this.wanted.size, open: this.streams.length }, "upstream listen stream opened");
     void subscription.closed.then((how) => this.onClosed(stream, how));
     this.trackDowntime();
     const requested = new Set(uris);
@@ -272,6 +278,7 @@ export class UpstreamListen {
   }
 
   private closeStreams(streams: OpenStream[]): void {
+    if (streams.length > 0) this.deps.logger.debug({ backend: this.deps.backendId, closed: streams.length, open: this.streams.length }, "upstream listen streams retired");
     for (const s of streams) void s.subscription.close().catch(() => undefined);
   }
 
