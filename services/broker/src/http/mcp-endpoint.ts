@@ -189,7 +189,7 @@ export class McpEndpoint {
       get closed() {
         return stream.closed;
       },
-      write: (notification: PreparedNotification, eventId: string) => stream.write(notification.legacyBody(), eventId),
+      write: (notification: PreparedNotification) => stream.write(notification.legacyFrame()),
       onClose: (listener: () => void) => stream.onClose(listener),
       close: () => stream.close(),
     };

@@ -37,19 +37,10 @@ export class SseStream {
     else this.closeListeners.push(listener);
   }
 
-  /**
-   * Writes one pre-encoded event body (see `encodeEvent`), preceded by its id line when given;
-   * returns false when the stream is closed.
-   */
-  write(body: Buffer, eventId?: string): boolean {
+  /** Writes one pre-encoded event (see `encodeEvent`); returns false when the stream is closed. */
+  write(frame: Buffer): boolean {
     if (this.closedFlag) return false;
-    if (eventId === undefined) this.res.write(body);
-    else {
-      this.res.cork();
-      this.res.write(`id: ${eventId}\n`);
-      this.res.write(body);
-      process.nextTick(() => this.res.uncork());
-    }
+    this.res.write(frame);
     return this.checkBuffered();
   }
 
@@ -95,7 +86,7 @@ export class SseStream {
   }
 }
 
-/** The body of one SSE `message` event carrying a JSON-RPC message; encode once, write to many. */
-export function encodeEvent(message: unknown): Buffer {
-  return Buffer.from(`event: message\ndata: ${JSON.stringify(message)}\n\n`);
+/** One SSE `message` event carrying a JSON-RPC message, with its id when given; encode once, write to many. */
+export function encodeEvent(message: unknown, eventId?: number): Buffer {
+  return Buffer.from(`${eventId === undefined ? "" : `id: ${eventId}\n`}event: message\ndata: ${JSON.stringify(message)}\n\n`);
 }

@@ -12,7 +12,8 @@ const HISTORY = 512;
 /** Where a session's unsolicited notifications go: its standalone SSE stream, or stdout in stdio mode. */
 export interface NotificationWriter {
   readonly closed: boolean;
-  write(notification: PreparedNotification, eventId: string): void;
+  /** Writes the notification with its own event id (`notification.eventId`). */
+  write(notification: PreparedNotification): void;
   onClose(listener: () => void): void;
   close(): void;
 }
@@ -20,18 +21,21 @@ export interface NotificationWriter {
 /**
  * The I/O side of one legacy session: its standalone SSE stream, the event history for
  * resumption, and the promise plumbing between requests and the session actor, which owns the
- * state. Each notification goes on the standalone stream only (exactly one stream), with an
- * event id unique within the session.
+ * state. Each notification goes on the standalone stream only (exactly one stream), with its
+ * event id, which increases within the session (ids are process-wide, so not consecutively).
  */
 export class LegacySession implements NotificationSink, LegacySessionPort {
   logLevel: LogLevel | undefined;
   /** Requests in flight, by JSON-RPC id, for `notifications/cancelled`. */
   readonly inflight = new Map<string | number, AbortController>();
   private stream: NotificationWriter | undefined;
-  private seq = 0;
   /** The newest event id written to a stream; later ones were produced while none was attached. */
   private written = 0;
-  private readonly history: { id: number; notification: PreparedNotification }[] = [];
+  /** Recent events, oldest first, from `history[head]` on (the front is dropped in batches). */
+  private history: (PreparedNotification | undefined)[] = [];
+  private head = 0;
+  /** The newest event id no longer in the history: a client that saw less than this missed some. */
+  private trimmed = 0;
   private nextReply = 0;
   private readonly replies = new Map<number, { resolve: () => void; reject: (error: BrokerError) => void }>();
 
@@ -80,12 +84,10 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   }
 
   deliver(notification: PreparedNotification): void {
-    const id = ++this.seq;
-    this.history.push({ id, notification });
-    if (this.history.length > HISTORY) this.history.shift();
+    this.remember(notification);
     if (this.stream === undefined) return;
-    this.stream.write(notification, String(id));
-    this.written = id;
+    this.stream.write(notification);
+    this.written = notification.eventId;
   }
 
   /**
@@ -110,19 +112,37 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
 
   private replay(stream: NotificationWriter, lastEventId: string): void {
     const last = Number(lastEventId);
-    const oldest = this.history[0]?.id ?? this.seq + 1;
-    if (!Number.isInteger(last) || last < oldest - 1 || last > this.seq) {
+    const latest = this.latest();
+    if (!Number.isInteger(last) || last < this.trimmed || last > latest) {
       for (const uri of this.subscriptions()) {
-        const id = ++this.seq;
         const notification = PreparedNotification.resourceUpdated(uri);
-        this.history.push({ id, notification });
-        stream.write(notification, String(id));
+        this.remember(notification);
+        stream.write(notification);
       }
-      this.written = this.seq;
-      return;
+    } else {
+      for (let i = this.head; i < this.history.length; i++) {
+        const event = this.history[i];
+        if (event !== undefined && event.eventId > last) stream.write(event);
+      }
     }
-    for (const event of this.history) if (event.id > last) stream.write(event.notification, String(event.id));
-    this.written = this.seq;
+    this.written = this.latest();
+  }
+
+  /** The newest event id this session has had. */
+  private latest(): number {
+    return this.history.at(-1)?.eventId ?? this.trimmed;
+  }
+
+  /** Keeps the newest HISTORY events; dropping from the front in batches keeps this O(1) amortised. */
+  private remember(notification: PreparedNotification): void {
+    this.history.push(notification);
+    if (this.history.length - this.head <= HISTORY) return;
+    this.trimmed = this.history[this.head]?.eventId ?? this.trimmed;
+    this.history[this.head++] = undefined;
+    if (this.head >= HISTORY) {
+      this.history = this.history.slice(this.head);
+      this.head = 0;
+    }
   }
 
   private ask(send: (replyTo: number) => void): Promise<void> {

@@ -1,11 +1,17 @@
 import { META, NOTIFICATION, LIST_CHANGED_METHOD, type ListName } from "@mcp-broker/shared";
 import { encodeEvent } from "../http/sse-stream.js";
 
+/** Event ids increase across the process, so each session's ids increase too (not consecutively). */
+let lastEventId = 0;
+
 /**
  * One notification on its way to many streams, encoded at most once per era: legacy streams all
- * get the same bytes; modern streams get the same bytes around their own subscription id.
+ * get the same frame, event id included, in one write; modern streams get the same bytes around
+ * their own subscription id.
  */
 export class PreparedNotification {
+  /** The SSE event id it carries on every legacy stream. */
+  readonly eventId = ++lastEventId;
   private legacy: Buffer | undefined;
   private modern: { head: Buffer; tail: Buffer } | undefined;
   private line: string | undefined;
@@ -23,9 +29,9 @@ export class PreparedNotification {
     return new PreparedNotification(LIST_CHANGED_METHOD[list], {});
   }
 
-  /** The SSE event body for legacy streams. */
-  legacyBody(): Buffer {
-    this.legacy ??= encodeEvent({ jsonrpc: "2.0", method: this.method, params: this.params });
+  /** The whole SSE event for legacy streams, its id line included. */
+  legacyFrame(): Buffer {
+    this.legacy ??= encodeEvent({ jsonrpc: "2.0", method: this.method, params: this.params }, this.eventId);
     return this.legacy;
   }
 

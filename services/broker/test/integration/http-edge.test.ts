@@ -202,14 +202,15 @@ describe("HTTP edge", () => {
     const headers = { ...auth(KEY_A), "mcp-session-id": sessionId, accept: "text/event-stream" };
     const first = await openSse(running.url, headers);
     await eventually(() => first.events.length === 1, "the event sent before the stream");
-    expect(first.events[0]).toMatchObject({ id: "1", data: { method: "notifications/tools/list_changed" } });
+    expect(first.events[0]).toMatchObject({ id: expect.stringMatching(/^\d+$/), data: { method: "notifications/tools/list_changed" } });
 
     const second = await openSse(running.url, headers);
     await first.ended;
     await new Promise((r) => setTimeout(r, 700)); // past requestTimeoutMs (500)
     session?.deliver(PreparedNotification.listChanged("prompts"));
     await eventually(() => second.events.length === 1, "the event on the new stream");
-    expect(second.events[0]).toMatchObject({ id: "2", data: { method: "notifications/prompts/list_changed" } });
+    expect(second.events[0]).toMatchObject({ data: { method: "notifications/prompts/list_changed" } });
+    expect(Number(second.events[0]?.id)).toBeGreaterThan(Number(first.events[0]?.id));
     expect(first.events).toHaveLength(1);
     second.close();
   });

@@ -1,0 +1,77 @@
+import type { AddOutcome } from "@mcp-broker/shared";
+import { describe, expect, it } from "vitest";
+import { createActor, fromPromise } from "xstate";
+import { LegacySession, type NotificationWriter } from "../../src/session/legacy-session.js";
+import { legacySessionMachine } from "../../src/session/legacy-session-machine.js";
+import { PreparedNotification } from "../../src/session/prepared-notification.js";
+import { subscriptionFlow } from "../../src/session/subscription-flow.js";
+
+/** A session whose subscribes always succeed, and streams that record what they are given. */
+function session(): LegacySession {
+  const flow = subscriptionFlow.provide({
+    actors: {
+      validate: fromPromise(async ({ input }: { input: { uri: string } }) => ({ backendId: "b", uri: input.uri })),
+      reserve: fromPromise(async (): Promise<AddOutcome> => ({ status: "added", first: true })),
+      ensureUpstream: fromPromise(async (): Promise<void> => {}),
+      release: fromPromise(async (): Promise<void> => {}),
+    },
+  });
+  const machine = legacySessionMachine.provide({
+    actors: {
+      subscribe: flow,
+      unsubscribe: fromPromise(async (): Promise<void> => {}),
+      releaseAll: fromPromise(async (): Promise<void> => {}),
+    },
+  });
+  const actor = createActor(machine, { input: { id: "s", principal: "p", idleTimeoutMs: 60_000 } });
+  actor.start();
+  return new LegacySession("s", "p", actor);
+}
+
+function stream(): NotificationWriter & { events: { id: number; text: string }[] } {
+  const events: { id: number; text: string }[] = [];
+  return {
+    events,
+    closed: false,
+    write: (n) => events.push({ id: n.eventId, text: n.legacyFrame().toString("utf8") }),
+    onClose: () => undefined,
+    close: () => undefined,
+  };
+}
+
+describe("legacy session: event ids and resumption", () => {
+  it("writes each event once, with an id line, and ids that increase", () => {
+    const s = session();
+    const first = stream();
+    s.attachStream(first, undefined);
+    s.deliver(PreparedNotification.listChanged("tools"));
+    s.deliver(PreparedNotification.listChanged("prompts"));
+    const [a, b] = first.events;
+    expect(a?.text).toMatch(new RegExp(`^id: ${a?.id}\\nevent: message\\ndata: .*tools/list_changed.*\\n\\n$`));
+    expect((b?.id ?? 0) > (a?.id ?? 0)).toBe(true);
+  });
+
+  it("replays exactly what followed Last-Event-ID", () => {
+    const s = session();
+    const notes = [PreparedNotification.listChanged("tools"), PreparedNotification.listChanged("prompts"), PreparedNotification.listChanged("resources")];
+    for (const n of notes) s.deliver(n);
+    const resumed = stream();
+    s.attachStream(resumed, String(notes[0]?.eventId));
+    expect(resumed.events.map((e) => e.id)).toEqual([notes[1]?.eventId, notes[2]?.eventId]);
+  });
+
+  it("re-notifies every subscription when the history no longer covers the gap, or the id is foreign", async () => {
+    const s = session();
+    await s.subscribe("x://a");
+    await s.subscribe("x://b");
+    const first = PreparedNotification.listChanged("tools");
+    s.deliver(first);
+    for (let i = 0; i < 600; i++) s.deliver(PreparedNotification.listChanged("tools"));
+    const late = stream();
+    s.attachStream(late, String(first.eventId));
+    expect(late.events.map((e) => (JSON.parse(e.text.split("data: ")[1] ?? "null") as { params: { uri: string } }).params.uri)).toEqual(["x://a", "x://b"]);
+    const foreign = stream();
+    s.attachStream(foreign, "not-an-id");
+    expect(foreign.events).toHaveLength(2);
+  });
+});
