@@ -191,6 +191,7 @@ export class BackendConnection {
       return;
     }
     client.onclose = () => this.drop(client, "connection closed");
+    this.fastPathUpdates(client, transport);
     this.client = client;
     this.stateValue = "connected";
     this.connectedAt = this.deps.clock.now();
@@ -245,6 +246,25 @@ export class BackendConnection {
     const caps = client.getServerCapabilities() ?? {};
     for (const kind of LIST_KINDS) if (caps[kind] !== undefined) this.deps.listener.listChanged(this, kind);
     this.deps.listener.updatesMissed(this);
+  }
+
+  /**
+   * `resources/updated` is the hot path: taken off the transport before the SDK's dispatch (its
+   * type guards, response-cache eviction — the broker never reads through that cache — and a
+   * promise per notification). Everything else, and anything malformed, goes on to the SDK.
+   */
+  private fastPathUpdates(client: Client, transport: Transport): void {
+    const sdk = transport.onmessage;
+    if (sdk === undefined) return;
+    const { listener } = this.deps;
+    transport.onmessage = (message, extra) => {
+      const candidate = message as { method?: unknown; id?: unknown; params?: { uri?: unknown } };
+      if (candidate.method === NOTIFICATION.resourceUpdated && candidate.id === undefined && typeof candidate.params?.uri === "string") {
+        if (this.client === client) listener.resourceUpdated(this, candidate.params.uri);
+        return;
+      }
+      sdk.call(transport, message, extra);
+    };
   }
 
   private createTransport(watch: NotificationStreamWatch | undefined): Transport {
