@@ -15,7 +15,7 @@ import { honoredFilter, parseListenRequest, type ListenRequest } from "../sessio
 import type { PreparedNotification } from "../session/prepared-notification.js";
 import type { SessionHost } from "../session/session-host.js";
 import type { EdgeSecurity } from "./edge-security.js";
-import { SseStream, encodeEvent } from "./sse-stream.js";
+import { KeepAlive, SseStream, encodeEvent } from "./sse-stream.js";
 
 const SESSION_HEADER = "mcp-session-id";
 
@@ -34,6 +34,7 @@ type Json = Record<string, unknown>;
  */
 export class McpEndpoint {
   private readonly listenStreams = new Set<{ stream: SseStream; finalFrame: Buffer }>();
+  private readonly keepAlive: KeepAlive;
 
   constructor(
     private readonly deps: {
@@ -44,7 +45,9 @@ export class McpEndpoint {
       logger: Logger;
       options: McpEndpointOptions;
     },
-  ) {}
+  ) {
+    this.keepAlive = new KeepAlive(deps.clock, deps.options.keepAliveMs);
+  }
 
   async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const verdict = this.deps.security.check(req);
@@ -73,6 +76,7 @@ export class McpEndpoint {
       stream.close();
     }
     this.listenStreams.clear();
+    this.keepAlive.close();
   }
 
   private async post(req: IncomingMessage, res: ServerResponse, principal: string): Promise<void> {
@@ -184,7 +188,7 @@ export class McpEndpoint {
     const session = this.sessionFor(req, res, principal, null);
     if (session === undefined) return;
     session.touch();
-    const stream = new SseStream(res, { keepAliveMs: this.deps.options.keepAliveMs, clock: this.deps.clock, headers: { [SESSION_HEADER]: session.id } });
+    const stream = new SseStream(res, { keepAlive: this.keepAlive, headers: { [SESSION_HEADER]: session.id } });
     const writer = {
       get closed() {
         return stream.closed;
@@ -252,7 +256,7 @@ export class McpEndpoint {
       logLevel: who.era === "modern" ? (LOG_LEVELS.includes(modernLevel as LogLevel) ? (modernLevel as LogLevel) : undefined) : who.session?.logLevel,
       notify: (method, params) => {
         if (res.writableEnded) return;
-        sse ??= new SseStream(res, { keepAliveMs: this.deps.options.keepAliveMs, clock: this.deps.clock, headers });
+        sse ??= new SseStream(res, { keepAlive: this.keepAlive, headers });
         sse.write(encodeEvent({ jsonrpc: "2.0", method, params }));
       },
     };
@@ -301,7 +305,7 @@ export class McpEndpoint {
           sendJson(res, 200, this.deps.dispatcher.errorResponse(message.id, outcome.error, "modern"));
           return;
         }
-        const opened = new SseStream(res, { keepAliveMs: this.deps.options.keepAliveMs, clock: this.deps.clock });
+        const opened = new SseStream(res, { keepAlive: this.keepAlive });
         stream = opened;
         opened.write(
           encodeEvent({

@@ -9,12 +9,11 @@ import type { Clock, TimerHandle } from "@mcp-broker/shared";
  */
 export class SseStream {
   private closedFlag = false;
-  private keepAlive: TimerHandle | undefined;
   private readonly closeListeners: (() => void)[] = [];
 
   constructor(
     private readonly res: ServerResponse,
-    private readonly options: { keepAliveMs: number; clock: Clock; maxBufferedBytes?: number; headers?: Record<string, string> },
+    private readonly options: { keepAlive?: KeepAlive; maxBufferedBytes?: number; headers?: Record<string, string> },
   ) {
     res.writeHead(200, {
       "content-type": "text/event-stream",
@@ -25,7 +24,7 @@ export class SseStream {
     });
     res.flushHeaders();
     res.on("close", () => this.markClosed());
-    this.armKeepAlive();
+    options.keepAlive?.add(this);
   }
 
   get closed(): boolean {
@@ -71,18 +70,48 @@ export class SseStream {
   private markClosed(): void {
     if (this.closedFlag) return;
     this.closedFlag = true;
-    if (this.keepAlive !== undefined) this.options.clock.clearTimeout(this.keepAlive);
+    this.options.keepAlive?.delete(this);
     for (const listener of this.closeListeners.splice(0)) listener();
   }
+}
 
-  private armKeepAlive(): void {
-    if (this.options.keepAliveMs <= 0) return;
-    this.keepAlive = this.options.clock.setTimeout(() => {
-      if (this.closedFlag) return;
-      this.res.write(": keep-alive\n\n");
-      this.armKeepAlive();
-    }, this.options.keepAliveMs);
-    this.keepAlive.unref?.();
+const KEEP_ALIVE_FRAME = Buffer.from(": keep-alive\n\n");
+
+/**
+ * One timer for every open stream (a timer per stream costs memory per idle session): each
+ * period, every stream gets an SSE comment, so proxies and clients see the connection alive.
+ */
+export class KeepAlive {
+  private readonly streams = new Set<SseStream>();
+  private timer: TimerHandle | undefined;
+
+  /** `periodMs` 0 turns keep-alives off. */
+  constructor(private readonly clock: Clock, private readonly periodMs: number) {}
+
+  add(stream: SseStream): void {
+    if (this.periodMs <= 0) return;
+    this.streams.add(stream);
+    this.arm();
+  }
+
+  delete(stream: SseStream): void {
+    this.streams.delete(stream);
+  }
+
+  close(): void {
+    if (this.timer !== undefined) this.clock.clearTimeout(this.timer);
+    this.timer = undefined;
+    this.streams.clear();
+  }
+
+  private arm(): void {
+    if (this.timer !== undefined) return;
+    this.timer = this.clock.setTimeout(() => {
+      this.timer = undefined;
+      for (const stream of this.streams) stream.write(KEEP_ALIVE_FRAME);
+      if (this.streams.size > 0) this.arm();
+    }, this.periodMs);
+    this.timer.unref?.();
   }
 }
 

@@ -10,7 +10,7 @@ import {
   type SubscriptionRef,
   type SubscriptionRegistry,
 } from "@mcp-broker/shared";
-import { createActor, fromPromise } from "xstate";
+import { createActor, fromCallback, fromPromise } from "xstate";
 import type { Catalog } from "../catalog/catalog.js";
 import type { Logger } from "../logger.js";
 import type { UpstreamPort } from "../upstream/upstream-subscriptions.js";
@@ -59,7 +59,22 @@ export class SessionHost {
   private readonly legacyMachine;
   private readonly listenLogic;
 
+  /**
+   * Every session and listen actor is a child of this one, so they share one actor system (and
+   * its clock): a system per actor cost about 2 KB per idle session. It hears their failures.
+   */
+  private readonly root;
+
   constructor(private readonly deps: SessionHostDeps) {
+    this.root = createActor(
+      fromCallback(({ receive }) => {
+        receive((event) => {
+          if (event.type.startsWith("xstate.error.actor")) deps.logger.error({ err: (event as { error?: unknown }).error }, "a session actor failed");
+        });
+      }),
+      { clock: deps.clock },
+    );
+    this.root.start();
     this.interest = new InterestTable({
       bus: deps.bus,
       clock: deps.clock,
@@ -108,6 +123,7 @@ export class SessionHost {
     this.holdSession(principal);
     const id = randomUUID();
     const actor = createActor(this.legacyMachine, {
+      parent: this.root,
       input: { id, principal, idleTimeoutMs: this.deps.idleTimeoutMs },
       clock: this.deps.clock,
     });
@@ -158,7 +174,7 @@ export class SessionHost {
     }
     const id = `listen-${randomUUID()}`;
     const sink = makeSink(id);
-    const actor = createActor(this.listenLogic, { input: { id, principal, flags, uris: [...new Set(uris)] }, clock: this.deps.clock });
+    const actor = createActor(this.listenLogic, { parent: this.root, input: { id, principal, flags, uris: [...new Set(uris)] }, clock: this.deps.clock });
     actor.on("interest.add", ({ target }) => this.interest.add(CHANNEL.resource(target.backendId, target.uri), sink));
     actor.on("interest.remove", ({ target }) => this.interest.remove(CHANNEL.resource(target.backendId, target.uri), sink));
     actor.on("listen.subscriptions.refused", ({ refused }) => {
