@@ -33,7 +33,8 @@ type Json = Record<string, unknown>;
  * by the SDK's inbound classification, and `subscriptions/listen` streams served here.
  */
 export class McpEndpoint {
-  private readonly listenStreams = new Set<{ stream: SseStream; finalFrame: Buffer }>();
+  /** Open listen streams, by the id of their listen request (for the final result on shutdown). */
+  private readonly listenStreams = new Map<SseStream, string | number>();
   private readonly keepAlive: KeepAlive;
 
   constructor(
@@ -71,8 +72,14 @@ export class McpEndpoint {
 
   /** Graceful shutdown: every listen stream gets its listen result, then ends. */
   closeStreams(): void {
-    for (const { stream, finalFrame } of this.listenStreams) {
-      stream.write(finalFrame);
+    for (const [stream, id] of this.listenStreams) {
+      stream.write(
+        encodeEvent({
+          jsonrpc: "2.0",
+          id,
+          result: { resultType: "complete", _meta: { [META.subscriptionId]: id, [META.serverInfo]: this.deps.options.serverInfo } },
+        }),
+      );
       stream.close();
     }
     this.listenStreams.clear();
@@ -316,16 +323,8 @@ export class McpEndpoint {
         );
         for (const notification of backlog ?? []) opened.writeParts(notification.modernBody(idJson));
         backlog = undefined;
-        const entry = {
-          stream: opened,
-          finalFrame: encodeEvent({
-            jsonrpc: "2.0",
-            id: message.id,
-            result: { resultType: "complete", _meta: { [META.subscriptionId]: message.id, [META.serverInfo]: this.deps.options.serverInfo } },
-          }),
-        };
-        this.listenStreams.add(entry);
-        opened.onClose(() => this.listenStreams.delete(entry));
+        this.listenStreams.set(opened, message.id);
+        opened.onClose(() => this.listenStreams.delete(opened));
       },
     );
     res.on("close", () => handle.close());

@@ -43,13 +43,14 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     readonly id: string,
     readonly principal: string,
     readonly actor: Actor<typeof legacySessionMachine>,
-  ) {
-    actor.on("reply", ({ replyTo, error }) => {
-      const waiter = this.replies.get(replyTo);
-      this.replies.delete(replyTo);
-      if (error === undefined) waiter?.resolve();
-      else waiter?.reject(error);
-    });
+  ) {}
+
+  /** The actor answered operation `replyTo` (its host routes the actor's `reply` effects here). */
+  settle(replyTo: number, error: BrokerError | undefined): void {
+    const waiter = this.replies.get(replyTo);
+    this.replies.delete(replyTo);
+    if (error === undefined) waiter?.resolve();
+    else waiter?.reject(error);
   }
 
   get closed(): boolean {

@@ -128,12 +128,24 @@ export class SessionHost {
       clock: this.deps.clock,
     });
     const session = new LegacySession(id, principal, actor);
-    actor.on("interest.add", ({ target }) => this.interest.add(CHANNEL.resource(target.backendId, target.uri), session));
-    actor.on("interest.remove", ({ target }) => this.interest.remove(CHANNEL.resource(target.backendId, target.uri), session));
-    actor.on("session.ended", () => {
-      this.legacy.delete(id);
-      this.releaseSession(principal);
-      this.deps.logger.info({ session: id, principal }, "session ended");
+    // One listener for all effects (a listener per event type costs a Set each, per session).
+    actor.on("*", (effect) => {
+      switch (effect.type) {
+        case "reply":
+          session.settle(effect.replyTo, effect.error);
+          break;
+        case "interest.add":
+          this.interest.add(CHANNEL.resource(effect.target.backendId, effect.target.uri), session);
+          break;
+        case "interest.remove":
+          this.interest.remove(CHANNEL.resource(effect.target.backendId, effect.target.uri), session);
+          break;
+        case "session.ended":
+          this.legacy.delete(id);
+          this.releaseSession(principal);
+          this.deps.logger.info({ session: id, principal }, "session ended");
+          break;
+      }
     });
     this.legacy.set(id, session);
     actor.start();
@@ -175,20 +187,31 @@ export class SessionHost {
     const id = `listen-${randomUUID()}`;
     const sink = makeSink(id);
     const actor = createActor(this.listenLogic, { parent: this.root, input: { id, principal, flags, uris: [...new Set(uris)] }, clock: this.deps.clock });
-    actor.on("interest.add", ({ target }) => this.interest.add(CHANNEL.resource(target.backendId, target.uri), sink));
-    actor.on("interest.remove", ({ target }) => this.interest.remove(CHANNEL.resource(target.backendId, target.uri), sink));
-    actor.on("listen.subscriptions.refused", ({ refused }) => {
-      const sample = refused.slice(0, 5).map(({ uri, error }) => ({ uri, code: error.code }));
-      this.deps.logger.info({ principal, stream: id, refused: refused.length, sample }, "listen: subscriptions left out of the honored filter");
-    });
-    actor.on("listen.rejected", (event) => onOutcome(event));
-    actor.on("listen.acknowledged", (event) => {
-      this.listens.add(sink);
-      onOutcome(event);
-    });
-    actor.on("listen.ended", () => {
-      this.listens.delete(sink);
-      this.releaseSession(principal);
+    actor.on("*", (effect) => {
+      switch (effect.type) {
+        case "interest.add":
+          this.interest.add(CHANNEL.resource(effect.target.backendId, effect.target.uri), sink);
+          break;
+        case "interest.remove":
+          this.interest.remove(CHANNEL.resource(effect.target.backendId, effect.target.uri), sink);
+          break;
+        case "listen.subscriptions.refused": {
+          const sample = effect.refused.slice(0, 5).map(({ uri, error }) => ({ uri, code: error.code }));
+          this.deps.logger.info({ principal, stream: id, refused: effect.refused.length, sample }, "listen: subscriptions left out of the honored filter");
+          break;
+        }
+        case "listen.rejected":
+          onOutcome(effect);
+          break;
+        case "listen.acknowledged":
+          this.listens.add(sink);
+          onOutcome(effect);
+          break;
+        case "listen.ended":
+          this.listens.delete(sink);
+          this.releaseSession(principal);
+          break;
+      }
     });
     actor.start();
     return {

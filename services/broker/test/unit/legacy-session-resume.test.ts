@@ -24,8 +24,10 @@ function session(): LegacySession {
     },
   });
   const actor = createActor(machine, { input: { id: "s", principal: "p", idleTimeoutMs: 60_000 } });
+  const session = new LegacySession("s", "p", actor);
+  actor.on("reply", ({ replyTo, error }) => session.settle(replyTo, error));
   actor.start();
-  return new LegacySession("s", "p", actor);
+  return session;
 }
 
 function stream(): NotificationWriter & { events: { id: number; text: string }[] } {
