@@ -10,7 +10,7 @@ import {
 import type { Logger } from "../logger.js";
 import type { Dispatcher, JsonRpcRequest, JsonRpcResponse } from "../routing/dispatcher.js";
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
-import type { LegacySession } from "../session/legacy-session.js";
+import type { LegacySession, NotificationWriter } from "../session/legacy-session.js";
 import { honoredFilter, parseListenRequest, type ListenRequest } from "../session/listen-request.js";
 import type { PreparedNotification } from "../session/prepared-notification.js";
 import type { SessionHost } from "../session/session-host.js";
@@ -178,7 +178,7 @@ export class McpEndpoint {
     if (!isRequest) {
       if (message.method === NOTIFICATION.cancelled && isObject(message.params)) {
         const requestId = message.params.requestId;
-        if (typeof requestId === "string" || typeof requestId === "number") session.inflight.get(requestId)?.abort();
+        if (typeof requestId === "string" || typeof requestId === "number") session.cancelRequest(requestId);
       }
       res.writeHead(202).end();
       return;
@@ -196,15 +196,7 @@ export class McpEndpoint {
     if (session === undefined) return;
     session.touch();
     const stream = new SseStream(res, { keepAlive: this.keepAlive, headers: { [SESSION_HEADER]: session.id } });
-    const writer = {
-      get closed() {
-        return stream.closed;
-      },
-      write: (notification: PreparedNotification) => stream.write(notification.legacyFrame()),
-      onClose: (listener: () => void) => stream.onClose(listener),
-      close: () => stream.close(),
-    };
-    session.attachStream(writer, header(req, "last-event-id"));
+    session.attachStream(new LegacyStreamWriter(stream), header(req, "last-event-id"));
   }
 
   private delete(req: IncomingMessage, res: ServerResponse, principal: string): void {
@@ -267,12 +259,12 @@ export class McpEndpoint {
         sse.write(encodeEvent({ jsonrpc: "2.0", method, params }));
       },
     };
-    who.session?.inflight.set(request.id, abort);
+    const untrack = who.session?.trackRequest(request.id, abort);
     let response: JsonRpcResponse;
     try {
       response = await this.deps.dispatcher.handle(request, ctx, who.session);
     } finally {
-      who.session?.inflight.delete(request.id);
+      untrack?.();
     }
     if (sse !== undefined) {
       sse.write(encodeEvent(response));
@@ -331,6 +323,27 @@ export class McpEndpoint {
     req.on("close", () => {
       if (res.writableEnded) handle.close();
     });
+  }
+}
+
+/** A legacy session's standalone stream: its notifications as pre-encoded legacy frames. */
+class LegacyStreamWriter implements NotificationWriter {
+  constructor(private readonly stream: SseStream) {}
+
+  get closed(): boolean {
+    return this.stream.closed;
+  }
+
+  write(notification: PreparedNotification): void {
+    this.stream.write(notification.legacyFrame());
+  }
+
+  onClose(listener: () => void): void {
+    this.stream.onClose(listener);
+  }
+
+  close(): void {
+    this.stream.close();
   }
 }
 

@@ -27,7 +27,7 @@ export interface NotificationWriter {
 export class LegacySession implements NotificationSink, LegacySessionPort {
   logLevel: LogLevel | undefined;
   /** Requests in flight, by JSON-RPC id, for `notifications/cancelled`. */
-  readonly inflight = new Map<string | number, AbortController>();
+  private inflight: Map<string | number, AbortController> | undefined;
   private stream: NotificationWriter | undefined;
   /** The newest event id written to a stream; later ones were produced while none was attached. */
   private written = 0;
@@ -37,7 +37,8 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   /** The newest event id no longer in the history: a client that saw less than this missed some. */
   private trimmed = 0;
   private nextReply = 0;
-  private readonly replies = new Map<number, { resolve: () => void; reject: (error: BrokerError) => void }>();
+  /** Operations waiting for the actor's answer (created on first use: most sessions are idle). */
+  private replies: Map<number, { resolve: () => void; reject: (error: BrokerError) => void }> | undefined;
 
   constructor(
     readonly id: string,
@@ -47,14 +48,26 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
 
   /** The actor answered operation `replyTo` (its host routes the actor's `reply` effects here). */
   settle(replyTo: number, error: BrokerError | undefined): void {
-    const waiter = this.replies.get(replyTo);
-    this.replies.delete(replyTo);
+    const waiter = this.replies?.get(replyTo);
+    this.replies?.delete(replyTo);
     if (error === undefined) waiter?.resolve();
     else waiter?.reject(error);
   }
 
   get closed(): boolean {
     return this.actor.getSnapshot().status !== "active" || this.actor.getSnapshot().matches("closing");
+  }
+
+  /** Tracks a request in flight until `done`, so `notifications/cancelled` can abort it. */
+  trackRequest(requestId: string | number, abort: AbortController): () => void {
+    const inflight = (this.inflight ??= new Map());
+    inflight.set(requestId, abort);
+    return () => inflight.delete(requestId);
+  }
+
+  /** The client sent `notifications/cancelled` for a request. */
+  cancelRequest(requestId: string | number): void {
+    this.inflight?.get(requestId)?.abort();
   }
 
   /** Subscribed client URIs. */
@@ -148,7 +161,8 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
 
   private ask(send: (replyTo: number) => void): Promise<void> {
     const replyTo = ++this.nextReply;
-    const promise = new Promise<void>((resolve, reject) => this.replies.set(replyTo, { resolve, reject }));
+    const replies = (this.replies ??= new Map());
+    const promise = new Promise<void>((resolve, reject) => replies.set(replyTo, { resolve, reject }));
     send(replyTo);
     return promise;
   }
