@@ -282,7 +282,10 @@ export class McpEndpoint {
       sendJson(res, 200, this.deps.dispatcher.errorResponse(message.id, error, "modern"));
       return;
     }
-    const idJson = JSON.stringify(message.id);
+    // Only the id outlives this call: the parsed request (its _meta envelope included) is not
+    // kept for the life of the stream.
+    const id = message.id;
+    const idJson = JSON.stringify(id);
     let stream: SseStream | undefined;
     let backlog: PreparedNotification[] | undefined = [];
     const handle = this.deps.host.openListen(
@@ -301,7 +304,7 @@ export class McpEndpoint {
       (outcome) => {
         if (res.destroyed) return;
         if (outcome.type === "listen.rejected") {
-          sendJson(res, 200, this.deps.dispatcher.errorResponse(message.id, outcome.error, "modern"));
+          sendJson(res, 200, this.deps.dispatcher.errorResponse(id, outcome.error, "modern"));
           return;
         }
         const opened = new SseStream(res, { keepAlive: this.keepAlive });
@@ -310,12 +313,12 @@ export class McpEndpoint {
           encodeEvent({
             jsonrpc: "2.0",
             method: NOTIFICATION.subscriptionsAcknowledged,
-            params: { notifications: honoredFilter(request, outcome.honored), _meta: { [META.subscriptionId]: message.id } },
+            params: { notifications: honoredFilter(request, outcome.honored), _meta: { [META.subscriptionId]: id } },
           }),
         );
         for (const notification of backlog ?? []) opened.writeParts(notification.modernBody(idJson));
         backlog = undefined;
-        this.listenStreams.set(opened, message.id);
+        this.listenStreams.set(opened, id);
         opened.onClose(() => this.listenStreams.delete(opened));
       },
     );
