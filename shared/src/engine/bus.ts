@@ -17,6 +17,13 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
     uri: z.string(),
     /** When the broker received it from the backend (epoch ms), for latency metrics. */
     at: z.number(),
+    /**
+     * One backend update is published once per subscribed key it falls under (the URI and its
+     * subscribed ancestors): `update` (unique per origin) and `keys` (how many) let a receiver
+     * give a session subscribed to several of them the update once.
+     */
+    update: z.number().int().nonnegative(),
+    keys: z.number().int().min(1),
   }),
   z.object({
     kind: z.literal("list.changed"),

@@ -11,7 +11,7 @@ import type { Clock } from "../../src/clock.js";
  */
 export function busContract(name: string, makePair: () => Promise<[Bus, Bus]>): void {
   describe(`Bus contract: ${name}`, () => {
-    const message = (uri: string): BusMessage => ({ kind: "resource.updated", v: 1, origin: "t", backendId: "b", key: uri, uri, at: 1 });
+    const message = (uri: string): BusMessage => ({ kind: "resource.updated", v: 1, origin: "t", backendId: "b", key: uri, uri, at: 1, update: 1, keys: 1 });
 
     it("delivers to subscribed processes only, in publish order", async () => {
       const [a, b] = await makePair();

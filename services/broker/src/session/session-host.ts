@@ -52,6 +52,8 @@ export interface ListenSink extends NotificationSink {
 export class SessionHost {
   private readonly legacy = new Map<string, LegacySession>();
   private readonly listens = new Set<ListenSink>();
+  /** The last update that was published under several keys (see `deliverOnce`). */
+  private multiKeyUpdate: { id: string; notification: PreparedNotification; delivered: Set<NotificationSink> } | undefined;
   /** Legacy sessions plus listen streams, per principal, for `maxSessionsPerPrincipal`. */
   private readonly sessionsHeld = new Map<string, number>();
   private readonly interest: InterestTable;
@@ -258,6 +260,25 @@ export class SessionHost {
     for (const ref of await this.deps.registry.ofSession(principal, sessionId)) await this.release(ref);
   }
 
+  /**
+   * An update published under several keys (a sub-resource whose ancestors are subscribed too)
+   * arrives once per key: a sink subscribed to more than one of them gets it once. Its messages
+   * arrive together, so remembering the last such update is enough.
+   */
+  private deliverOnce(message: Extract<BusMessage, { kind: "resource.updated" }>, sinks: ReadonlySet<NotificationSink>): void {
+    const id = `${message.origin}\u0000${message.update}`;
+    if (this.multiKeyUpdate?.id !== id) {
+      const notification = PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(message.backendId, message.uri));
+      this.multiKeyUpdate = { id, notification, delivered: new Set() };
+    }
+    const { notification, delivered } = this.multiKeyUpdate;
+    for (const sink of sinks) {
+      if (delivered.has(sink)) continue;
+      delivered.add(sink);
+      sink.deliver(notification);
+    }
+  }
+
   private onBusMessage(channel: string, raw: unknown): void {
     const parsed = busMessageSchema.safeParse(raw);
     if (!parsed.success) {
@@ -268,6 +289,10 @@ export class SessionHost {
     if (message.kind === "resource.updated") {
       const sinks = this.interest.of(channel);
       if (sinks === undefined || sinks.size === 0) return;
+      if (message.keys > 1) {
+        this.deliverOnce(message, sinks);
+        return;
+      }
       const notification = PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(message.backendId, message.uri));
       for (const sink of sinks) sink.deliver(notification);
       return;

@@ -94,6 +94,8 @@ const RESUBSCRIBE_CONCURRENCY = 16;
  * or an ancestor of it).
  */
 export class UpstreamSubscriptions implements UpstreamPort {
+  /** Numbers each backend update this instance publishes (see the bus message's `update`). */
+  private updates = 0;
   private readonly slots = new Map<string, Map<string, Slot>>();
   /** Bumped on every disconnect: an operation that spans one must not record its result. */
   private readonly epochs = new Map<string, number>();
@@ -172,11 +174,13 @@ export class UpstreamSubscriptions implements UpstreamPort {
   resourceUpdated(backendId: string, uri: string): void {
     const slots = this.slots.get(backendId);
     if (slots === undefined) return;
+    const keys = [uri, ...ancestorsOf(uri)].filter((key) => slots.get(key)?.watch !== undefined);
+    if (keys.length === 0) return;
     const at = this.deps.clock.now();
-    for (const key of [uri, ...ancestorsOf(uri)]) {
-      if (slots.get(key)?.watch === undefined) continue;
+    const update = ++this.updates;
+    for (const key of keys) {
       void this.deps.bus
-        .publish(CHANNEL.resource(backendId, key), { kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, key, uri, at })
+        .publish(CHANNEL.resource(backendId, key), { kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, key, uri, at, update, keys: keys.length })
         .catch((error: unknown) => this.deps.logger.warn({ backendId, uri, err: (error as Error).message }, "publish failed"));
     }
   }

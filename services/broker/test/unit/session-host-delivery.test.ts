@@ -1,0 +1,55 @@
+import { CHANNEL, MemoryBus, MemoryRegistry, systemClock, type BusMessage } from "@mcp-broker/shared";
+import { pino } from "pino";
+import { describe, expect, it, vi } from "vitest";
+import { Catalog } from "../../src/catalog/catalog.js";
+import type { NotificationWriter } from "../../src/session/legacy-session.js";
+import { SessionHost } from "../../src/session/session-host.js";
+
+function host() {
+  const bus = new MemoryBus();
+  const sessions = new SessionHost({
+    catalog: new Catalog([{ id: "b", prefix: true }]),
+    subscriptionTarget: (uri) => ({ backendId: "b", uri: uri.slice("b+".length) }),
+    registry: new MemoryRegistry(),
+    upstream: { ensure: async () => undefined, release: () => undefined },
+    bus,
+    clock: systemClock,
+    logger: pino({ level: "silent" }),
+    limits: { perSession: 10, perPrincipal: 10, total: 10 },
+    idleTimeoutMs: 60_000,
+    releaseGraceMs: 0,
+    maxSessionsPerPrincipal: 10,
+  });
+  return { bus, sessions };
+}
+
+function writer(): NotificationWriter & { uris: string[] } {
+  const uris: string[] = [];
+  return { uris, closed: false, write: (n) => uris.push(JSON.stringify(n.legacyFrame().toString())), onClose: () => undefined, close: () => undefined };
+}
+
+const update = (key: string, uri: string, update: number, keys: number): BusMessage => ({ kind: "resource.updated", v: 1, origin: "o", backendId: "b", key, uri, at: 0, update, keys });
+
+describe("session host: delivery of one backend update published under several keys", () => {
+  it("gives a session subscribed to a resource and a sub-resource of it the update once", async () => {
+    const { bus, sessions } = host();
+    await sessions.start();
+    const both = sessions.createLegacySession("p");
+    const ancestorOnly = sessions.createLegacySession("p");
+    const [w1, w2] = [writer(), writer()];
+    both.attachStream(w1, undefined);
+    ancestorOnly.attachStream(w2, undefined);
+    await both.subscribe("b+x://a");
+    await both.subscribe("b+x://a/y");
+    await ancestorOnly.subscribe("b+x://a");
+    await bus.publish(CHANNEL.resource("b", "x://a/y"), update("x://a/y", "x://a/y", 1, 2));
+    await bus.publish(CHANNEL.resource("b", "x://a"), update("x://a", "x://a/y", 1, 2));
+    // Two separate updates of the same URI are two notifications.
+    await bus.publish(CHANNEL.resource("b", "x://a"), update("x://a", "x://a/z", 2, 1));
+    await bus.publish(CHANNEL.resource("b", "x://a"), update("x://a", "x://a/z", 3, 1));
+    await vi.waitFor(() => expect(w2.uris).toHaveLength(3));
+    expect(w1.uris).toHaveLength(3);
+    expect(w1.uris[0]).toContain("b+x://a/y");
+    sessions.close();
+  });
+});
