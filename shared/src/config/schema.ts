@@ -7,7 +7,11 @@ import { z } from "zod";
  */
 export const BACKEND_ID_PATTERN = /^[a-z][a-z0-9-]{0,62}$/;
 
-const positiveMs = z.number().int().positive();
+/** Node timers fire at once for longer delays than this (2^31 - 1 ms, about 24.8 days). */
+export const MAX_TIMER_MS = 2_147_483_647;
+const TOO_LONG = `must be at most ${MAX_TIMER_MS} ms (about 24.8 days)`;
+const positiveMs = z.number().int().positive().max(MAX_TIMER_MS, TOO_LONG);
+const ms = z.number().int().min(0).max(MAX_TIMER_MS, TOO_LONG);
 
 const reconnectSchema = z
   .object({
@@ -80,7 +84,7 @@ export const brokerConfigSchema = z
         /** A legacy session with no open stream and no request for this long is ended. */
         sessionIdleMs: positiveMs.default(30 * 60_000),
         /** SSE keep-alive comment interval; 0 disables. */
-        keepAliveMs: z.number().int().min(0).default(15_000),
+        keepAliveMs: ms.default(15_000),
         /** Legacy sessions plus modern listen streams one principal may hold at once. */
         maxSessionsPerPrincipal: z.number().int().positive().default(10_000),
         /** A request (headers and body) must arrive within this long, or it gets 408. */
@@ -99,14 +103,14 @@ export const brokerConfigSchema = z
         maxPerPrincipal: z.number().int().positive().default(10_000),
         maxTotal: z.number().int().positive().default(1_000_000),
         /** How long an upstream subscription outlives its last subscriber. */
-        releaseGraceMs: z.number().int().min(0).default(5_000),
+        releaseGraceMs: ms.default(5_000),
         pollIntervalMs: positiveMs.default(10_000),
       })
       .strict()
       .prefault({}),
     lists: z
       .object({
-        debounceMs: z.number().int().min(0).default(1_000),
+        debounceMs: ms.default(1_000),
         relistIntervalMs: positiveMs.default(5 * 60_000),
         /** Items per page of the aggregated lists. */
         pageSize: z.number().int().min(1).max(10_000).default(500),

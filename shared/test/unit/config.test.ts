@@ -59,6 +59,18 @@ describe("config", () => {
     expect(error?.issues.some((i) => i.startsWith("server.port:"))).toBe(true);
   });
 
+  it("rejects durations Node timers cannot hold (they would fire at once)", () => {
+    const issues = issuesOf(() =>
+      parseConfig({ backends: [{ id: "a", command: "x", healthIntervalMs: 3e9 }], server: { sessionIdleMs: 3e9 }, lists: { debounceMs: 2_147_483_648 } }, "t.json"),
+    );
+    expect(issues).toEqual([
+      expect.stringMatching(/^server\.sessionIdleMs: must be at most 2147483647 ms/),
+      expect.stringMatching(/^backends\.0\.healthIntervalMs: must be at most 2147483647 ms/),
+      expect.stringMatching(/^lists\.debounceMs: must be at most 2147483647 ms/),
+    ]);
+    expect(parseConfig({ backends: [], server: { sessionIdleMs: 2_147_483_647 } }, "t.json").server.sessionIdleMs).toBe(2_147_483_647);
+  });
+
   it("rejects a backend with both or neither transport, unknown fields and duplicate ids", () => {
     expect(issuesOf(() => parseConfig({ backends: [{ id: "a" }] }, "x.json")).join("\n")).toContain("backends.0");
     expect(issuesOf(() => parseConfig({ backends: [{ id: "a", command: "x", url: "http://h/" }] }, "x.json")).join("\n")).toContain("backends.0");

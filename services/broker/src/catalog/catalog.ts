@@ -158,6 +158,11 @@ export class Catalog {
     return undefined;
   }
 
+  /** Whether `backendId` is one of this catalog's configured backends. */
+  hasBackend(backendId: string): boolean {
+    return this.naming(backendId, false) !== undefined;
+  }
+
   /** The client-facing form of a backend URI. */
   exposeUri(backendId: string, uri: string): string {
     return this.naming(backendId).prefix ? prefixUri(backendId, uri) : uri;

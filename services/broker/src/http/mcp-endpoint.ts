@@ -10,6 +10,7 @@ import {
 import type { Logger } from "../logger.js";
 import type { Dispatcher, JsonRpcRequest, JsonRpcResponse } from "../routing/dispatcher.js";
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
+import { validateParams } from "../routing/validate-params.js";
 import type { LegacySession, NotificationWriter } from "../session/legacy-session.js";
 import { honoredFilter, parseListenRequest, type ListenRequest } from "../session/listen-request.js";
 import type { PreparedNotification } from "../session/prepared-notification.js";
@@ -164,6 +165,8 @@ export class McpEndpoint {
       }
       let session: LegacySession;
       try {
+        // Bad params get their error without costing a session slot.
+        validateParams("initialize", isObject(message.params) ? message.params : {});
         session = this.deps.host.createLegacySession(principal);
       } catch (error) {
         sendJson(res, 200, this.deps.dispatcher.errorResponse(message.id as string | number, error, "legacy"));

@@ -114,7 +114,7 @@ export class Dispatcher {
       throw new BrokerError("UNKNOWN_METHOD", `Method '${method}' does not exist in the ${ctx.era} protocol era.`, { method });
     }
     const params = validateParams(method, request.params ?? {});
-    const listKind = LIST_KINDS[method];
+    const listKind = Object.hasOwn(LIST_KINDS, method) ? LIST_KINDS[method] : undefined;
     if (listKind !== undefined) return this.router.list(listKind, params);
     switch (method) {
       case "ping":

@@ -22,7 +22,7 @@ const PARAM_SCHEMAS: Record<string, keyof typeof specTypeSchemas> = {
 
 /** Checks `params` against the spec schema of `method`. @throws BrokerError (BAD_PARAMS) naming each bad field. */
 export function validateParams(method: string, params: Params): Params {
-  const schemaName = PARAM_SCHEMAS[method];
+  const schemaName = Object.hasOwn(PARAM_SCHEMAS, method) ? PARAM_SCHEMAS[method] : undefined;
   if (schemaName === undefined) return params;
   const outcome = specTypeSchemas[schemaName]["~standard"].validate(params);
   if (outcome instanceof Promise) return params;

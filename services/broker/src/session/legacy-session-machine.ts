@@ -24,6 +24,8 @@ export type LegacySessionEvent =
   | { type: "subscription.add"; uri: string; replyTo: ReplyTo }
   | { type: "subscription.remove"; uri: string; replyTo: ReplyTo }
   | { type: "session.touch" }
+  /** The idle timer the host armed (see `idle.arm`) ran out. */
+  | { type: "session.idle" }
   | { type: "stream.opened" }
   | { type: "stream.closed" }
   | { type: "session.close"; reason: string };
@@ -33,15 +35,18 @@ export type LegacySessionEmitted =
   | { type: "reply"; replyTo: ReplyTo; error: BrokerError | undefined }
   | { type: "interest.add"; uri: string; target: SubscriptionTarget }
   | { type: "interest.remove"; uri: string; target: SubscriptionTarget }
-  | { type: "session.ended"; reason: string };
+  | { type: "session.ended"; reason: string }
+  /** Start (or restart) the idle timer: send `session.idle` after `ms` unless disarmed first. */
+  | { type: "idle.arm"; ms: number }
+  | { type: "idle.disarm" };
 
 const closedError = () => new BrokerError("BAD_PARAMS", "The session is closing; initialize a new one.");
 
 /**
  * One legacy (2025-era) client session. Owns its subscription set and lifecycle:
  * active (with ops processed one at a time, and an idle timer while no stream is attached) →
- * closing (releases everything) → closed. Pure: I/O is done by the host through the provided
- * actors and the emitted effects; time comes from the actor's clock.
+ * closing (releases everything) → closed. Pure: I/O and timers are the host's, through the
+ * provided actors and the emitted effects.
  */
 export const legacySessionMachine = setup({
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-assertion -- xstate typegen idiom
@@ -54,9 +59,6 @@ export const legacySessionMachine = setup({
     releaseAll: fromPromise<void, { principal: string; sessionId: string }>(async () => {
       throw new Error("releaseAll not provided");
     }),
-  },
-  delays: {
-    idleTimeout: ({ context }) => context.idleTimeoutMs,
   },
   guards: {
     nextIsSubscribe: ({ context }) => context.queue[0]?.kind === "subscribe",
@@ -170,11 +172,15 @@ export const legacySessionMachine = setup({
         stream: {
           initial: "detached",
           states: {
+            // The idle timer is the host's (an xstate delay per session made every actor stop
+            // scan all sessions' timers in the shared actor system); the machine arms and disarms it.
             detached: {
-              after: { idleTimeout: { target: "#legacy-session.closing" } },
+              entry: emit(({ context }) => ({ type: "idle.arm" as const, ms: context.idleTimeoutMs })),
+              exit: emit({ type: "idle.disarm" }),
               on: {
                 "session.touch": { target: "detached", reenter: true },
                 "stream.opened": { target: "attached" },
+                "session.idle": { target: "#legacy-session.closing" },
               },
             },
             attached: {

@@ -6,6 +6,8 @@ import type { NotificationSink } from "./interest-table.js";
 import type { legacySessionMachine } from "./legacy-session-machine.js";
 import { PreparedNotification } from "./prepared-notification.js";
 
+const LIST_NAMES = ["tools", "prompts", "resources"] as const;
+
 /** How many standalone-stream events a session keeps for `Last-Event-ID` resumption. */
 const HISTORY = 512;
 
@@ -109,7 +111,8 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
    * while its old connection is half-open must not be locked out), so each event still goes on
    * exactly one stream. With `lastEventId`, replays what the client missed, and when the history
    * no longer covers the gap re-notifies every subscription (an extra `updated` is harmless, a
-   * missed one is not). Without it, sends what was produced while no stream was attached.
+   * missed one is not). Without it, sends what was produced while no stream was attached, or,
+   * when it replaces a stream that looked open, everything once (see `renotify`).
    */
   attachStream(stream: NotificationWriter, lastEventId: string | undefined): void {
     const previous = this.stream;
@@ -121,23 +124,40 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
       this.stream = undefined;
       this.actor.send({ type: "stream.closed" });
     });
-    this.replay(stream, lastEventId ?? String(this.written));
+    const resumeFrom = lastEventId === undefined || lastEventId.trim() === "" ? undefined : lastEventId;
+    if (resumeFrom !== undefined) this.replay(stream, resumeFrom);
+    // Replacing a stream that looked open, without saying what it received: what went onto the
+    // old one may be lost, so the client is told about everything once.
+    else if (previous !== undefined && !previous.closed) this.renotify(stream);
+    else this.replay(stream, String(this.written));
   }
 
   private replay(stream: NotificationWriter, lastEventId: string): void {
     const last = Number(lastEventId);
     const latest = this.latest();
     if (!Number.isInteger(last) || last < this.trimmed || last > latest) {
-      for (const uri of this.subscriptions()) {
-        const notification = PreparedNotification.resourceUpdated(uri);
-        this.remember(notification);
-        stream.write(notification);
-      }
-    } else {
-      for (let i = this.head; i < this.history.length; i++) {
-        const event = this.history[i];
-        if (event !== undefined && event.eventId > last) stream.write(event);
-      }
+      this.renotify(stream);
+      return;
+    }
+    for (let i = this.head; i < this.history.length; i++) {
+      const event = this.history[i];
+      if (event !== undefined && event.eventId > last) stream.write(event);
+    }
+    this.written = latest;
+  }
+
+  /**
+   * The client may have missed anything: every subscription counts as updated once and every list
+   * as changed (an extra notification is harmless, a missed one is not).
+   */
+  private renotify(stream: NotificationWriter): void {
+    const notifications = [
+      ...this.subscriptions().map((uri) => PreparedNotification.resourceUpdated(uri)),
+      ...LIST_NAMES.map((list) => PreparedNotification.listChanged(list)),
+    ];
+    for (const notification of notifications) {
+      this.remember(notification);
+      stream.write(notification);
     }
     this.written = this.latest();
   }

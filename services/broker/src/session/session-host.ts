@@ -9,6 +9,7 @@ import {
   type SubscriptionLimits,
   type SubscriptionRef,
   type SubscriptionRegistry,
+  type TimerHandle,
 } from "@mcp-broker/shared";
 import { createActor, fromCallback, fromPromise } from "xstate";
 import type { Catalog } from "../catalog/catalog.js";
@@ -54,6 +55,8 @@ export class SessionHost {
   private readonly listens = new Set<ListenSink>();
   /** The last update that was published under several keys (see `deliverOnce`). */
   private multiKeyUpdate: { id: string; notification: PreparedNotification; delivered: Set<NotificationSink> } | undefined;
+  /** Idle timers of legacy sessions without a stream, by session id (armed and disarmed by their actors). */
+  private readonly idleTimers = new Map<string, TimerHandle>();
   /** Legacy sessions plus listen streams, per principal, for `maxSessionsPerPrincipal`. */
   private readonly sessionsHeld = new Map<string, number>();
   private readonly interest: InterestTable;
@@ -142,7 +145,14 @@ export class SessionHost {
         case "interest.remove":
           this.interest.remove(CHANNEL.resource(effect.target.backendId, effect.target.uri), session);
           break;
+        case "idle.arm":
+          this.armIdle(id, effect.ms, () => actor.send({ type: "session.idle" }));
+          break;
+        case "idle.disarm":
+          this.disarmIdle(id);
+          break;
         case "session.ended":
+          this.disarmIdle(id);
           this.legacy.delete(id);
           this.releaseSession(principal);
           this.deps.logger.info({ session: id, principal }, "session ended");
@@ -227,7 +237,26 @@ export class SessionHost {
 
   close(): void {
     for (const session of this.legacy.values()) session.close("broker shutting down");
+    for (const timer of this.idleTimers.values()) this.deps.clock.clearTimeout(timer);
+    this.idleTimers.clear();
     this.interest.close();
+  }
+
+  private armIdle(sessionId: string, ms: number, expire: () => void): void {
+    this.disarmIdle(sessionId);
+    const timer = this.deps.clock.setTimeout(() => {
+      this.idleTimers.delete(sessionId);
+      expire();
+    }, ms);
+    timer.unref?.();
+    this.idleTimers.set(sessionId, timer);
+  }
+
+  private disarmIdle(sessionId: string): void {
+    const timer = this.idleTimers.get(sessionId);
+    if (timer === undefined) return;
+    this.deps.clock.clearTimeout(timer);
+    this.idleTimers.delete(sessionId);
   }
 
   /** Counts one more session or listen stream for `principal`, within `maxSessionsPerPrincipal`. */
@@ -287,6 +316,11 @@ export class SessionHost {
     }
     const message: BusMessage = parsed.data;
     if (message.kind === "resource.updated") {
+      if (!this.deps.catalog.hasBackend(message.backendId)) {
+        // Another instance configured with a backend this one does not know: not ours to deliver.
+        this.deps.logger.warn({ channel, backend: message.backendId }, "bus message for an unknown backend dropped");
+        return;
+      }
       const sinks = this.interest.of(channel);
       if (sinks === undefined || sinks.size === 0) return;
       if (message.keys > 1) {

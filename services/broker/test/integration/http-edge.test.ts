@@ -157,6 +157,18 @@ describe("HTTP edge", () => {
     expect(stream.headers["content-type"]).toContain("text/event-stream");
   });
 
+  it("answers initialize with bad params -32602 without opening a session, and Object.prototype method names -32601", async () => {
+    const bad = await raw(running.url, { body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25" } }), headers: auth(KEY_A) });
+    expect(JSON.parse(bad.body)).toMatchObject({ id: 1, error: { code: -32602 } });
+    expect(bad.headers["mcp-session-id"]).toBeUndefined();
+    const init = await raw(running.url, { body: initialize, headers: auth(KEY_A) });
+    const session = { ...auth(KEY_A), "mcp-session-id": String(init.headers["mcp-session-id"]) };
+    for (const [i, method] of ["__proto__", "constructor", "toString", "hasOwnProperty"].entries()) {
+      const answer = await raw(running.url, { body: JSON.stringify({ jsonrpc: "2.0", id: 10 + i, method }), headers: session });
+      expect(JSON.parse(answer.body), method).toMatchObject({ id: 10 + i, error: { code: -32601 } });
+    }
+  });
+
   it("answers malformed listen params with -32602 instead of an empty stream", async () => {
     const listen = (notifications: unknown) =>
       raw(running.url, {
@@ -204,7 +216,8 @@ describe("HTTP edge", () => {
     await eventually(() => first.events.length === 1, "the event sent before the stream");
     expect(first.events[0]).toMatchObject({ id: expect.stringMatching(/^\d+$/), data: { method: "notifications/tools/list_changed" } });
 
-    const second = await openSse(running.url, headers);
+    // A replacing GET that says what it saw gets only what followed.
+    const second = await openSse(running.url, { ...headers, "last-event-id": String(first.events[0]?.id) });
     await first.ended;
     await new Promise((r) => setTimeout(r, 700)); // past requestTimeoutMs (500)
     session?.deliver(PreparedNotification.listChanged("prompts"));

@@ -71,9 +71,31 @@ describe("legacy session: event ids and resumption", () => {
     for (let i = 0; i < 600; i++) s.deliver(PreparedNotification.listChanged("tools"));
     const late = stream();
     s.attachStream(late, String(first.eventId));
-    expect(late.events.map((e) => (JSON.parse(e.text.split("data: ")[1] ?? "null") as { params: { uri: string } }).params.uri)).toEqual(["x://a", "x://b"]);
+    const described = (events: { text: string }[]) =>
+      events.map((e) => {
+        const { method, params } = JSON.parse(e.text.split("data: ")[1] ?? "null") as { method: string; params: { uri?: string } };
+        return params.uri ?? method;
+      });
+    const everything = ["x://a", "x://b", "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"];
+    expect(described(late.events)).toEqual(everything);
     const foreign = stream();
     s.attachStream(foreign, "not-an-id");
-    expect(foreign.events).toHaveLength(2);
+    expect(described(foreign.events)).toEqual(everything);
+  });
+
+  it("treats an empty Last-Event-ID as none, and tells a client that replaced an open stream without one everything once", async () => {
+    const s = session();
+    await s.subscribe("x://a");
+    const first = stream();
+    s.attachStream(first, undefined);
+    s.deliver(PreparedNotification.listChanged("tools"));
+    const blank = stream();
+    s.attachStream(blank, "  "); // replaces `first`, which the fake never closes: it still looks open
+    expect(blank.events.map((e) => e.id)).toHaveLength(4);
+    const closedFirst = { ...stream(), closed: true };
+    const afterClose = stream();
+    s.attachStream(closedFirst, undefined);
+    s.attachStream(afterClose, ""); // the stream it replaces was closed: only what it missed (nothing)
+    expect(afterClose.events).toEqual([]);
   });
 });

@@ -79,8 +79,15 @@ describe("legacy session actor", () => {
   });
 
   function start(w: ReturnType<typeof world>, idleTimeoutMs = 60_000) {
-    const actor = createActor(w.legacy, { input: { id: "s1", principal: "p", idleTimeoutMs }, clock });
+    const actor = createActor(w.legacy, { input: { id: "s1", principal: "p", idleTimeoutMs } });
     const events = record<LegacySessionEmitted>(actor);
+    // The host's part: the idle timer the actor arms and disarms, on the simulated clock.
+    let idle = -1;
+    actor.on("idle.arm", ({ ms }) => {
+      clock.clearTimeout(idle);
+      idle = clock.setTimeout(() => actor.send({ type: "session.idle" }), ms);
+    });
+    actor.on("idle.disarm", () => clock.clearTimeout(idle));
     actor.start();
     return { actor, events };
   }
