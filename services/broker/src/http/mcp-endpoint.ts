@@ -303,6 +303,7 @@ export class McpEndpoint {
           if (backlog !== undefined) backlog.push(notification);
           else stream?.writeParts(notification.modernBody(idJson));
         },
+        end: () => stream?.close(),
       }),
       (outcome) => {
         if (res.destroyed) return;

@@ -60,6 +60,13 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     return this.actor.getSnapshot().status !== "active" || this.actor.getSnapshot().matches("closing");
   }
 
+  /** The actor failed: whoever waits for an answer gets `error`. */
+  failPending(error: BrokerError): void {
+    const waiting = this.replies;
+    this.replies = undefined;
+    for (const waiter of waiting?.values() ?? []) waiter.reject(error);
+  }
+
   /** Tracks a request in flight until `done`, so `notifications/cancelled` can abort it. */
   trackRequest(requestId: string | number, abort: AbortController): () => void {
     const inflight = (this.inflight ??= new Map());

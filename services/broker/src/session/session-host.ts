@@ -25,6 +25,10 @@ import { subscriptionFlow, type SubscriptionTarget } from "./subscription-flow.j
 
 /** Subscription flows one listen request runs at once. */
 const LISTEN_CONCURRENCY = 16;
+/** The event a parent gets when a child actor fails (followed by the child's id). */
+const ACTOR_ERROR = "xstate.error.actor.";
+/** URIs of one listen validated between yields to the event loop. */
+const VALIDATE_BATCH = 512;
 
 export interface SessionHostDeps {
   catalog: Catalog;
@@ -44,6 +48,8 @@ export interface SessionHostDeps {
 /** A modern listen stream as the host sees it. */
 export interface ListenSink extends NotificationSink {
   readonly flags: ListenFlags;
+  /** Ends the stream from the broker's side (its listen failed). */
+  end?(): void;
 }
 
 /**
@@ -55,6 +61,8 @@ export class SessionHost {
   private readonly listens = new Set<ListenSink>();
   /** The last update that was published under several keys (see `deliverOnce`). */
   private multiKeyUpdate: { id: string; notification: PreparedNotification; delivered: Set<NotificationSink> } | undefined;
+  /** What to release when a session's or listen's actor fails (a bug): by actor id. */
+  private readonly failureCleanups = new Map<string, () => void>();
   /** Idle timers of legacy sessions without a stream, by session id (armed and disarmed by their actors). */
   private readonly idleTimers = new Map<string, TimerHandle>();
   /** Legacy sessions plus listen streams, per principal, for `maxSessionsPerPrincipal`. */
@@ -74,7 +82,10 @@ export class SessionHost {
     this.root = createActor(
       fromCallback(({ receive }) => {
         receive((event) => {
-          if (event.type.startsWith("xstate.error.actor")) deps.logger.error({ err: (event as { error?: unknown }).error }, "a session actor failed");
+          if (!event.type.startsWith(ACTOR_ERROR)) return;
+          const id = event.type.slice(ACTOR_ERROR.length);
+          deps.logger.error({ session: id, err: (event as { error?: unknown }).error }, "a session actor failed; releasing what it held");
+          this.failureCleanups.get(id)?.();
         });
       }),
       { clock: deps.clock },
@@ -104,8 +115,18 @@ export class SessionHost {
     });
     this.listenLogic = listenMachine.provide({
       actors: {
+        // Only the URIs that will be tried (the first maxPerSession) are checked; an unknown one
+        // rejects the request, one on a backend that is down is just left out (refused later).
         validateAll: fromPromise(async ({ input }) => {
-          for (const uri of input.uris) this.validate(uri);
+          const tried = Math.min(input.uris.length, deps.limits.perSession);
+          for (let i = 0; i < tried; i++) {
+            try {
+              this.validate(input.uris[i] as string);
+            } catch (error) {
+              if (!(error instanceof BrokerError && error.code === "BACKEND_UNAVAILABLE")) throw error;
+            }
+            if (i % VALIDATE_BATCH === VALIDATE_BATCH - 1) await new Promise<void>((resolve) => setImmediate(resolve));
+          }
         }),
         subscribeAll: fromPromise(async ({ input, signal }) =>
           subscribeMany(this.flow, input, { concurrency: LISTEN_CONCURRENCY, maxPerSession: deps.limits.perSession, signal }),
@@ -129,6 +150,7 @@ export class SessionHost {
     const id = randomUUID();
     const actor = createActor(this.legacyMachine, {
       parent: this.root,
+      id,
       input: { id, principal, idleTimeoutMs: this.deps.idleTimeoutMs },
       clock: this.deps.clock,
     });
@@ -152,12 +174,18 @@ export class SessionHost {
           this.disarmIdle(id);
           break;
         case "session.ended":
-          this.disarmIdle(id);
-          this.legacy.delete(id);
-          this.releaseSession(principal);
+          this.forgetLegacy(session);
           this.deps.logger.info({ session: id, principal }, "session ended");
           break;
       }
+    });
+    this.failureCleanups.set(id, () => {
+      for (const target of Object.values(actor.getSnapshot().context.subscriptions)) {
+        this.interest.remove(CHANNEL.resource(target.backendId, target.uri), session);
+      }
+      session.failPending(new BrokerError("INTERNAL", "The session failed inside the broker; initialize a new one."));
+      this.forgetLegacy(session);
+      void this.releaseAll(principal, id).catch((error: unknown) => this.deps.logger.warn({ session: id, err: (error as Error).message }, "release after a failed session failed"));
     });
     this.legacy.set(id, session);
     actor.start();
@@ -198,7 +226,17 @@ export class SessionHost {
     }
     const id = `listen-${randomUUID()}`;
     const sink = makeSink(id);
-    const actor = createActor(this.listenLogic, { parent: this.root, input: { id, principal, flags, uris: [...new Set(uris)] }, clock: this.deps.clock });
+    const actor = createActor(this.listenLogic, { parent: this.root, id, input: { id, principal, flags, uris: [...new Set(uris)] }, clock: this.deps.clock });
+    let acknowledged = false;
+    let forgotten = false;
+    /** Once per listen, however it ends (closed, rejected, failed). */
+    const forget = () => {
+      if (forgotten) return;
+      forgotten = true;
+      this.failureCleanups.delete(id);
+      this.listens.delete(sink);
+      this.releaseSession(principal);
+    };
     actor.on("*", (effect) => {
       switch (effect.type) {
         case "interest.add":
@@ -216,14 +254,23 @@ export class SessionHost {
           onOutcome(effect);
           break;
         case "listen.acknowledged":
+          acknowledged = true;
           this.listens.add(sink);
           onOutcome(effect);
           break;
         case "listen.ended":
-          this.listens.delete(sink);
-          this.releaseSession(principal);
+          forget();
           break;
       }
+    });
+    this.failureCleanups.set(id, () => {
+      for (const target of Object.values(actor.getSnapshot().context.honored)) {
+        this.interest.remove(CHANNEL.resource(target.backendId, target.uri), sink);
+      }
+      if (acknowledged) sink.end?.();
+      else onOutcome({ type: "listen.rejected", error: new BrokerError("INTERNAL", "The listen failed inside the broker; open a new one.") });
+      forget();
+      void this.releaseAll(principal, id).catch((error: unknown) => this.deps.logger.warn({ stream: id, err: (error as Error).message }, "release after a failed listen failed"));
     });
     actor.start();
     return {
@@ -240,6 +287,13 @@ export class SessionHost {
     for (const timer of this.idleTimers.values()) this.deps.clock.clearTimeout(timer);
     this.idleTimers.clear();
     this.interest.close();
+  }
+
+  private forgetLegacy(session: LegacySession): void {
+    if (!this.legacy.delete(session.id)) return;
+    this.failureCleanups.delete(session.id);
+    this.disarmIdle(session.id);
+    this.releaseSession(session.principal);
   }
 
   private armIdle(sessionId: string, ms: number, expire: () => void): void {

@@ -53,3 +53,22 @@ describe("session host: delivery of one backend update published under several k
     sessions.close();
   });
 });
+
+describe("session host: a session actor that fails", () => {
+  it("releases what it held, frees its slot and rejects whoever waits", async () => {
+    const { sessions } = host();
+    await sessions.start();
+    const session = sessions.createLegacySession("p");
+    await session.subscribe("b+x://a");
+    const waiting = session.subscribe("b+x://b"); // answered by nobody once the actor has failed
+    // What xstate sends a parent when a child's transition throws (see Actor._error).
+    const root = (sessions as unknown as { root: { send(event: unknown): void } }).root;
+    root.send({ type: `xstate.error.actor.${session.id}`, error: new Error("boom"), actorId: session.id });
+    await expect(waiting).rejects.toMatchObject({ code: "INTERNAL" });
+    expect(sessions.legacySession(session.id, "p")).toBeUndefined();
+    expect(sessions.legacySessions()).toEqual([]);
+    // The slot is free again: maxSessionsPerPrincipal is 10, and 10 more fit.
+    for (let i = 0; i < 10; i++) sessions.createLegacySession("p");
+    sessions.close();
+  });
+});
