@@ -100,7 +100,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       },
       resourceUpdated: (backend, uri) => upstream.resourceUpdated(backend.id, uri),
       listChanged: (backend, kind) => catalog.listChanged(backend, kind),
-      updatesMissed: (backend) => upstream.updatesMissed(backend.id),
+      updatesMissed: (backend, uris) => upstream.updatesMissed(backend.id, uris),
       log: (backend, params) => router?.relayLog(backend.id, params),
     },
   });

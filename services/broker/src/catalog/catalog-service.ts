@@ -1,4 +1,4 @@
-import type { BackendConfig, Clock, JobQueue, ListName, TimerHandle } from "@mcp-broker/shared";
+import { backoffDelay, type BackendConfig, type Clock, type JobQueue, type ListName, type TimerHandle } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
 import type { BackendConnection, ListKind } from "../upstream/backend-connection.js";
 import type { BackendPool } from "../upstream/backend-pool.js";
@@ -29,15 +29,28 @@ const KINDS_OF_LIST: Record<ListKind, CatalogKind[]> = {
 
 const MAX_PAGES = 1_000;
 
+/** A list that failed to load and waits for its next attempt. */
+interface RetryState {
+  attempt: number;
+  timer: TimerHandle | undefined;
+}
+
 /**
  * Keeps the catalog in step with the backends: a full load on connect, a clear on disconnect,
  * debounced reloads on `list_changed`, periodic re-lists for backends that do not announce
  * changes. `onListChanged` fires once per client-visible list whose aggregate really changed.
+ *
+ * A list that fails to load (at connect or on reload) is scheduled again as a reload job after the
+ * backend's reconnect backoff, with growing delays, until one load of it succeeds or the backend
+ * drops (its reconnect loads everything anyway). The queue itself never retries: rescheduling the
+ * job keeps its contract (one waiting job per key, one more run when scheduled during a run).
  */
 export class CatalogService {
   readonly catalog: Catalog;
   private readonly relistTimers = new Map<string, TimerHandle>();
   private readonly generations = new Map<string, number>();
+  /** Per reload key (`reloadKey`): lists whose last load failed. */
+  private readonly retries = new Map<string, RetryState>();
   private pool: BackendPool | undefined;
   private loads = 0;
 
@@ -63,6 +76,7 @@ export class CatalogService {
   close(): void {
     for (const timer of this.relistTimers.values()) this.deps.clock.clearTimeout(timer);
     this.relistTimers.clear();
+    for (const key of [...this.retries.keys()]) this.forgetRetry(key);
   }
 
   /** Full loads in progress (backends that just connected). */
@@ -79,8 +93,9 @@ export class CatalogService {
       for (const kind of Object.keys(LIST_METHODS) as CatalogKind[]) {
         try {
           diffs.set(kind, await this.load(backend, kind, generation));
+          this.forgetRetry(reloadKey(backend.id, kind));
         } catch (error) {
-          this.deps.logger.warn({ backend: backend.id, kind, err: (error as Error).message }, "initial list failed");
+          this.retryLater(backend, kind, generation, error, "initial list failed");
         }
       }
       this.announce(backend.id, diffs);
@@ -96,10 +111,11 @@ export class CatalogService {
     this.announce(backend.id, this.catalog.clearBackend(backend.id));
   }
 
-  /** Each connect and drop starts a new generation: a list fetched in an older one is not stored. */
+  /** Each connect and drop starts a new generation: a list fetched in an older one is not stored, a failed one not retried. */
   private nextGeneration(backendId: string): number {
     const generation = (this.generations.get(backendId) ?? 0) + 1;
     this.generations.set(backendId, generation);
+    for (const kind of Object.keys(LIST_METHODS) as CatalogKind[]) this.forgetRetry(reloadKey(backendId, kind));
     return generation;
   }
 
@@ -111,15 +127,58 @@ export class CatalogService {
 
   /** A backend said `list_changed`: schedule a debounced reload of that list. */
   listChanged(backend: BackendConnection, list: ListKind): void {
-    for (const kind of KINDS_OF_LIST[list]) {
-      void this.deps.jobs.schedule(`reload:${backend.id}:${kind}`, { backendId: backend.id, kind }, this.deps.debounceMs);
-    }
+    for (const kind of KINDS_OF_LIST[list]) this.scheduleReload(backend.id, kind, this.deps.debounceMs);
+  }
+
+  private scheduleReload(backendId: string, kind: CatalogKind, delayMs: number): void {
+    this.deps.jobs.schedule(reloadKey(backendId, kind), { backendId, kind }, delayMs).catch((error: unknown) => {
+      this.deps.logger.warn({ backend: backendId, kind, err: (error as Error).message }, "cannot schedule a list reload");
+    });
   }
 
   private async reload({ backendId, kind }: ReloadJob): Promise<void> {
     const backend = this.pool?.get(backendId);
     if (backend === undefined || backend.state !== "connected") return;
-    this.announce(backendId, new Map([[kind, await this.load(backend, kind, this.generations.get(backendId) ?? 0)]]));
+    const generation = this.generations.get(backendId) ?? 0;
+    let diff: CatalogDiff;
+    try {
+      diff = await this.load(backend, kind, generation);
+    } catch (error) {
+      this.retryLater(backend, kind, generation, error, "list reload failed");
+      return;
+    }
+    this.forgetRetry(reloadKey(backendId, kind));
+    this.announce(backendId, new Map([[kind, diff]]));
+  }
+
+  /**
+   * A load of `kind` failed: reload it after the backend's next backoff delay, unless the backend
+   * dropped or reconnected since (that starts over with a full load) or a retry is already waiting.
+   */
+  private retryLater(backend: BackendConnection, kind: CatalogKind, generation: number, error: unknown, what: string): void {
+    const current = backend.state === "connected" && this.generations.get(backend.id) === generation;
+    const key = reloadKey(backend.id, kind);
+    const state = this.retries.get(key) ?? { attempt: 0, timer: undefined };
+    const policy = this.backends.find((b) => b.id === backend.id)?.reconnect;
+    if (!current || policy === undefined || state.timer !== undefined) {
+      this.deps.logger.warn({ backend: backend.id, kind, err: (error as Error).message }, what);
+      return;
+    }
+    const delayMs = backoffDelay(policy, state.attempt++);
+    this.deps.logger.warn({ backend: backend.id, kind, err: (error as Error).message, attempt: state.attempt, retryInMs: delayMs }, `${what}; retrying`);
+    state.timer = this.deps.clock.setTimeout(() => {
+      state.timer = undefined;
+      this.scheduleReload(backend.id, kind, 0);
+    }, delayMs);
+    state.timer.unref?.();
+    this.retries.set(key, state);
+  }
+
+  /** `kind` loaded (or its backend went away): the next failure starts the backoff over. */
+  private forgetRetry(key: string): void {
+    const state = this.retries.get(key);
+    if (state?.timer !== undefined) this.deps.clock.clearTimeout(state.timer);
+    this.retries.delete(key);
   }
 
   /** Lists one kind from a backend, following pagination, and stores it unless the backend reconnected meanwhile. */
@@ -192,4 +251,8 @@ export class CatalogService {
     timer.unref?.();
     this.relistTimers.set(backend.id, timer);
   }
+}
+
+function reloadKey(backendId: string, kind: CatalogKind): string {
+  return `reload:${backendId}:${kind}`;
 }

@@ -151,15 +151,18 @@ export class Router {
 
   /**
    * A backend log message. It reaches the one client with a request in flight on that backend (if
-   * it asked for that level), and only if no call of another principal overlapped that request:
-   * MCP log messages carry no request id, so with several callers, or one that shared the backend
-   * with another principal, the message is not forwarded rather than risk the wrong recipient.
+   * it asked for that level), and only if no call of another principal overlapped that request and
+   * that request is the backend's only one in flight: MCP log messages carry no request id, so with
+   * several callers, one that shared the backend with another principal, or a request of the
+   * broker's own running beside it (a poll, a subscribe, a list reload, a health probe, made on
+   * behalf of anyone), the message is not forwarded rather than risk the wrong recipient.
    */
   relayLog(backendId: string, params: Params): void {
     const callers = this.inflight.get(backendId);
     if (callers?.size !== 1) return;
     const [only] = callers;
     if (only === undefined || only[1].shared) return;
+    if (this.pool.get(backendId).requestsInFlight !== 1) return;
     const ctx = only[0];
     if (ctx.logLevel !== undefined && levelAtLeast(params.level, ctx.logLevel)) {
       ctx.notify(NOTIFICATION.message, { ...params, logger: typeof params.logger === "string" ? `${backendId}/${params.logger}` : backendId });

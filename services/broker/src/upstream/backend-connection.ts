@@ -16,7 +16,7 @@ import type { Logger } from "../logger.js";
 import { backoffDelay } from "@mcp-broker/shared";
 import { isConnectionFailure } from "./connection-failure.js";
 import { NotificationStreamWatch } from "./notification-stream-watch.js";
-import { UpstreamListen, type ListenFlags } from "./upstream-listen.js";
+import { UpstreamListen, type ListenFlags, type ListenGap } from "./upstream-listen.js";
 
 export type BackendState = "connecting" | "connected" | "backoff" | "closed";
 export type ListKind = "tools" | "prompts" | "resources";
@@ -28,8 +28,11 @@ export interface BackendListener {
   disconnected(backend: BackendConnection, reason: string): void;
   resourceUpdated(backend: BackendConnection, uri: string): void;
   listChanged(backend: BackendConnection, kind: ListKind): void;
-  /** Notifications from the backend may have been lost (its listen stream was down for a while). */
-  updatesMissed(backend: BackendConnection): void;
+  /**
+   * Notifications from the backend may have been lost (its notification or listen stream was down
+   * for a while): each of `uris` (every URI watched on it when undefined) counts as updated once.
+   */
+  updatesMissed(backend: BackendConnection, uris?: readonly string[]): void;
   log(backend: BackendConnection, params: Record<string, unknown>): void;
 }
 
@@ -62,6 +65,7 @@ export class BackendConnection {
   private listen: UpstreamListen | undefined;
   private streamWatch: NotificationStreamWatch | undefined;
   private lastError: string | undefined;
+  private inFlight = 0;
 
   constructor(
     readonly config: BackendConfig,
@@ -91,6 +95,15 @@ export class BackendConnection {
 
   get serverInfo(): { name: string; version: string } | undefined {
     return this.client?.getServerVersion();
+  }
+
+  /**
+   * Requests sent through this connection and not answered yet: clients' and the broker's own
+   * (list reloads, subscribes, polls, health probes). Listen streams do not count: they carry only
+   * the notification types they asked for, never a log message.
+   */
+  get requestsInFlight(): number {
+    return this.inFlight;
   }
 
   /** Human-readable reason of the last failure, for `/readyz` and errors. */
@@ -124,17 +137,28 @@ export class BackendConnection {
     const client = this.client;
     if (client === undefined || this.stateValue !== "connected") throw this.unavailable();
     try {
-      const result = await client.request(
-        { method: method as "ping", ...(params !== undefined && { params }) },
-        {
-          timeout: this.config.timeoutMs,
-          ...(options.signal !== undefined && { signal: options.signal }),
-          ...(options.onprogress !== undefined && { onprogress: options.onprogress, resetTimeoutOnProgress: true }),
-        },
+      return await this.counted(() =>
+        client.request(
+          { method: method as "ping", ...(params !== undefined && { params }) },
+          {
+            timeout: this.config.timeoutMs,
+            ...(options.signal !== undefined && { signal: options.signal }),
+            ...(options.onprogress !== undefined && { onprogress: options.onprogress, resetTimeoutOnProgress: true }),
+          },
+        ),
       );
-      return result;
     } catch (error) {
       throw this.translateError(client, error);
+    }
+  }
+
+  /** Runs one request to the backend, counted in `requestsInFlight` from now until it settles. */
+  private async counted<T>(send: () => Promise<T>): Promise<T> {
+    this.inFlight++;
+    try {
+      return await send();
+    } finally {
+      this.inFlight--;
     }
   }
 
@@ -210,6 +234,11 @@ export class BackendConnection {
     }
     this.streamWatch = watch;
     watch?.onLost((reason) => this.drop(client, reason));
+    // The SDK reopened the stream by itself after a drop: nothing it missed is re-sent.
+    watch?.onReopened(() => {
+      this.deps.logger.info({ backend: this.id }, "backend notification stream reopened; reloading lists and re-notifying watched resources");
+      this.catchUp(client, { lists: true });
+    });
   }
 
   private createListen(client: Client): UpstreamListen {
@@ -225,7 +254,7 @@ export class BackendConnection {
       clock: this.deps.clock,
       logger: this.deps.logger,
       policy: this.config.reconnect,
-      onGap: () => this.announcePossibleListChanges(client),
+      onGap: (gap) => this.catchUp(client, gap),
     });
   }
 
@@ -238,14 +267,18 @@ export class BackendConnection {
   }
 
   /**
-   * The listen stream was lost and is back: the backend may have restarted with other lists and
-   * nobody announced it, so every list it offers is reloaded (the catalog announces real changes only).
+   * A notification stream (legacy GET stream, modern listen stream) was down and is open again:
+   * what the backend sent meanwhile is gone, and it may even have restarted with other lists. So with
+   * `lists` every list it offers is reloaded (the catalog announces real changes only), and the URIs
+   * the gap covered (`undefined`: every watched one) count as updated once.
    */
-  private announcePossibleListChanges(client: Client): void {
+  private catchUp(client: Client, gap: { readonly lists: boolean; readonly uris?: ListenGap["uris"] | undefined }): void {
     if (this.client !== client) return;
-    const caps = client.getServerCapabilities() ?? {};
-    for (const kind of LIST_KINDS) if (caps[kind] !== undefined) this.deps.listener.listChanged(this, kind);
-    this.deps.listener.updatesMissed(this);
+    if (gap.lists) {
+      const caps = client.getServerCapabilities() ?? {};
+      for (const kind of LIST_KINDS) if (caps[kind] !== undefined) this.deps.listener.listChanged(this, kind);
+    }
+    if (gap.uris === undefined || gap.uris.length > 0) this.deps.listener.updatesMissed(this, gap.uris);
   }
 
   /**
@@ -293,7 +326,7 @@ export class BackendConnection {
         // The watch gives up first and says so; the SDK's own limit is only a backstop.
         maxRetries: NOTIFICATION_STREAM_ATTEMPTS + 1,
       },
-      ...(watch !== undefined && { reconnectionScheduler: watch.scheduler }),
+      ...(watch !== undefined && { reconnectionScheduler: watch.scheduler, fetch: watch.fetch }),
     });
   }
 
@@ -361,7 +394,7 @@ export class BackendConnection {
       this.healthTimer = undefined;
       if (this.client !== client) return;
       // The modern era has no ping; server/discover is its cheap liveness probe.
-      const probe = client.getProtocolEra() === "modern" ? client.discover({ timeout: this.config.timeoutMs }) : client.ping({ timeout: this.config.timeoutMs });
+      const probe = this.counted(() => (client.getProtocolEra() === "modern" ? client.discover({ timeout: this.config.timeoutMs }) : client.ping({ timeout: this.config.timeoutMs })));
       probe.then(
         () => this.afterHealthProbe(client),
         (error: unknown) => this.drop(client, `health check failed: ${describe(error)}`),

@@ -1,4 +1,4 @@
-import { SdkErrorCode, SdkHttpError, type ReconnectionScheduler } from "@modelcontextprotocol/client";
+import { SdkErrorCode, SdkHttpError, type FetchLike, type ReconnectionScheduler } from "@modelcontextprotocol/client";
 import type { Clock, TimerHandle } from "@mcp-broker/shared";
 
 /**
@@ -12,17 +12,29 @@ import type { Clock, TimerHandle } from "@mcp-broker/shared";
  * first GET, which the SDK never retries, is lost when it fails to open (`SdkHttpError` with
  * `ClientHttpFailedToOpenStream` while no retry is under way).
  *
+ * A reopen the SDK manages by itself is a gap all the same: the backend does not queue what it
+ * could not send while no stream was open. The transport's `fetch` (this watch's `fetch`) sees the
+ * GET that opens the stream again; once a retry was scheduled, that GET fires `onReopened`.
+ *
  * Contract: `onLost` fires at most once per watch, on the clock's turn or synchronously from the
  * transport; whoever owns the connection treats it as a drop (a full reconnect re-subscribes).
+ * `onReopened` fires once per gap (retries scheduled since the stream was last open), after the
+ * backend answered the GET with an event stream, so whatever the backend sends from then on arrives.
+ * A retry the transport schedules for a request's own SSE stream (a resumption GET) counts as a gap
+ * too: an extra reload and `updated` is harmless, a missed one is not.
  */
 export class NotificationStreamWatch {
+  /** The SDK has scheduled a reopen at least once: the first GET is over (a failed GET from now on is one more attempt). */
   private retrying = false;
+  /** A reopen was scheduled and no GET stream has opened since. */
+  private gap = false;
   private timer: TimerHandle | undefined;
   private lostReason: string | undefined;
   private listener: ((reason: string) => void) | undefined;
+  private reopenedListener: (() => void) | undefined;
   private disposed = false;
 
-  constructor(private readonly deps: { clock: Clock; maxAttempts: number }) {}
+  constructor(private readonly deps: { clock: Clock; maxAttempts: number; fetch?: FetchLike }) {}
 
   /** For the transport's `reconnectionScheduler` option. */
   readonly scheduler: ReconnectionScheduler = (reconnect, delay, attemptCount) => {
@@ -32,6 +44,7 @@ export class NotificationStreamWatch {
       return;
     }
     this.retrying = true;
+    this.gap = true;
     const timer = this.deps.clock.setTimeout(() => {
       this.timer = undefined;
       if (!this.disposed) reconnect();
@@ -42,6 +55,13 @@ export class NotificationStreamWatch {
       this.deps.clock.clearTimeout(timer);
       if (this.timer === timer) this.timer = undefined;
     };
+  };
+
+  /** For the transport's `fetch` option: every request passes through unchanged; a GET that opens an event stream ends a gap. */
+  readonly fetch: FetchLike = async (url, init) => {
+    const response = await (this.deps.fetch ?? fetch)(url, init);
+    if (init?.method === "GET" && response.ok && response.headers.get("content-type")?.startsWith("text/event-stream") === true) this.opened();
+    return response;
   };
 
   /** Feed every transport error here (`client.onerror`). */
@@ -56,11 +76,23 @@ export class NotificationStreamWatch {
     if (this.lostReason !== undefined) listener(this.lostReason);
   }
 
+  /** Calls `listener` each time the stream is open again after a gap (not for gaps that ended before it was registered). */
+  onReopened(listener: () => void): void {
+    this.reopenedListener = listener;
+  }
+
   dispose(): void {
     this.disposed = true;
     if (this.timer !== undefined) this.deps.clock.clearTimeout(this.timer);
     this.timer = undefined;
     this.listener = undefined;
+    this.reopenedListener = undefined;
+  }
+
+  private opened(): void {
+    if (!this.gap || this.disposed || this.lostReason !== undefined) return;
+    this.gap = false;
+    this.reopenedListener?.();
   }
 
   private lose(reason: string): void {

@@ -5,6 +5,14 @@ import { backoffDelay, type BackoffPolicy } from "@mcp-broker/shared";
 
 export type ListenFlags = Pick<SubscriptionFilter, "toolsListChanged" | "promptsListChanged" | "resourcesListChanged">;
 
+/** What a reopened stream may have missed while its predecessor was down. */
+export interface ListenGap {
+  /** List changes: a stream was lost since the last gap was reported. */
+  readonly lists: boolean;
+  /** URIs a lost stream carried that this stream honors again: each counts as updated once. */
+  readonly uris: readonly string[];
+}
+
 export interface UpstreamListenDeps {
   backendId: string;
   /** Opens one `subscriptions/listen` and resolves once the backend acknowledged it. */
@@ -15,8 +23,12 @@ export interface UpstreamListenDeps {
   logger: Logger;
   /** Delays between attempts after the stream failed or was ended by the backend. */
   policy: BackoffPolicy;
-  /** A lost stream is open again: whatever changed in between was not announced to us. */
-  onGap(): void;
+  /**
+   * A stream is open again after a lost one: whatever changed in between was not announced to us.
+   * Fires once per lost stream with `lists`, and once per URI the lost stream carried, when a stream
+   * honors that URI again (possibly later, if the first reopen left it out).
+   */
+  onGap(gap: ListenGap): void;
   /** How long changes to the wanted set are gathered into one reopen. */
   coalesceMs?: number;
 }
@@ -47,8 +59,9 @@ const DEFAULT_COALESCE_MS = 5;
  * - No gap: an older stream is closed only once a newer one covers every wanted URI it carried, so
  *   an update may arrive twice (harmless) but is not lost to a reopen.
  * - A stream the backend ends, gracefully or not, is reopened with backoff; once one is open again,
- *   `onGap` fires. `downFor` tells the health check how long no stream has been open while one is
- *   needed.
+ *   `onGap` fires for the lists and for the lost URIs it honors; a lost URI it leaves out stays
+ *   owed a catch-up until a later stream honors it (or nobody wants it). `downFor` tells the
+ *   health check how long no stream has been open while one is needed.
  */
 export class UpstreamListen {
   private readonly wanted = new Set<string>();
@@ -60,7 +73,10 @@ export class UpstreamListen {
   private changedInFlight = false;
   private attempt = 0;
   private downSince: number | undefined;
-  private lost = false;
+  /** A stream was lost and no stream has opened since: list changes may have been missed. */
+  private listsLost = false;
+  /** Wanted URIs a lost stream carried and no open stream has honored since: owed one catch-up `updated`. */
+  private readonly catchUp = new Set<string>();
   private disposed = false;
   private readonly coalesceMs: number;
   /** Whether the list-change flags alone keep a stream open: until the backend declines them all. */
@@ -92,6 +108,7 @@ export class UpstreamListen {
   /** Takes `uri` out of the filter (coalesced with other changes). */
   remove(uri: string): void {
     if (this.disposed || !this.wanted.delete(uri)) return;
+    this.catchUp.delete(uri);
     this.settle(uri, new BrokerError("BACKEND_UNAVAILABLE", "The upstream subscription was withdrawn before the backend honored it.", { backend: this.deps.backendId }));
     this.schedule("coalesce");
   }
@@ -203,10 +220,7 @@ export class UpstreamListen {
       }
     }
     this.retireCovered();
-    if (this.lost) {
-      this.lost = false;
-      this.deps.onGap();
-    }
+    this.reportGap(stream);
     // New changes go at once; URIs an earlier stream carried but this one left out are retried with backoff.
     if (this.changedInFlight) this.schedule("coalesce");
     else if (this.needsReopen()) this.schedule("retry");
@@ -243,8 +257,27 @@ export class UpstreamListen {
     this.deps.logger.info({ backend: this.deps.backendId, how, uris: stream.honored.size }, "upstream listen stream ended by the backend; reopening");
     // A stream that lived long was healthy: start the backoff over. One closed at once keeps backing off.
     if (now - stream.openedAt >= this.deps.policy.maxDelayMs) this.attempt = 0;
-    this.lost = true;
+    this.listsLost = true;
+    for (const uri of stream.honored) {
+      if (this.wanted.has(uri) && !this.streams.some((s) => s.honored.has(uri))) this.catchUp.add(uri);
+    }
     this.schedule("retry");
+  }
+
+  /** After `stream` opened: the catch-ups it settles (lists once per loss, each lost URI it honors). */
+  private reportGap(stream: OpenStream): void {
+    const uris: string[] = [];
+    for (const uri of this.catchUp) {
+      if (!this.wanted.has(uri)) this.catchUp.delete(uri);
+      else if (stream.honored.has(uri)) {
+        this.catchUp.delete(uri);
+        uris.push(uri);
+      }
+    }
+    if (!this.listsLost && uris.length === 0) return;
+    const lists = this.listsLost;
+    this.listsLost = false;
+    this.deps.onGap({ lists, uris });
   }
 
   /** The wanted filter is not exactly what the newest stream honors. */

@@ -186,13 +186,16 @@ export class UpstreamSubscriptions implements UpstreamPort {
   }
 
   /**
-   * The backend's notifications may have been lost for a while (its listen stream was down):
-   * every URI watched on it counts as updated once. An extra `updated` is harmless, a missed one
-   * is not.
+   * The backend's notifications may have been lost for a while (its notification or listen stream
+   * was down): each of `uris` that is watched (every watched URI when undefined) counts as updated
+   * once. An extra `updated` is harmless, a missed one is not. Polled URIs lose nothing to a gap in
+   * the backend's notifications, so they are left alone.
    */
-  updatesMissed(backendId: string): void {
-    for (const slot of this.slots.get(backendId)?.values() ?? []) {
-      if (slot.watch !== undefined) this.resourceUpdated(backendId, slot.uri);
+  updatesMissed(backendId: string, uris?: readonly string[]): void {
+    const slots = this.slots.get(backendId);
+    if (slots === undefined) return;
+    for (const slot of uris === undefined ? [...slots.values()] : uris.flatMap((uri) => slots.get(uri) ?? [])) {
+      if (slot.watch !== undefined && slot.watch.mode !== "poll") this.resourceUpdated(backendId, slot.uri);
     }
   }
 

@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startModernHttpBackend, type HttpBackend } from "../fixtures/http-backends.js";
 import { startFaultProxy, type FaultProxy } from "../fixtures/fault-proxy.js";
 import { createTestServer, type TestServer } from "../fixtures/test-server.js";
-import { connectClient, eventually, startBroker, type RunningBroker } from "../helpers/harness.js";
+import { collectUpdates, connectClient, eventually, startBroker, type RunningBroker } from "../helpers/harness.js";
 
 /** The one upstream `subscriptions/listen` stream of a modern backend: few reopens, and only honored URIs count. */
 describe("upstream: the listen stream towards a modern backend", () => {
@@ -83,5 +83,26 @@ describe("upstream: the listen stream towards a modern backend", () => {
     // The refused ones are not watched upstream.
     expect(running.broker.upstream.watched("mod").sort()).toEqual(["test://static/a", "test://static/b"]);
     await listen.close();
+  });
+
+  it("after a lost stream, re-notifies a URI once a stream honors it again, also when the first reopen left it out", async () => {
+    const legacy = await client("legacy");
+    const received = collectUpdates(legacy);
+    await legacy.subscribeResource({ uri: "mod+test://static/a" });
+    await legacy.subscribeResource({ uri: "mod+test://static/b" });
+    const honored = (): string[] => running.broker.pool.get("mod").listenStreams().flat().sort();
+    await eventually(() => honored().join() === "test://static/a,test://static/b", "one upstream listen carrying both");
+
+    // The stream is cut; the backend honors only static/a on the reopens that follow.
+    proxy.narrowListens((uri) => uri !== "test://static/b");
+    proxy.refuseListens(0);
+    await eventually(() => received.includes("mod+test://static/a"), "static/a re-notified after the gap");
+    await eventually(() => honored().join() === "test://static/a", "a reopened stream without static/b");
+    server.emitUpdate("test://static/b"); // sent to no stream: nobody asked for it upstream now
+    received.length = 0;
+
+    proxy.narrowListens(undefined);
+    await eventually(() => received.includes("mod+test://static/b"), "static/b re-notified once honored again");
+    expect(honored()).toEqual(["test://static/a", "test://static/b"]);
   });
 });

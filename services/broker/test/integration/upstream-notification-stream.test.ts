@@ -47,4 +47,46 @@ describe("upstream: a legacy backend's notification stream", () => {
       await backend.close();
     }
   });
+
+  it("cut briefly and reopened by the SDK itself, counts as a gap: lists are reloaded and watched resources re-notified", async () => {
+    const server = createTestServer({ name: "short-cut" });
+    const backend = await startLegacyHttpBackend(server);
+    const proxy = await startFaultProxy(backend.url);
+    const running = await startBroker({
+      backends: [{ id: "leg", url: proxy.url, era: "legacy", reconnect: { initialDelayMs: 50, maxDelayMs: 200 }, healthIntervalMs: 60_000 }],
+      subscriptions: { releaseGraceMs: 0 },
+      lists: { debounceMs: 10 },
+    });
+    const client = await connectClient(running.url, "legacy");
+    try {
+      const received = collectUpdates(client);
+      let listChanges = 0;
+      client.setNotificationHandler("notifications/tools/list_changed", () => {
+        listChanges++;
+      });
+      await client.subscribeResource({ uri: "leg+test://static/a" });
+      await eventually(() => proxy.openStandaloneStreams() === 1, "the broker's notification stream");
+      const sessions = backend.sessionIds();
+
+      // Well within the SDK's own reopen attempts: the connection is never dropped.
+      proxy.cutStandaloneStreams(300);
+      await eventually(() => proxy.stats.refusedGets > 0, "a refused reopen: the stream is down");
+      // Announced to nobody: the backend has no stream to send them on.
+      server.addTool("added_in_gap");
+      server.emitUpdate("test://static/a");
+
+      await eventually(() => received.length > 0, "the watched resource re-notified after the gap");
+      expect(new Set(received)).toEqual(new Set(["leg+test://static/a"]));
+      await eventually(() => listChanges > 0, "tools/list_changed after the gap");
+      const tools = await client.listTools();
+      expect(tools.tools.map((t) => t.name)).toContain("leg__added_in_gap");
+      expect(proxy.openStandaloneStreams()).toBe(1);
+      expect(backend.sessionIds()).toEqual(sessions); // the same upstream session: no reconnect
+    } finally {
+      await client.close();
+      await running.close();
+      await proxy.close();
+      await backend.close();
+    }
+  });
 });

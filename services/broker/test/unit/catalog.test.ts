@@ -1,4 +1,4 @@
-import { MemoryJobQueue, type Clock } from "@mcp-broker/shared";
+import { BrokerError, MemoryJobQueue, type Clock } from "@mcp-broker/shared";
 import { pino } from "pino";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { ancestorsOf, Catalog, isSubResource } from "../../src/catalog/catalog.js";
@@ -170,5 +170,120 @@ describe("catalog service: debounced reloads on fake timers", () => {
     release?.();
     await stale;
     expect(service.catalog.list("tools").map((t) => t.exposedKey)).toEqual(["a__fresh"]);
+  });
+});
+
+describe("catalog service: failed list loads are retried with the backend's backoff", () => {
+  const clock: Clock = { now: () => Date.now(), setTimeout: (f, ms) => setTimeout(f, ms), clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };
+  // Delays lie in [d/2, d]: attempt 0 in [50, 100] ms, attempt 1 in [100, 200], then [200, 400]. Each
+  // step below advances 1 ms past the latest moment it waits for, so the run's promises settle too.
+  const reconnect = { initialDelayMs: 100, maxDelayMs: 400, multiplier: 2 };
+  let tools: Record<string, unknown>[];
+  let listCalls: number;
+  let failures: number;
+  let backend: { id: string; state: string; capabilities: unknown; request: (method: string) => Promise<Record<string, unknown>> };
+  let service: CatalogService;
+  let announced: string[];
+
+  const listed = () => service.catalog.list("tools").map((t) => t.exposedKey);
+
+  beforeEach(() => {
+    vi.useFakeTimers();
+    tools = [{ name: "one" }];
+    listCalls = 0;
+    failures = 0;
+    announced = [];
+    backend = {
+      id: "a",
+      state: "connected",
+      capabilities: { tools: { listChanged: true } },
+      request: async (method: string) => {
+        if (method !== "tools/list") return {};
+        listCalls++;
+        if (failures > 0) {
+          failures--;
+          throw new BrokerError("BACKEND_TIMEOUT", "Backend 'a' did not answer within 1000 ms.");
+        }
+        return { tools: [...tools] };
+      },
+    };
+    service = new CatalogService([{ id: "a", command: "x", args: [], prefix: true, era: "auto", timeoutMs: 1000, reconnect, healthIntervalMs: 1000 }], {
+      logger: pino({ level: "silent" }),
+      clock,
+      jobs: new MemoryJobQueue<ReloadJob>({ clock }),
+      debounceMs: 10,
+      relistIntervalMs: 60_000,
+      onListChanged: (list) => announced.push(list),
+    });
+    service.attach({ get: () => backend } as unknown as BackendPool);
+  });
+
+  afterEach(() => {
+    service.close();
+    vi.useRealTimers();
+  });
+
+  const connection = () => backend as unknown as BackendConnection;
+
+  it("reloads a list whose reload failed, with growing delays, until one succeeds", async () => {
+    await service.backendConnected(connection());
+    expect(listed()).toEqual(["a__one"]);
+
+    tools = [{ name: "one" }, { name: "two" }];
+    failures = 2;
+    service.listChanged(connection(), "tools");
+    await vi.advanceTimersByTimeAsync(11);
+    expect(listCalls).toBe(2); // failed at 10 ms; retried in [60, 110]
+    await vi.advanceTimersByTimeAsync(100);
+    expect(listCalls).toBe(3); // failed again; retried in [160, 310]
+    await vi.advanceTimersByTimeAsync(200);
+    expect(listCalls).toBe(4);
+    expect(listed()).toEqual(["a__one", "a__two"]);
+    expect(announced).toEqual(["tools", "tools"]);
+
+    // Loaded: nothing more, and the next failure starts the backoff over.
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(listCalls).toBe(4);
+    failures = 1;
+    service.listChanged(connection(), "tools");
+    await vi.advanceTimersByTimeAsync(11 + 100);
+    expect(listCalls).toBe(6);
+  });
+
+  it("retries a list that failed while loading at connect", async () => {
+    failures = 1;
+    await service.backendConnected(connection());
+    expect(listed()).toEqual([]);
+    await vi.advanceTimersByTimeAsync(101);
+    expect(listCalls).toBe(2);
+    expect(listed()).toEqual(["a__one"]);
+    expect(announced).toEqual(["tools"]);
+  });
+
+  it("keeps the job queue's contract: a list_changed during the backoff reloads after the debounce, and the retry is then dropped", async () => {
+    await service.backendConnected(connection());
+    failures = 1;
+    service.listChanged(connection(), "tools");
+    await vi.advanceTimersByTimeAsync(11);
+    expect(listCalls).toBe(2); // failed at 10 ms; a retry waits until [60, 110]
+    tools = [{ name: "one" }, { name: "three" }];
+    service.listChanged(connection(), "tools");
+    await vi.advanceTimersByTimeAsync(11);
+    expect(listCalls).toBe(3);
+    expect(listed()).toEqual(["a__one", "a__three"]);
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(listCalls).toBe(3);
+  });
+
+  it("stops retrying when the backend drops (its reconnect loads everything anyway)", async () => {
+    await service.backendConnected(connection());
+    failures = Number.POSITIVE_INFINITY;
+    service.listChanged(connection(), "tools");
+    await vi.advanceTimersByTimeAsync(11 + 100 + 200);
+    expect(listCalls).toBe(4); // the next retry comes at 360 ms at the earliest
+    backend.state = "backoff";
+    service.backendDisconnected(connection());
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(listCalls).toBe(4);
   });
 });

@@ -4,14 +4,26 @@ import type { RequestContext } from "../../src/routing/request-context.js";
 import { Router } from "../../src/routing/router.js";
 import type { BackendPool } from "../../src/upstream/backend-pool.js";
 
-/** A backend whose calls finish when the test says so. */
+/** A backend whose calls finish when the test says so, and that counts them as `BackendConnection` does. */
 function setup() {
   const finishers: (() => void)[] = [];
+  let inFlight = 0;
   const backend = {
     id: "b",
     era: "legacy",
     state: "connected",
-    request: () => new Promise<Record<string, unknown>>((resolve) => finishers.push(() => resolve({ content: [] }))),
+    get requestsInFlight() {
+      return inFlight;
+    },
+    request: () => {
+      inFlight++;
+      return new Promise<Record<string, unknown>>((resolve) =>
+        finishers.push(() => {
+          inFlight--;
+          resolve({ content: [] });
+        }),
+      );
+    },
   };
   const pool = { get: () => backend, all: () => [backend] } as unknown as BackendPool;
   const catalog = new Catalog([{ id: "b", prefix: true }]);
@@ -35,7 +47,9 @@ function setup() {
     finishers[i]?.();
     await new Promise((r) => setImmediate(r));
   };
-  return { caller, log, finish };
+  /** A request of the broker's own (a poll, a subscribe, a list reload): it does not pass through the router. */
+  const internal = () => void backend.request();
+  return { caller, log, finish, internal };
 }
 
 describe("backend log relay", () => {
@@ -67,5 +81,17 @@ describe("backend log relay", () => {
     void later.call();
     log("certainly team-a's");
     expect(later.logs).toEqual(["certainly team-a's"]);
+  });
+
+  it("gives a log to nobody while a request of the broker's own runs beside the only caller's", async () => {
+    const { caller, log, finish, internal } = setup();
+    const mine = caller("team-a");
+    void mine.call();
+    log("team-a's");
+    internal(); // e.g. a poll of a resource only team-b subscribed to
+    log("maybe caused by the poll");
+    await finish(1);
+    log("team-a's again");
+    expect(mine.logs).toEqual(["team-a's", "team-a's again"]);
   });
 });

@@ -2,7 +2,7 @@ import { ProtocolError, type McpSubscription, type SubscriptionFilter } from "@m
 import { BrokerError, type Clock } from "@mcp-broker/shared";
 import { pino } from "pino";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { UpstreamListen } from "../../src/upstream/upstream-listen.js";
+import { UpstreamListen, type ListenGap } from "../../src/upstream/upstream-listen.js";
 
 const clock: Clock = { now: () => Date.now(), setTimeout: (f, ms) => setTimeout(f, ms), clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };
 const policy = { initialDelayMs: 100, maxDelayMs: 1_000, multiplier: 2 };
@@ -44,6 +44,7 @@ function fakeStream(honoredFilter: SubscriptionFilter): FakeStream {
 function world(flags: SubscriptionFilter = {}) {
   const calls: ListenCall[] = [];
   const gaps: number[] = [];
+  const reported: ListenGap[] = [];
   const listen = new UpstreamListen({
     backendId: "b",
     flags,
@@ -51,7 +52,10 @@ function world(flags: SubscriptionFilter = {}) {
     logger: pino({ level: "silent" }),
     policy,
     coalesceMs: 5,
-    onGap: () => gaps.push(Date.now()),
+    onGap: (gap) => {
+      gaps.push(Date.now());
+      reported.push(gap);
+    },
     open: (filter) =>
       new Promise<McpSubscription>((resolve, reject) => {
         calls.push({
@@ -65,7 +69,7 @@ function world(flags: SubscriptionFilter = {}) {
         });
       }),
   });
-  return { listen, calls, gaps };
+  return { listen, calls, gaps, reported };
 }
 
 /** Records how a promise settled, without awaiting it. */
@@ -207,6 +211,46 @@ describe("upstream listen (one subscriptions/listen stream per modern backend)",
     await vi.advanceTimersByTimeAsync(0);
     expect(gaps).toHaveLength(1);
     expect(listen.downFor(Date.now())).toBe(0);
+    await listen.dispose();
+  });
+
+  it("owes a lost URI its catch-up until a stream honors it again, even when the first reopen leaves it out", async () => {
+    const { listen, calls, reported } = world({ toolsListChanged: true });
+    listen.start();
+    const adds = ["u://a", "u://b", "u://c"].map((uri) => track(listen.add(uri)));
+    await vi.advanceTimersByTimeAsync(5);
+    const first = calls[0]?.ack();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(adds.every((a) => a.state === "resolved")).toBe(true);
+    expect(reported).toEqual([]); // a first open is no gap
+
+    first?.end("remote");
+    await vi.advanceTimersByTimeAsync(100);
+    expect(calls).toHaveLength(2);
+    calls[1]?.ack(["u://a", "u://c"]); // the backend leaves u://b out this time
+    await vi.advanceTimersByTimeAsync(0);
+    expect(reported).toEqual([{ lists: true, uris: ["u://a", "u://c"] }]);
+
+    listen.remove("u://c"); // unwanted now: owed nothing more
+    await vi.advanceTimersByTimeAsync(5);
+    expect(calls).toHaveLength(3);
+    calls[2]?.ack(["u://a"]); // u://b left out again
+    await vi.advanceTimersByTimeAsync(0);
+    expect(reported).toHaveLength(1);
+
+    // Retried with backoff (u://b is still wanted): honored at last, and owed its catch-up.
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(calls).toHaveLength(4);
+    expect(calls[3]?.filter.resourceSubscriptions).toEqual(["u://a", "u://b"]);
+    calls[3]?.ack();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(reported).toEqual([
+      { lists: true, uris: ["u://a", "u://c"] },
+      { lists: false, uris: ["u://b"] },
+    ]);
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(calls).toHaveLength(4);
+    expect(reported).toHaveLength(2);
     await listen.dispose();
   });
 
