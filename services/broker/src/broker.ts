@@ -92,6 +92,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     clientInfo: serverInfo,
     listener: {
       connected: (backend) => {
+        router?.backendConnected(backend);
         void catalog.backendConnected(backend).then(() => upstream.backendConnected(backend));
       },
       disconnected: (backend) => {

@@ -149,6 +149,13 @@ export class Router {
     return {};
   }
 
+  /** A backend (re)connected with a fresh session: it gets the log level clients asked for again. */
+  backendConnected(backend: BackendConnection): void {
+    const level = this.backendLogLevel;
+    if (level === undefined || backend.era !== "legacy" || backend.capabilities?.logging === undefined) return;
+    void backend.request("logging/setLevel", { level }).catch(() => undefined); // best effort: logs are not state
+  }
+
   /**
    * A backend log message. It reaches the one client with a request in flight on that backend (if
    * it asked for that level), and only if no call of another principal overlapped that request and
