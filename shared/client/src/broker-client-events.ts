@@ -3,12 +3,19 @@ import type { CachedPrompt, CachedResource, CachedTemplateResource, CachedToolCa
 import type { ConnectionState } from "./connection/connection-supervisor.js";
 import type { Prompt, Resource, ResourceTemplate, Tool } from "./lists/list-catalog.js";
 
+/**
+ * Why a subscribed resource is reported updated: the server said so (`notification`), or it may
+ * have changed while the client could not hear (`resync`: after a reconnect, a reopened listen
+ * stream, or a pending subscription accepted at last).
+ */
+export type ResourceUpdateReason = "notification" | "resync";
+
 /** A content change of a resource, from the direct cache or from one template's entry. */
 export type ResourceContentChange =
   | {
       readonly source: "resource";
       readonly uri: string;
-      /** The new entry; null when a re-read failed (the entry was dropped; see `error`). */
+      /** The new entry; null when the server answered a fetch with an error (the entry was dropped; see `error`). */
       readonly entry: CachedResource | null;
       readonly error?: unknown;
     }
@@ -31,14 +38,19 @@ export interface BrokerClientEventMap {
   promptsChange: { readonly prompts: readonly Prompt[]; readonly error?: unknown };
   /**
    * The set of subscribed URIs changed, or which of them are pending (refused on a resubscribe,
-   * retried after each reload of the resource list).
+   * retried with backoff and after each reload of the resource list).
    */
   resourceSubscriptionsChange: { readonly uris: readonly string[]; readonly pending: readonly string[] };
-  /** A subscribed resource changed and its content is not cached: read it if you need it. */
-  resourceUpdated: { readonly uri: string };
+  /**
+   * A subscribed resource (or a sub-resource of one) changed. `cached`: its content is in the
+   * cache, so the client re-reads it by itself and `resourceContentChange` follows; otherwise
+   * read it if you need it.
+   */
+  resourceUpdated: { readonly uri: string; readonly reason: ResourceUpdateReason; readonly cached: boolean };
   /** Cached resource content changed: fetched by a read, or re-read after an update. */
   resourceContentChange: ResourceContentChange;
-  promptContentChange: { readonly name: string; readonly entry: CachedPrompt };
+  /** A prompt was fetched; `entry` is null when the server answered with an error (the entry was dropped; see `error`). */
+  promptContentChange: { readonly name: string; readonly entry: CachedPrompt | null; readonly error?: unknown };
   toolCallResultChange: { readonly name: string; readonly entry: CachedToolCall };
   /** A failure of background work that no call of yours could receive (e.g. a refused resubscribe). */
   error: { readonly error: unknown; readonly operation: string };

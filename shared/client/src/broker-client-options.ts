@@ -1,12 +1,15 @@
-import { StreamableHTTPClientTransport, type FetchLike, type Implementation, type Transport } from "@modelcontextprotocol/client";
-import { systemClock, type Clock, type ListName } from "@mcp-broker/shared";
-import type { BackoffPolicy } from "@mcp-broker/shared";
+import type { FetchLike, Implementation, Transport } from "@modelcontextprotocol/client";
+import { systemClock, type BackoffPolicy, type Clock, type ListName } from "@mcp-broker/shared";
 import type { ReconnectPolicy } from "./connection/connection-supervisor.js";
-import type { ConnectionSettings, EraOption, TransportHooks } from "./connection/connection.js";
+import type { ConnectionSettings, EraOption } from "./connection/connection.js";
+import { createHttpTransport } from "./connection/http-transport.js";
 import { BrokerClientError } from "./errors.js";
 
 export interface ReconnectOptions extends Partial<ReconnectPolicy> {
-  /** Probe the server this often (ping, or server/discover) to notice a silent drop; 0 disables. */
+  /**
+   * Probe the server (ping, or server/discover) once nothing has been heard from it (no answer,
+   * no notification) for this long, to notice a silent drop; 0 disables.
+   */
   heartbeatIntervalMs?: number;
 }
 
@@ -36,7 +39,7 @@ export interface BrokerClientOptions {
   resubscribeOnReconnect?: boolean;
   /** Timeout of each request, in ms. Default: the SDK's (60 s). */
   requestTimeoutMs?: number;
-  /** Time source for debounce, backoff and heartbeat (tests pass a fake one). */
+  /** Time source for debounce, backoff, retries and heartbeat (tests pass a fake one). */
   clock?: Clock;
   /** Random source in [0, 1) for backoff jitter. */
   random?: () => number;
@@ -53,21 +56,28 @@ export const DEFAULT_RECONNECT: Required<ReconnectOptions> = {
 };
 /** Reopening a dropped listen stream: quick first retry, then the same growth, capped lower. */
 const LISTEN_RETRY: BackoffPolicy = { initialDelayMs: 250, maxDelayMs: 10_000, multiplier: 2 };
+/** Retrying subscriptions the server refused on a resubscribe (besides after each resource-list reload). */
+const PENDING_RETRY: BackoffPolicy = { initialDelayMs: 1_000, maxDelayMs: 30_000, multiplier: 2 };
 
 export interface ResolvedOptions {
   connection: ConnectionSettings;
   reconnect: ReconnectPolicy | undefined;
   resubscribeOnReconnect: boolean;
   listChangedDebounceMs: number;
+  pendingRetry: BackoffPolicy;
   clock: Clock;
   random: () => number;
 }
 
-/** Validates the options and fills in the defaults. */
+/**
+ * Validates the options and fills in the defaults. Throws INVALID_OPTIONS naming the first option
+ * that is missing, out of range or inconsistent (`data.option`).
+ */
 export function resolveOptions(options: BrokerClientOptions): ResolvedOptions {
+  validate(options);
   const clock = options.clock ?? systemClock;
   const random = options.random ?? Math.random;
-  const reconnect = options.reconnect === false ? undefined : { ...DEFAULT_RECONNECT, ...options.reconnect };
+  const reconnect = options.reconnect === false ? undefined : { ...DEFAULT_RECONNECT, ...definedOnly(options.reconnect ?? {}) };
   const wanted = options.listChangedNotifications ?? {};
   const listChanged: Record<ListName, boolean> = {
     tools: wanted.tools ?? true,
@@ -89,34 +99,112 @@ export function resolveOptions(options: BrokerClientOptions): ResolvedOptions {
     reconnect,
     resubscribeOnReconnect: options.resubscribeOnReconnect ?? true,
     listChangedDebounceMs: options.listChangedDebounceMs ?? DEFAULT_LIST_CHANGED_DEBOUNCE_MS,
+    pendingRetry: PENDING_RETRY,
     clock,
     random,
   };
 }
 
 function transportFactory(options: BrokerClientOptions, clock: Clock): ConnectionSettings["createTransport"] {
-  const { url, transport } = options;
-  if (transport !== undefined && url === undefined) return () => transport();
-  if (url !== undefined && transport === undefined) {
-    const endpoint = new URL(url);
-    return (hooks) => httpTransport(endpoint, options, clock, hooks);
-  }
-  throw new BrokerClientError("INVALID_OPTIONS", "Give exactly one of `url` and `transport`.");
+  const { transport } = options;
+  if (transport !== undefined) return () => transport();
+  const url = new URL(options.url ?? "");
+  return (hooks) => createHttpTransport({ url, headers: options.headers, fetch: options.fetch, clock }, hooks);
 }
 
-/**
- * Streamable HTTP to `url`. The SDK transport resumes a broken SSE stream on its own (with
- * Last-Event-ID: on a broker fleet another instance may take over); each resumption it schedules
- * is also the cue to check that the server is still there.
- */
-function httpTransport(url: URL, options: BrokerClientOptions, clock: Clock, hooks: TransportHooks): Transport {
-  return new StreamableHTTPClientTransport(url, {
-    ...(options.headers !== undefined && { requestInit: { headers: options.headers } }),
-    ...(options.fetch !== undefined && { fetch: options.fetch }),
-    reconnectionScheduler: (reconnect, delay) => {
-      hooks.interrupted();
-      const timer = clock.setTimeout(reconnect, delay);
-      return () => clock.clearTimeout(timer);
-    },
-  });
+const ERAS: readonly EraOption[] = ["auto", "legacy", "modern"];
+
+function validate(options: BrokerClientOptions): void {
+  if (typeof options !== "object" || options === null) invalid("options", "must be an object", options);
+  const { url, transport } = options;
+  if ((url === undefined) === (transport === undefined)) {
+    throw new BrokerClientError("INVALID_OPTIONS", "Give exactly one of `url` and `transport`.", { option: "url" });
+  }
+  if (transport !== undefined && typeof transport !== "function") invalid("transport", "must be a function that returns a new transport", transport);
+  if (url !== undefined) {
+    let parsed: URL | undefined;
+    try {
+      parsed = new URL(url);
+    } catch {
+      invalid("url", "must be an absolute URL", url);
+    }
+    if (parsed.protocol !== "http:" && parsed.protocol !== "https:") invalid("url", "must be an http: or https: URL", url);
+  }
+  if (options.headers !== undefined && (typeof options.headers !== "object" || options.headers === null || Object.values(options.headers).some((v) => typeof v !== "string"))) {
+    invalid("headers", "must map header names to strings", options.headers);
+  }
+  if (transport !== undefined && (options.headers !== undefined || options.fetch !== undefined)) {
+    throw new BrokerClientError("INVALID_OPTIONS", "`headers` and `fetch` apply to `url` only; a `transport` factory configures its own.", { option: options.headers === undefined ? "fetch" : "headers" });
+  }
+  optionalFunction("fetch", options.fetch);
+  optionalFunction("random", options.random);
+  if (options.clientInfo !== undefined && (typeof options.clientInfo?.name !== "string" || typeof options.clientInfo.version !== "string")) {
+    invalid("clientInfo", "must have a string name and version", options.clientInfo);
+  }
+  if (options.era !== undefined && !ERAS.includes(options.era)) invalid("era", `must be one of ${ERAS.join(", ")}`, options.era);
+  for (const [kind, enabled] of Object.entries(options.listChangedNotifications ?? {})) {
+    if (enabled !== undefined && typeof enabled !== "boolean") invalid(`listChangedNotifications.${kind}`, "must be a boolean", enabled);
+  }
+  if (options.resubscribeOnReconnect !== undefined && typeof options.resubscribeOnReconnect !== "boolean") {
+    invalid("resubscribeOnReconnect", "must be a boolean", options.resubscribeOnReconnect);
+  }
+  nonNegative("listChangedDebounceMs", options.listChangedDebounceMs);
+  if (options.requestTimeoutMs !== undefined && !(isFiniteNumber(options.requestTimeoutMs) && options.requestTimeoutMs > 0)) {
+    invalid("requestTimeoutMs", "must be a finite number > 0", options.requestTimeoutMs);
+  }
+  const { clock } = options;
+  if (clock !== undefined && !(typeof clock === "object" && clock !== null && ["now", "setTimeout", "clearTimeout"].every((name) => typeof (clock as unknown as Record<string, unknown>)[name] === "function"))) {
+    invalid("clock", "must have now(), setTimeout() and clearTimeout()", clock);
+  }
+  if (options.reconnect !== undefined && options.reconnect !== false) validateReconnect(options.reconnect);
+}
+
+function validateReconnect(reconnect: ReconnectOptions): void {
+  if (typeof reconnect !== "object" || reconnect === null) invalid("reconnect", "must be an object or false", reconnect);
+  const merged = { ...DEFAULT_RECONNECT, ...definedOnly(reconnect) };
+  nonNegative("reconnect.initialDelayMs", reconnect.initialDelayMs);
+  nonNegative("reconnect.maxDelayMs", reconnect.maxDelayMs);
+  nonNegative("reconnect.heartbeatIntervalMs", reconnect.heartbeatIntervalMs);
+  if (reconnect.multiplier !== undefined && !(isFiniteNumber(reconnect.multiplier) && reconnect.multiplier >= 1)) {
+    invalid("reconnect.multiplier", "must be a finite number ≥ 1", reconnect.multiplier);
+  }
+  const { maxAttempts } = reconnect;
+  if (maxAttempts !== undefined && !(maxAttempts === Number.POSITIVE_INFINITY || (Number.isInteger(maxAttempts) && maxAttempts >= 1))) {
+    invalid("reconnect.maxAttempts", "must be an integer ≥ 1, or Infinity", maxAttempts);
+  }
+  if (merged.maxDelayMs < merged.initialDelayMs) {
+    throw new BrokerClientError(
+      "INVALID_OPTIONS",
+      `reconnect.maxDelayMs (${merged.maxDelayMs}) must not be below reconnect.initialDelayMs (${merged.initialDelayMs}).`,
+      { option: "reconnect.maxDelayMs" },
+    );
+  }
+}
+
+function isFiniteNumber(value: unknown): value is number {
+  return typeof value === "number" && Number.isFinite(value);
+}
+
+function nonNegative(option: string, value: unknown): void {
+  if (value !== undefined && !(isFiniteNumber(value) && value >= 0)) invalid(option, "must be a finite number ≥ 0", value);
+}
+
+function optionalFunction(option: string, value: unknown): void {
+  if (value !== undefined && typeof value !== "function") invalid(option, "must be a function", value);
+}
+
+function invalid(option: string, requirement: string, value: unknown): never {
+  throw new BrokerClientError("INVALID_OPTIONS", `${option} ${requirement} (got ${show(value)}).`, { option });
+}
+
+function show(value: unknown): string {
+  if (typeof value === "string") return JSON.stringify(value);
+  if (typeof value === "function") return "a function";
+  if (typeof value === "object" && value !== null) return value instanceof URL ? value.href : "an object";
+  return String(value);
+}
+
+/** `{ a: undefined }` must not override a default when spread. */
+function definedOnly<T extends object>(value: T): Partial<T> {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
 }

@@ -1,13 +1,15 @@
-import type { CallToolResult, Client, GetPromptResult, Implementation, ProtocolEra, ReadResourceResult, ServerCapabilities } from "@modelcontextprotocol/client";
+import { ProtocolError, type CallToolResult, type Client, type GetPromptResult, type Implementation, type ProtocolEra, type ReadResourceResult, type ServerCapabilities } from "@modelcontextprotocol/client";
 import { UriTemplate, type UriTemplateVariables } from "@mcp-broker/shared";
-import type { BrokerClientEventMap } from "./broker-client-events.js";
+import type { BrokerClientEventMap, ResourceUpdateReason } from "./broker-client-events.js";
 import { resolveOptions, type BrokerClientOptions, type ResolvedOptions } from "./broker-client-options.js";
-import { ContentCache, type CachedToolCall, type ContentCacheView } from "./cache/content-cache.js";
+import { ContentCache, frozenCopy, type CachedPrompt, type CachedResource, type CachedTemplateResource, type CachedToolCall, type ContentCacheView } from "./cache/content-cache.js";
+import type { FetchTicket, LatestEntryMap } from "./cache/latest-entry-map.js";
 import { ConnectionSupervisor, type ConnectionState } from "./connection/connection-supervisor.js";
 import { Connection, LIST_KINDS } from "./connection/connection.js";
 import { BrokerClientError } from "./errors.js";
 import { ListCatalog, type ListReload, type Prompt, type Resource, type ResourceTemplate, type Tool } from "./lists/list-catalog.js";
 import { ResourceSubscriptions } from "./subscriptions/resource-subscriptions.js";
+import { RetryTimer } from "./util/retry-timer.js";
 import { TypedEventTarget } from "./util/typed-event-target.js";
 
 /**
@@ -17,8 +19,10 @@ import { TypedEventTarget } from "./util/typed-event-target.js";
  * (a standard EventTarget; see `BrokerClientEventMap`).
  *
  * Lifecycle: `connect()` → connected; a dropped connection → reconnecting (backoff) → connected
- * again, lists reloaded and subscriptions restored; `disconnect()` (or a reconnect policy giving
- * up) → disconnected, with subscriptions and caches cleared.
+ * again, subscriptions restored and lists reloaded; `disconnect()` (or a reconnect policy giving
+ * up) → disconnected, with subscriptions and caches cleared. Calls go to the connection in
+ * service, or to the one being set up once it is open (so the listeners of the events fired
+ * during the set-up can use the client).
  */
 export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
   private readonly options: ResolvedOptions;
@@ -26,6 +30,8 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
   private readonly lists: ListCatalog;
   private readonly subscriptions: ResourceSubscriptions;
   private readonly contents = new ContentCache();
+  /** Retries pending subscriptions with backoff, for servers that never announce a list change. */
+  private readonly pendingRetry: RetryTimer;
 
   constructor(options: BrokerClientOptions) {
     super();
@@ -33,19 +39,31 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     const { clock, random, reconnect, listChangedDebounceMs } = this.options;
     this.lists = new ListCatalog({ clock, debounceMs: listChangedDebounceMs, reloaded: (reload) => this.listReloaded(reload) });
     this.subscriptions = new ResourceSubscriptions((set) => this.emit("resourceSubscriptionsChange", set));
+    this.pendingRetry = new RetryTimer({
+      clock,
+      random,
+      policy: this.options.pendingRetry,
+      task: async () => {
+        await this.retryPendingSubscriptions();
+        return this.subscriptions.pending().length === 0;
+      },
+      failed: (error) => this.emit("error", { operation: "retry pending subscriptions", error }),
+    });
     this.supervisor = new ConnectionSupervisor({
       clock,
       random,
       reconnect,
       create: (onLost) =>
         new Connection(this.options.connection, {
-          resourceUpdated: (connection, uri) => this.resourceUpdated(connection, uri),
+          resourceUpdated: (connection, uri) => this.resourceUpdated(connection, uri, "notification"),
           listChanged: (connection, kind) => this.lists.changed(connection, kind),
           gap: (connection) => this.notificationsMissed(connection, { lists: true }),
           lost: onLost,
         }),
       establish: (connection, reconnecting) => this.establish(connection, reconnecting),
       stateChanged: ({ state, error, attempt }) => {
+        // A new connection restarts the retries once its subscriptions are restored.
+        if (state !== "connected") this.pendingRetry.stop();
         // However the client got there (disconnect(), a failed first connect, reconnecting given up).
         if (state === "disconnected") this.reset();
         this.emit("connectionChange", {
@@ -58,45 +76,50 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     });
   }
 
-  /** The content cache: what was last fetched per resource, template, prompt and tool. */
+  /** The content cache: what was last fetched per resource, template, prompt and tool (read and clear only). */
   get cache(): ContentCacheView {
-    return this.contents;
+    return this.contents.view;
   }
 
   get state(): ConnectionState {
     return this.supervisor.state;
   }
 
-  /** The protocol era of the current connection; undefined unless connected. */
+  /** The protocol era of the connection calls go to; undefined while there is none. */
   get era(): ProtocolEra | undefined {
-    return this.supervisor.current?.era;
+    return this.supervisor.usable?.era;
   }
 
   get serverCapabilities(): ServerCapabilities | undefined {
-    return this.supervisor.current?.capabilities;
+    return this.supervisor.usable?.capabilities;
   }
 
   get serverInfo(): Implementation | undefined {
-    return this.supervisor.current?.client.getServerVersion();
+    return this.supervisor.usable?.client.getServerVersion();
   }
 
   /**
-   * The SDK client of the current connection, for what this class does not wrap (completions,
-   * logging level, …). It is replaced on each reconnect; undefined unless connected.
+   * The SDK client of the connection calls go to, for what this class does not wrap
+   * (completions, logging level, …). It is replaced on each reconnect; undefined while there is
+   * no connection.
    */
   get sdkClient(): Client | undefined {
-    return this.supervisor.current?.client;
+    return this.supervisor.usable?.client;
   }
 
   /**
-   * Connects, negotiates the era and loads every list. Rejects when the server cannot be reached
-   * (the first connection is not retried) or when already connecting, connected or reconnecting.
+   * Connects, negotiates the era, opens the subscription channel and loads every list. Rejects
+   * when the server cannot be reached (the first connection is not retried), with CONNECT_ABORTED
+   * when `disconnect()` is called first, and with ALREADY_CONNECTED unless disconnected.
    */
   async connect(): Promise<void> {
     await this.supervisor.connect();
   }
 
-  /** Closes the connection, stops reconnecting, and clears lists, subscriptions and caches. Idempotent. */
+  /**
+   * Closes the connection (also one still being opened), stops reconnecting, and clears lists,
+   * subscriptions and caches. Idempotent.
+   */
   async disconnect(): Promise<void> {
     await this.supervisor.disconnect();
   }
@@ -123,7 +146,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
   }
 
   supportsResourceSubscriptions(): boolean {
-    return this.supervisor.current?.supportsSubscriptions ?? false;
+    return this.supervisor.usable?.supportsSubscriptions ?? false;
   }
 
   getSubscribedResources(): string[] {
@@ -136,8 +159,8 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
 
   /**
    * The subscribed URIs the server refused when they were re-established after a reconnect (e.g.
-   * a broker whose backend is still starting). They stay subscribed and are retried after each
-   * reload of the resource list; updates flow once the server accepts.
+   * a broker whose backend is still starting). They stay subscribed and are retried with backoff
+   * and after each reload of the resource list; updates flow once the server accepts.
    */
   getPendingResourceSubscriptions(): string[] {
     return this.subscriptions.pending();
@@ -145,8 +168,9 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
 
   /**
    * Subscribes to updates of `uri` (`resources/subscribe`, or the listen stream's filter). Resolves
-   * once the server accepted; subscribing twice is a no-op. Rejects with NOT_CONNECTED,
-   * CAPABILITY_MISSING, SUBSCRIPTION_REFUSED or the server's JSON-RPC error.
+   * once the server accepted; subscribing twice is a no-op. Updates the server sends before its
+   * answer are delivered. Rejects with NOT_CONNECTED, CAPABILITY_MISSING, SUBSCRIPTION_REFUSED or
+   * the server's JSON-RPC error.
    */
   async subscribeToResource(uri: string): Promise<void> {
     await this.subscriptions.add(uri, () => {
@@ -159,23 +183,30 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
   }
 
   /**
-   * Ends the subscription to `uri`; a no-op when not subscribed. While reconnecting, only the set
-   * changes (the server forgot it with the connection).
+   * Ends the subscription to `uri`; a no-op when not subscribed. While no connection is usable
+   * (waiting to reconnect), only the set changes: the server forgot it with the connection.
    */
   async unsubscribeFromResource(uri: string): Promise<void> {
     await this.subscriptions.remove(uri, () => {
-      const connection = this.supervisor.current;
-      return connection?.supportsSubscriptions ? connection.channel : undefined;
+      const connection = this.supervisor.usable;
+      return connection?.supportsSubscriptions === true ? connection.channel : undefined;
     });
   }
 
   /** Reads `uri` from the server and caches the content under `uri`. */
   async readResource(uri: string): Promise<ReadResourceResult> {
     const connection = this.connected();
-    const ticket = this.contents.resources.begin(uri);
-    const content = await connection.request((client, options) => client.readResource({ uri }, { ...options, cacheMode: "bypass" }));
-    const entry = { uri, content, timestamp: this.options.clock.now() };
-    if (this.contents.resources.settle(uri, ticket, entry)) this.emit("resourceContentChange", { source: "resource", uri, entry });
+    const { resources } = this.contents;
+    const ticket = resources.begin(uri);
+    let content: ReadResourceResult;
+    try {
+      content = await connection.request((client, options) => client.readResource({ uri }, { ...options, cacheMode: "bypass" }));
+    } catch (error) {
+      this.fetchFailed(resources, uri, ticket, error, () => this.emit("resourceContentChange", { source: "resource", uri, entry: null, error }));
+      throw error;
+    }
+    const entry: CachedResource = Object.freeze({ uri, content: frozenCopy(content), timestamp: this.now() });
+    if (resources.settle(uri, ticket, entry)) this.emit("resourceContentChange", { source: "resource", uri, entry });
     return content;
   }
 
@@ -186,20 +217,36 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
   async readResourceFromTemplate(uriTemplate: string, params: UriTemplateVariables): Promise<ReadResourceResult> {
     const uri = new UriTemplate(uriTemplate).expand(params);
     const connection = this.connected();
-    const ticket = this.contents.templates.begin(uriTemplate);
-    const content = await connection.request((client, options) => client.readResource({ uri }, { ...options, cacheMode: "bypass" }));
-    const entry = { uriTemplate, params, uri, content, timestamp: this.options.clock.now() };
-    if (this.contents.templates.settle(uriTemplate, ticket, entry)) this.emit("resourceContentChange", { source: "template", uri, uriTemplate, entry });
+    const cachedParams = frozenCopy(params);
+    const { templates } = this.contents;
+    const ticket = templates.begin(uriTemplate);
+    let content: ReadResourceResult;
+    try {
+      content = await connection.request((client, options) => client.readResource({ uri }, { ...options, cacheMode: "bypass" }));
+    } catch (error) {
+      this.fetchFailed(templates, uriTemplate, ticket, error, () => this.emit("resourceContentChange", { source: "template", uri, uriTemplate, entry: null, error }));
+      throw error;
+    }
+    const entry: CachedTemplateResource = Object.freeze({ uriTemplate, params: cachedParams, uri, content: frozenCopy(content), timestamp: this.now() });
+    if (templates.settle(uriTemplate, ticket, entry)) this.emit("resourceContentChange", { source: "template", uri, uriTemplate, entry });
     return content;
   }
 
   /** Gets prompt `name` with `params` and caches the result under `name`. */
   async getPrompt(name: string, params: Record<string, string> = {}): Promise<GetPromptResult> {
     const connection = this.connected();
-    const ticket = this.contents.prompts.begin(name);
-    const result = await connection.request((client, options) => client.getPrompt({ name, arguments: params }, options));
-    const entry = { name, params, result, timestamp: this.options.clock.now() };
-    if (this.contents.prompts.settle(name, ticket, entry)) this.emit("promptContentChange", { name, entry });
+    const cachedParams = frozenCopy(params);
+    const { prompts } = this.contents;
+    const ticket = prompts.begin(name);
+    let result: GetPromptResult;
+    try {
+      result = await connection.request((client, options) => client.getPrompt({ name, arguments: params }, options));
+    } catch (error) {
+      this.fetchFailed(prompts, name, ticket, error, () => this.emit("promptContentChange", { name, entry: null, error }));
+      throw error;
+    }
+    const entry: CachedPrompt = Object.freeze({ name, params: cachedParams, result: frozenCopy(result), timestamp: this.now() });
+    if (prompts.settle(name, ticket, entry)) this.emit("promptContentChange", { name, entry });
     return result;
   }
 
@@ -210,39 +257,66 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
    */
   async callTool(name: string, params: Record<string, unknown> = {}): Promise<CallToolResult> {
     const connection = this.connected();
+    const base = { name, params: frozenCopy(params) };
     const ticket = this.contents.toolCalls.begin(name);
-    const timestamp = (): number => this.options.clock.now();
-    let entry: CachedToolCall;
     try {
       const result = await connection.request((client, options) => client.callTool({ name, arguments: params }, options));
-      entry =
+      const cached = frozenCopy(result);
+      this.storeToolCall(
+        name,
+        ticket,
         result.isError === true
-          ? { name, params, timestamp: timestamp(), success: false, error: toolError(name, result), result }
-          : { name, params, timestamp: timestamp(), success: true, result };
-      this.storeToolCall(name, ticket, entry);
+          ? { ...base, timestamp: this.now(), success: false, error: toolError(name, result), result: cached }
+          : { ...base, timestamp: this.now(), success: true, result: cached },
+      );
       return result;
     } catch (error) {
-      this.storeToolCall(name, ticket, { name, params, timestamp: timestamp(), success: false, error });
+      this.storeToolCall(name, ticket, { ...base, timestamp: this.now(), success: false, error });
       throw error;
     }
   }
 
-  private storeToolCall(name: string, ticket: number, entry: CachedToolCall): void {
-    if (this.contents.toolCalls.settle(name, ticket, entry)) this.emit("toolCallResultChange", { name, entry });
+  private storeToolCall(name: string, ticket: FetchTicket, entry: CachedToolCall): void {
+    const frozen = Object.freeze(entry);
+    if (this.contents.toolCalls.settle(name, ticket, frozen)) this.emit("toolCallResultChange", { name, entry: frozen });
+  }
+
+  /**
+   * The cache rule for a read or prompt fetch that failed. The server answered with an error (the
+   * resource is gone, bad params): that is the newest outcome, so the entry is dropped, and
+   * `announce` runs if there was one. No answer (connection lost, timed out): the fetch counts
+   * for nothing and the entry stays as it was. Either way the fetch is settled.
+   */
+  private fetchFailed<T>(map: LatestEntryMap<T>, key: string, ticket: FetchTicket, error: unknown, announce: () => void): void {
+    if (!(error instanceof ProtocolError)) {
+      map.abandon(key, ticket);
+      return;
+    }
+    const had = map.get(key) !== null;
+    if (map.settle(key, ticket, null) && had) announce();
   }
 
   private connected(): Connection {
-    const connection = this.supervisor.current;
+    const connection = this.supervisor.usable;
     if (connection === undefined) {
       const state = this.supervisor.state;
-      throw new BrokerClientError("NOT_CONNECTED", `The client is ${state}; ${state === "reconnecting" ? "wait for the connection to come back" : "call connect() first"}.`);
+      throw new BrokerClientError("NOT_CONNECTED", `The client is ${state}; ${state === "disconnected" ? "call connect() first" : "wait for the connection to come up"}.`);
     }
     return connection;
   }
 
-  /** Brings a new connection into service: lists first, then the subscriptions. */
+  private now(): number {
+    return this.options.clock.now();
+  }
+
+  /**
+   * Brings a new connection into service. Its list changes count from the start; the
+   * subscriptions are restored first, which on a modern connection opens the listen stream that
+   * also carries the list changes, and only then are the lists loaded: a change announced before
+   * the acknowledgement is in what loads, one announced after it reloads the list again.
+   */
   private async establish(connection: Connection, reconnecting: boolean): Promise<void> {
-    await this.lists.loadAll(connection);
+    this.lists.attach(connection);
     if (reconnecting && !this.options.resubscribeOnReconnect) this.subscriptions.clear();
     if (!connection.supportsSubscriptions) {
       for (const uri of this.subscriptions.list()) {
@@ -255,16 +329,18 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     }
     const refused = await this.subscriptions.restore(connection.channel);
     for (const [uri, error] of refused) this.emit("error", { operation: `resubscribe ${uri}`, error });
+    if (this.subscriptions.pending().length > 0) this.pendingRetry.start();
+    await this.lists.loadAll(connection);
     if (reconnecting) this.notificationsMissed(connection, { lists: false });
   }
 
-  /** After a reload of the resource list the server may know URIs it refused before. */
+  /** The server may know URIs it refused before (after a reload of the resource list, or a retry delay). */
   private async retryPendingSubscriptions(): Promise<void> {
-    const connection = this.supervisor.current;
+    const connection = this.supervisor.usable;
     if (connection === undefined || !connection.supportsSubscriptions || this.subscriptions.pending().length === 0) return;
     const { activated } = await this.subscriptions.retryPending(connection.channel);
     // Updates sent before the server accepted were not delivered.
-    for (const uri of activated) this.resourceUpdated(connection, uri);
+    for (const uri of activated) this.resourceUpdated(connection, uri, "resync");
   }
 
   /**
@@ -274,45 +350,53 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
    */
   private notificationsMissed(connection: Connection, { lists }: { lists: boolean }): void {
     if (lists) for (const kind of LIST_KINDS) this.lists.changed(connection, kind);
-    for (const uri of this.subscriptions.active()) this.resourceUpdated(connection, uri);
+    for (const uri of this.subscriptions.active()) this.resourceUpdated(connection, uri, "resync");
   }
 
   /**
-   * `resources/updated`: re-read the content where it is cached (once, for the direct entry and
-   * every template entry that expanded to this URI), otherwise tell the user.
+   * An update of `uri` (a subscribed URI or a sub-resource of one): announced, and where its
+   * content is cached re-read once, for the direct entry and every template entry that expanded
+   * to it. The re-reads are begun before the announcement, so a listener that clears an entry
+   * voids its re-read.
    */
-  private resourceUpdated(connection: Connection, uri: string): void {
+  private resourceUpdated(connection: Connection, uri: string, reason: ResourceUpdateReason): void {
     if (!this.subscriptions.covers(uri)) return;
-    const templates = this.contents.templatesExpandingTo(uri);
-    const cachedDirectly = this.contents.resources.get(uri) !== null;
-    if (!cachedDirectly && templates.length === 0) {
-      this.emit("resourceUpdated", { uri });
-      return;
-    }
-    void this.reread(connection, uri, cachedDirectly, templates.map((entry) => entry.uriTemplate));
+    const { resources, templates } = this.contents;
+    const direct = resources.get(uri) === null ? undefined : resources.begin(uri);
+    const viaTemplates = this.contents.templatesExpandingTo(uri).map(({ uriTemplate }) => ({ uriTemplate, ticket: templates.begin(uriTemplate) }));
+    const cached = direct !== undefined || viaTemplates.length > 0;
+    this.emit("resourceUpdated", { uri, reason, cached });
+    if (cached) void this.reread(connection, uri, direct, viaTemplates);
   }
 
-  private async reread(connection: Connection, uri: string, direct: boolean, uriTemplates: readonly string[]): Promise<void> {
+  private async reread(connection: Connection, uri: string, direct: FetchTicket | undefined, viaTemplates: readonly { uriTemplate: string; ticket: FetchTicket }[]): Promise<void> {
     const { resources, templates } = this.contents;
-    const directTicket = direct ? resources.begin(uri) : undefined;
-    const templateTickets = uriTemplates.map((uriTemplate) => ({ uriTemplate, ticket: templates.begin(uriTemplate) }));
-    let outcome: { content: ReadResourceResult } | { error: unknown };
+    let content: ReadResourceResult;
     try {
-      outcome = { content: await connection.request((client, options) => client.readResource({ uri }, { ...options, cacheMode: "bypass" })) };
+      content = await connection.request((client, options) => client.readResource({ uri }, { ...options, cacheMode: "bypass" }));
     } catch (error) {
-      outcome = { error };
+      if (direct !== undefined) this.fetchFailed(resources, uri, direct, error, () => this.emit("resourceContentChange", { source: "resource", uri, entry: null, error }));
+      for (const { uriTemplate, ticket } of viaTemplates) {
+        this.fetchFailed(templates, uriTemplate, ticket, error, () => this.emit("resourceContentChange", { source: "template", uri, uriTemplate, entry: null, error }));
+      }
+      // Without an answer the entries stay and no content event says why; a reconnect re-reads them.
+      if (!(error instanceof ProtocolError)) this.emit("error", { operation: `re-read ${uri}`, error });
+      return;
     }
-    const timestamp = this.options.clock.now();
-    // A failed re-read drops the entry: showing content that may be gone would mislead.
-    const failure = "error" in outcome ? { error: outcome.error } : {};
-    if (directTicket !== undefined) {
-      const entry = "content" in outcome ? { uri, content: outcome.content, timestamp } : null;
-      if (resources.settle(uri, directTicket, entry)) this.emit("resourceContentChange", { source: "resource", uri, entry, ...failure });
+    const timestamp = this.now();
+    const frozen = frozenCopy(content);
+    if (direct !== undefined) {
+      const entry: CachedResource = Object.freeze({ uri, content: frozen, timestamp });
+      if (resources.settle(uri, direct, entry)) this.emit("resourceContentChange", { source: "resource", uri, entry });
     }
-    for (const { uriTemplate, ticket } of templateTickets) {
+    for (const { uriTemplate, ticket } of viaTemplates) {
       const previous = templates.get(uriTemplate);
-      const entry = "content" in outcome && previous !== null ? { ...previous, content: outcome.content, timestamp } : null;
-      if (templates.settle(uriTemplate, ticket, entry)) this.emit("resourceContentChange", { source: "template", uri, uriTemplate, entry, ...failure });
+      if (previous === null) {
+        templates.abandon(uriTemplate, ticket);
+        continue;
+      }
+      const entry: CachedTemplateResource = Object.freeze({ ...previous, content: frozen, timestamp });
+      if (templates.settle(uriTemplate, ticket, entry)) this.emit("resourceContentChange", { source: "template", uri, uriTemplate, entry });
     }
   }
 
@@ -339,8 +423,9 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     }
   }
 
-  /** Back to a blank state: no lists, no subscriptions, no cached content. */
+  /** Back to a blank state: no lists, no subscriptions, no cached content, no retries. */
   private reset(): void {
+    this.pendingRetry.stop();
     this.lists.clear();
     this.subscriptions.clear();
     this.contents.clearAll();

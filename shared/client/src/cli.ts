@@ -7,21 +7,45 @@
  *
  * Options: --era auto|legacy|modern, --header "Name: value" (repeatable), --help.
  * Status and errors go to stderr; stdout carries only the listing or the JSON lines.
+ * Exit codes: see EXIT_CODES.
  */
 import { realpathSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import { BrokerClient } from "./broker-client.js";
 import type { EraOption } from "./connection/connection.js";
+import type { Prompt, Resource, ResourceTemplate, Tool } from "./lists/list-catalog.js";
 
 export interface CliIo {
   /** One line of output (stdout). */
   out(line: string): void;
   /** One line of status or error (stderr). */
   err(line: string): void;
-  /** Ends `watch`. */
+  /**
+   * Stops the command at any point, connecting included: the client disconnects and the command
+   * ends. An abort reason of "SIGINT" or "SIGTERM" gives that signal's exit code; any other
+   * reason ends it with 0.
+   */
   signal?: AbortSignal;
 }
+
+/** The exit codes of the command line (documented in README.md, "CLI"). */
+export const EXIT_CODES = {
+  /** ls printed every list; watch was stopped by its caller (not by a signal). */
+  ok: 0,
+  /**
+   * The server cannot be reached, a list failed to load (ls), a URI cannot be watched (unknown to
+   * the server, refused, or the server cannot subscribe), a read failed (watch --read), or the
+   * client gave up reconnecting.
+   */
+  failure: 1,
+  /** Bad arguments. */
+  usage: 2,
+  /** 128 + 2: stopped by SIGINT (Ctrl-C). */
+  SIGINT: 130,
+  /** 128 + 15: stopped by SIGTERM. */
+  SIGTERM: 143,
+} as const;
 
 const USAGE = `Usage:
   mcp-broker-client ls <url> [--json]
@@ -35,9 +59,13 @@ Options:
   --help                     this text
 
 watch prints one JSON line per event:
-  {"event":"updated","uri":"...","at":"<ISO time>"}
-  {"event":"content","uri":"...","contents":[...],"at":"<ISO time>"}            (with --read)
-  {"event":"content","uri":"...","contents":null,"error":"...","at":"..."}     (a re-read failed)`;
+  {"event":"updated","uri":"...","reason":"notification","at":"<ISO time>"}
+  {"event":"updated","uri":"...","reason":"resync","at":"..."}       (may have changed while away)
+  {"event":"content","uri":"...","contents":[...],"at":"..."}           (with --read)
+  {"event":"content","uri":"...","contents":null,"error":"...","at":"..."}  (a read failed)
+
+Exit codes: 0 done, 1 failure (unreachable, a list or URI refused), 2 bad arguments,
+130 after SIGINT (Ctrl-C), 143 after SIGTERM.`;
 
 const ERAS: readonly EraOption[] = ["auto", "legacy", "modern"];
 
@@ -58,76 +86,110 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     });
   } catch (error) {
     io.err(`${message(error)}\n\n${USAGE}`);
-    return 2;
+    return EXIT_CODES.usage;
   }
   const { values, positionals } = parsed;
   const [command, url, ...uris] = positionals;
   if (values.help) {
     io.out(USAGE);
-    return 0;
+    return EXIT_CODES.ok;
   }
   const era = ERAS.find((candidate) => candidate === values.era);
   const headers = parseHeaders(values.header);
   if (url === undefined || era === undefined || headers === undefined || !["ls", "watch"].includes(command ?? "") || (command === "watch" && uris.length === 0)) {
     io.err(USAGE);
-    return 2;
+    return EXIT_CODES.usage;
   }
   let client: BrokerClient;
   try {
     client = new BrokerClient({ url, era, headers, clientInfo: { name: "mcp-broker-client-cli", version: "0.1.0" } });
   } catch (error) {
     io.err(`mcp-broker-client: ${message(error)}`);
-    return 2;
+    return EXIT_CODES.usage;
   }
+  const { signal } = io;
+  const early = stoppedCode(signal);
+  if (early !== undefined) return early;
+  // A stop request ends whatever is under way (connecting, subscribing, reading) at once.
+  const stop = (): void => void client.disconnect();
+  signal?.addEventListener("abort", stop, { once: true });
   try {
-    await client.connect();
+    const code = command === "ls" ? await list(client, url, values.json, io) : await watch(client, url, uris, values.read, io, signal);
+    return stoppedCode(signal) ?? code;
   } catch (error) {
-    io.err(`mcp-broker-client: cannot connect to ${url}: ${message(error)}`);
-    return 1;
-  }
-  try {
-    return command === "ls" ? list(client, values.json, io) : await watch(client, uris, values.read, io);
-  } catch (error) {
+    const stopped = stoppedCode(signal);
+    if (stopped !== undefined) return stopped;
     io.err(`mcp-broker-client: ${message(error)}`);
-    return 1;
+    return EXIT_CODES.failure;
   } finally {
+    signal?.removeEventListener("abort", stop);
     await client.disconnect();
   }
 }
 
-function list(client: BrokerClient, json: boolean, io: CliIo): number {
-  const lists = {
-    tools: client.getTools(),
-    prompts: client.getPrompts(),
-    resources: client.getResources(),
-    resourceTemplates: client.getResourceTemplates(),
-  };
-  if (json) {
-    io.out(JSON.stringify(lists, null, 2));
-    return 0;
-  }
-  io.err(`${client.serverInfo?.name ?? "server"} (${client.era ?? "?"} era)`);
-  const section = (title: string, rows: readonly (readonly [string, string | undefined])[]): void => {
-    io.out(`${title} (${rows.length})`);
-    const width = Math.max(0, ...rows.map(([name]) => name.length));
-    for (const [name, description] of rows) io.out(`  ${name.padEnd(width)}  ${firstLine(description)}`.trimEnd());
-  };
-  section("tools", lists.tools.map((t) => [t.name, t.description]));
-  section("prompts", lists.prompts.map((p) => [p.name, p.description]));
-  section("resources", lists.resources.map((r) => [r.uri, r.title ?? r.description ?? r.name]));
-  section("resource templates", lists.resourceTemplates.map((t) => [t.uriTemplate, t.title ?? t.description ?? t.name]));
-  return 0;
+/** The exit code of a command stopped through `signal`; undefined while it is not stopped. */
+function stoppedCode(signal: AbortSignal | undefined): number | undefined {
+  if (signal?.aborted !== true) return undefined;
+  const reason: unknown = signal.reason;
+  return reason === "SIGINT" || reason === "SIGTERM" ? EXIT_CODES[reason] : EXIT_CODES.ok;
 }
 
-async function watch(client: BrokerClient, uris: readonly string[], read: boolean, io: CliIo): Promise<number> {
+async function connect(client: BrokerClient, url: string): Promise<void> {
+  try {
+    await client.connect();
+  } catch (error) {
+    throw new Error(`cannot connect to ${url}: ${message(error)}`, { cause: error });
+  }
+}
+
+async function list(client: BrokerClient, url: string, json: boolean, io: CliIo): Promise<number> {
+  // The initial load reports each list through its change event, failures included.
+  const failures = new Map<string, unknown>();
+  const track = (name: string) => ({ error }: { error?: unknown }) => {
+    if (error === undefined) failures.delete(name);
+    else failures.set(name, error);
+  };
+  client.on("toolsChange", track("tools"));
+  client.on("promptsChange", track("prompts"));
+  client.on("resourcesChange", track("resources"));
+  client.on("resourceTemplatesChange", track("resourceTemplates"));
+  await connect(client, url);
+  // A list that failed to load is left out, not shown empty.
+  const lists: { tools?: readonly Tool[]; prompts?: readonly Prompt[]; resources?: readonly Resource[]; resourceTemplates?: readonly ResourceTemplate[] } = {};
+  if (!failures.has("tools")) lists.tools = client.getTools();
+  if (!failures.has("prompts")) lists.prompts = client.getPrompts();
+  if (!failures.has("resources")) lists.resources = client.getResources();
+  if (!failures.has("resourceTemplates")) lists.resourceTemplates = client.getResourceTemplates();
+  for (const [name, error] of failures) io.err(`mcp-broker-client: cannot list ${name}: ${message(error)}`);
+  if (json) {
+    io.out(JSON.stringify(lists, null, 2));
+  } else {
+    io.err(`${client.serverInfo?.name ?? "server"} (${client.era ?? "?"} era)`);
+    const section = (title: string, rows: readonly (readonly [string, string | undefined])[] | undefined): void => {
+      if (rows === undefined) return;
+      io.out(`${title} (${rows.length})`);
+      const width = Math.max(0, ...rows.map(([name]) => name.length));
+      for (const [name, description] of rows) io.out(`  ${name.padEnd(width)}  ${firstLine(description)}`.trimEnd());
+    };
+    section("tools", lists.tools?.map((t) => [t.name, t.description]));
+    section("prompts", lists.prompts?.map((p) => [p.name, p.description]));
+    section("resources", lists.resources?.map((r) => [r.uri, r.title ?? r.description ?? r.name]));
+    section("resource templates", lists.resourceTemplates?.map((t) => [t.uriTemplate, t.title ?? t.description ?? t.name]));
+  }
+  return failures.size === 0 ? EXIT_CODES.ok : EXIT_CODES.failure;
+}
+
+async function watch(client: BrokerClient, url: string, uris: readonly string[], read: boolean, io: CliIo, signal: AbortSignal | undefined): Promise<number> {
   const line = (event: Record<string, unknown>): void => io.out(JSON.stringify({ ...event, at: new Date().toISOString() }));
-  client.on("resourceUpdated", ({ uri }) => {
-    if (!read) return line({ event: "updated", uri });
-    // Not cached (any more): read it, which prints it through resourceContentChange.
-    client.readResource(uri).catch((error: unknown) => line({ event: "content", uri, contents: null, error: message(error) }));
+  const contentFailed = (uri: string, error: unknown): void => line({ event: "content", uri, contents: null, error: message(error) });
+  client.on("resourceUpdated", ({ uri, reason, cached }) => {
+    line({ event: "updated", uri, reason });
+    // A cached resource is re-read by the client (its content arrives as resourceContentChange);
+    // otherwise read it here (a failure of a read that had nothing cached raises no event).
+    if (read && !cached) client.readResource(uri).catch((error: unknown) => contentFailed(uri, error));
   });
   client.on("resourceContentChange", ({ uri, entry, error }) => {
-    if (entry === null) line({ event: "content", uri, contents: null, error: message(error) });
+    if (entry === null) contentFailed(uri, error);
     else line({ event: "content", uri, contents: entry.content.contents });
   });
   client.on("connectionChange", ({ state, error, attempt }) => {
@@ -135,19 +197,25 @@ async function watch(client: BrokerClient, uris: readonly string[], read: boolea
   });
   client.on("error", ({ operation, error }) => io.err(`mcp-broker-client: ${operation}: ${message(error)}`));
 
-  for (const uri of uris) await client.subscribeToResource(uri);
+  await connect(client, url);
+  for (const uri of uris) {
+    try {
+      await client.subscribeToResource(uri);
+    } catch (error) {
+      throw new Error(`cannot watch ${uri}: ${message(error)}`, { cause: error });
+    }
+  }
   if (read) for (const uri of uris) await client.readResource(uri);
   io.err(`mcp-broker-client: watching ${uris.join(", ")} (${client.era ?? "?"} era); Ctrl-C to stop`);
 
   // Until asked to stop, or until the client gives up reconnecting.
-  const outcome = await new Promise<number>((resolve) => {
-    if (io.signal?.aborted === true) return resolve(0);
-    io.signal?.addEventListener("abort", () => resolve(0), { once: true });
+  return new Promise<number>((resolve) => {
+    if (signal?.aborted === true) return resolve(EXIT_CODES.ok);
+    signal?.addEventListener("abort", () => resolve(EXIT_CODES.ok), { once: true });
     client.on("connectionChange", ({ state }) => {
-      if (state === "disconnected") resolve(1);
+      if (state === "disconnected") resolve(EXIT_CODES.failure);
     });
   });
-  return outcome;
 }
 
 function parseHeaders(raw: readonly string[]): Record<string, string> | undefined {
@@ -168,14 +236,23 @@ function message(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
+/** Resolves once everything written to `stream` so far is handed to the OS. */
+function flushed(stream: NodeJS.WriteStream): Promise<void> {
+  return new Promise((resolve) => stream.write("", () => resolve()));
+}
+
 async function main(): Promise<void> {
   const stop = new AbortController();
-  for (const signal of ["SIGINT", "SIGTERM"] as const) process.once(signal, () => stop.abort());
+  // Once: a second Ctrl-C ends the process the default way, whatever it is doing.
+  for (const name of ["SIGINT", "SIGTERM"] as const) process.once(name, () => stop.abort(name));
   const code = await runCli(process.argv.slice(2), {
     out: (line) => process.stdout.write(`${line}\n`),
     err: (line) => process.stderr.write(`${line}\n`),
     signal: stop.signal,
   });
+  // Piped output is written asynchronously: exiting before it is flushed would cut it short.
+  process.exitCode = code;
+  await Promise.all([flushed(process.stdout), flushed(process.stderr)]);
   process.exit(code);
 }
 
@@ -183,6 +260,6 @@ const entry = process.argv[1];
 if (entry !== undefined && import.meta.url === pathToFileURL(realpathSync(entry)).href) {
   main().catch((error: unknown) => {
     process.stderr.write(`mcp-broker-client: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-    process.exit(1);
+    process.exitCode = 1;
   });
 }

@@ -8,11 +8,12 @@
 export const CLIENT_ERROR_CATALOG = {
   NOT_CONNECTED: "The client is not connected (call connect(), or wait for the reconnect to finish).",
   ALREADY_CONNECTED: "connect() was called while the client is connecting, connected or reconnecting.",
+  CONNECT_ABORTED: "disconnect() was called before connect() finished; the attempt was abandoned.",
   CAPABILITY_MISSING: "The server did not declare the capability this call needs (data.capability).",
   SUBSCRIPTION_REFUSED: "The server left the URI out of the subscriptions it agreed to honor (data.uri).",
   TOOL_ERROR: "The tool ran and reported a failure (isError); the cached entry keeps its result.",
   CONNECTION_LOST: "The connection to the server dropped (data.reason); the client reconnects if its policy allows.",
-  INVALID_OPTIONS: "The options given to the constructor are inconsistent.",
+  INVALID_OPTIONS: "The options given to the constructor are missing, out of range or inconsistent (the message names the option).",
 } as const satisfies Record<string, string>;
 
 export type BrokerClientErrorCode = keyof typeof CLIENT_ERROR_CATALOG;

@@ -51,7 +51,8 @@ export type CachedToolCall =
 
 /**
  * What users of `BrokerClient.cache` see: the last content fetched per resource, template, prompt
- * and tool, for display. Reading never contacts the server; clearing only forgets.
+ * and tool, for display. Reading never contacts the server; clearing only forgets. Entries are
+ * frozen copies: they share nothing with the results the calls returned, and cannot be changed.
  */
 export interface ContentCacheView {
   getResource(uri: string): CachedResource | null;
@@ -65,6 +66,19 @@ export interface ContentCacheView {
   clearAll(): void;
 }
 
+/** A deep copy of `value` that cannot be changed (SDK results are plain JSON data). */
+export function frozenCopy<T>(value: T): T {
+  return deepFreeze(structuredClone(value));
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const child of Object.values(value)) deepFreeze(child);
+  }
+  return value;
+}
+
 /**
  * The content cache: one entry per resource URI, per template, per prompt name and per tool name,
  * the newest fetch replacing the older (see `LatestEntryMap`). Resource and template entries are
@@ -72,12 +86,27 @@ export interface ContentCacheView {
  *
  * After a list reload, entries of items that are gone are dropped (`retain*`); a resource entry
  * stays while its URI is listed or matches a listed template.
+ *
+ * The maps are for the client; users get `view`, which can only read and clear.
  */
 export class ContentCache implements ContentCacheView {
   readonly resources = new LatestEntryMap<CachedResource>();
   readonly templates = new LatestEntryMap<CachedTemplateResource>();
   readonly prompts = new LatestEntryMap<CachedPrompt>();
   readonly toolCalls = new LatestEntryMap<CachedToolCall>();
+
+  /** The read-and-clear view handed to users: nothing else of the cache is reachable through it. */
+  readonly view: ContentCacheView = Object.freeze({
+    getResource: (uri: string) => this.getResource(uri),
+    getResourceTemplate: (uriTemplate: string) => this.getResourceTemplate(uriTemplate),
+    getPrompt: (name: string) => this.getPrompt(name),
+    getToolCallResult: (name: string) => this.getToolCallResult(name),
+    clearResource: (uri: string) => this.clearResource(uri),
+    clearResourceTemplate: (uriTemplate: string) => this.clearResourceTemplate(uriTemplate),
+    clearPrompt: (name: string) => this.clearPrompt(name),
+    clearToolCallResult: (name: string) => this.clearToolCallResult(name),
+    clearAll: () => this.clearAll(),
+  });
 
   getResource(uri: string): CachedResource | null {
     return this.resources.get(uri);

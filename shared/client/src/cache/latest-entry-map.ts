@@ -3,9 +3,12 @@ export type FetchTicket = number;
 
 /**
  * One entry per key, where the newest fetch wins: a fetch records a ticket when it starts, and
- * its result is stored only if no later fetch of the same key started since and the key was not
+ * its outcome counts only if no later fetch of the same key started since and the key was not
  * cleared since. So a slow older fetch never overwrites a newer result, and a cleared entry is not
  * refilled by a fetch that was already under way.
+ *
+ * Every fetch must end in `settle` (an outcome: an entry, or `null` to remove it) or `abandon`
+ * (no outcome; the entry stays as it was): either way its ticket is released.
  */
 export class LatestEntryMap<T> {
   private readonly entries = new Map<string, T>();
@@ -34,6 +37,16 @@ export class LatestEntryMap<T> {
     if (entry === null) this.entries.delete(key);
     else this.entries.set(key, entry);
     return true;
+  }
+
+  /** Ends fetch `ticket` without an outcome: the entry stays as it was; older fetches stay void. */
+  abandon(key: string, ticket: FetchTicket): void {
+    if (this.newest.get(key) === ticket) this.newest.delete(key);
+  }
+
+  /** How many keys have a fetch under way. */
+  get fetching(): number {
+    return this.newest.size;
   }
 
   /** Removes the entry and voids the fetches of `key` under way. */

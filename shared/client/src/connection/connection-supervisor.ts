@@ -1,6 +1,5 @@
-import type { Clock, TimerHandle } from "@mcp-broker/shared";
+import { backoffDelay, type BackoffPolicy, type Clock, type TimerHandle } from "@mcp-broker/shared";
 import { BrokerClientError } from "../errors.js";
-import { backoffDelay, type BackoffPolicy } from "@mcp-broker/shared";
 import type { Connection } from "./connection.js";
 
 export type ConnectionState = "disconnected" | "connecting" | "connected" | "reconnecting";
@@ -18,8 +17,8 @@ export interface SupervisorDeps {
   /** A new, unopened connection whose `lost` is routed to `onLost`. */
   create(onLost: (connection: Connection, error: BrokerClientError) => void): Connection;
   /**
-   * Brings an open connection into service (lists, subscriptions) before it is reported
-   * connected. A rejection fails the attempt.
+   * Brings an open connection into service (listen stream, subscriptions, lists) before it is
+   * reported connected. A rejection fails the attempt.
    */
   establish(connection: Connection, reconnect: boolean): Promise<void>;
   /** Every state change; `attempt` counts failed reconnect attempts so far. */
@@ -28,20 +27,21 @@ export interface SupervisorDeps {
 
 type Phase =
   | { readonly kind: "disconnected" }
-  | { readonly kind: "connecting" }
+  /** `connection` is being opened and established. */
+  | { readonly kind: "connecting"; readonly connection: Connection }
   | { readonly kind: "connected"; readonly connection: Connection }
-  /** Waiting for the timer of attempt `attempt`, or running it (`timer` undefined). */
-  | { readonly kind: "reconnecting"; readonly attempt: number; readonly timer: TimerHandle | undefined };
+  /** Waiting for the timer of attempt `attempt` (`connection` undefined), or running it. */
+  | { readonly kind: "reconnecting"; readonly attempt: number; readonly timer: TimerHandle | undefined; readonly connection: Connection | undefined };
 
 /**
  * Keeps the client connected: one connection at a time; when it drops, a new one after a capped
  * exponential backoff with jitter, attempt after attempt, until one is established or the policy
- * gives up. `disconnect()` stops everything, including an attempt under way (whose connection is
- * then closed as soon as it opens).
+ * gives up. `disconnect()` stops everything at once, including a connection being opened or
+ * established (it is closed, so a `connect()` under way rejects with CONNECT_ABORTED).
  */
 export class ConnectionSupervisor {
   private phase: Phase = { kind: "disconnected" };
-  /** Bumped by connect() and disconnect(): work begun under an older epoch is void. */
+  /** Bumped by connect(), disconnect() and giving up: work begun under an older epoch is void. */
   private epoch = 0;
 
   constructor(private readonly deps: SupervisorDeps) {}
@@ -50,9 +50,16 @@ export class ConnectionSupervisor {
     return this.phase.kind;
   }
 
-  /** The connection in service; undefined unless connected. */
-  get current(): Connection | undefined {
-    return this.phase.kind === "connected" ? this.phase.connection : undefined;
+  /**
+   * The connection calls go to: the one in service, or the one being established once it is
+   * open (listeners of the events fired while it is set up can already use it). Undefined
+   * otherwise: before the first connect, during a backoff wait, after disconnecting.
+   */
+  get usable(): Connection | undefined {
+    const { phase } = this;
+    if (phase.kind === "connected") return phase.connection;
+    if ((phase.kind === "connecting" || phase.kind === "reconnecting") && phase.connection?.alive === true) return phase.connection;
+    return undefined;
   }
 
   async connect(): Promise<void> {
@@ -60,11 +67,15 @@ export class ConnectionSupervisor {
       throw new BrokerClientError("ALREADY_CONNECTED", `connect() called while ${this.phase.kind}; call disconnect() first.`);
     }
     const epoch = ++this.epoch;
-    this.enter({ kind: "connecting" });
+    const connection = this.create();
+    this.enter({ kind: "connecting", connection });
     try {
-      await this.establish(epoch, false);
+      await this.establish(epoch, connection, false);
     } catch (error) {
-      if (epoch === this.epoch) this.enter({ kind: "disconnected" }, error);
+      if (epoch !== this.epoch) {
+        throw new BrokerClientError("CONNECT_ABORTED", "disconnect() was called before connect() finished.", undefined, { cause: error });
+      }
+      this.enter({ kind: "disconnected" }, error);
       throw error;
     }
   }
@@ -75,26 +86,31 @@ export class ConnectionSupervisor {
     if (phase.kind === "disconnected") return;
     if (phase.kind === "reconnecting" && phase.timer !== undefined) this.deps.clock.clearTimeout(phase.timer);
     this.enter({ kind: "disconnected" });
-    if (phase.kind === "connected") await phase.connection.close({ endSession: true });
+    // Also a connection still opening or being established: its requests fail at once.
+    await phase.connection?.close({ endSession: true });
+  }
+
+  private create(): Connection {
+    return this.deps.create((lost, error) => this.lost(lost, error));
   }
 
   /**
-   * Opens and establishes a connection and enters `connected` with it; closes it again if anything
+   * Opens and establishes `connection` and enters `connected` with it; closes it again if anything
    * fails or the epoch moved on. The last checks and the state change happen in one synchronous
    * step, so a drop cannot slip in between.
    */
-  private async establish(epoch: number, reconnect: boolean): Promise<void> {
-    const connection = this.deps.create((lost, error) => this.lost(lost, error));
+  private async establish(epoch: number, connection: Connection, reconnect: boolean): Promise<void> {
     try {
       await connection.open();
-      if (epoch === this.epoch) await this.deps.establish(connection, reconnect);
+      if (epoch !== this.epoch) throw new BrokerClientError("NOT_CONNECTED", "disconnect() was called while the connection was opening.");
+      await this.deps.establish(connection, reconnect);
     } catch (error) {
       await connection.close();
       throw error;
     }
     if (epoch !== this.epoch) {
       await connection.close();
-      throw new BrokerClientError("NOT_CONNECTED", "disconnect() was called while connecting.");
+      throw new BrokerClientError("NOT_CONNECTED", "disconnect() was called while the connection was being established.");
     }
     // It may have dropped while it was being established.
     if (!connection.alive) throw new BrokerClientError("CONNECTION_LOST", "The connection dropped while it was being established.");
@@ -117,14 +133,15 @@ export class ConnectionSupervisor {
     const epoch = this.epoch;
     const delay = backoffDelay(policy, attempt, this.deps.random);
     const timer = this.deps.clock.setTimeout(() => void this.attempt(epoch, attempt), delay);
-    this.enter({ kind: "reconnecting", attempt, timer }, error);
+    this.enter({ kind: "reconnecting", attempt, timer, connection: undefined }, error);
   }
 
   private async attempt(epoch: number, attempt: number): Promise<void> {
     if (epoch !== this.epoch) return;
-    this.phase = { kind: "reconnecting", attempt, timer: undefined };
+    const connection = this.create();
+    this.phase = { kind: "reconnecting", attempt, timer: undefined, connection };
     try {
-      await this.establish(epoch, true);
+      await this.establish(epoch, connection, true);
     } catch (error) {
       if (epoch !== this.epoch) return;
       const failed = attempt + 1;

@@ -9,12 +9,11 @@ import {
   type SubscriptionFilter,
   type Transport,
 } from "@modelcontextprotocol/client";
-import { LIST_CHANGED_METHOD, MODERN_PROTOCOL_VERSION, NOTIFICATION, type Clock, type ListName, type TimerHandle } from "@mcp-broker/shared";
+import { LIST_CHANGED_METHOD, MODERN_PROTOCOL_VERSION, NOTIFICATION, type BackoffPolicy, type Clock, type ListName, type TimerHandle } from "@mcp-broker/shared";
 import { BrokerClientError } from "../errors.js";
 import { LegacySubscriptionChannel } from "../subscriptions/legacy-subscription-channel.js";
 import { ListenStream } from "../subscriptions/listen-stream.js";
 import type { SubscriptionChannel } from "../subscriptions/subscription-channel.js";
-import type { BackoffPolicy } from "@mcp-broker/shared";
 
 /** Which era to speak: `auto` lets the SDK probe `server/discover` and fall back to `initialize`. */
 export type EraOption = "auto" | "legacy" | "modern";
@@ -33,7 +32,7 @@ export interface ConnectionSettings {
   clientInfo: Implementation;
   era: EraOption;
   requestTimeoutMs: number | undefined;
-  /** Probe the server this often while nothing else shows it is alive; 0 disables. */
+  /** Probe the server once nothing has been heard from it (answer, notification) for this long; 0 disables. */
   heartbeatIntervalMs: number;
   /** Which `list_changed` notifications to act on (and, on a modern connection, to ask for). */
   listChanged: Readonly<Record<ListName, boolean>>;
@@ -65,7 +64,9 @@ const END_SESSION_TIMEOUT_MS = 2_000;
  * Liveness: a request that fails without a JSON-RPC error, a transport error, a broken stream, a
  * dropped listen stream and the heartbeat each start a probe (`ping`, or `server/discover` on a
  * modern connection); a probe that fails without a JSON-RPC error (refused, timed out, legacy
- * session gone with 404) marks the connection lost. So does the transport closing.
+ * session gone with 404) marks the connection lost. So does the transport closing. The heartbeat
+ * probes only after `heartbeatIntervalMs` without hearing from the server: any answer (a JSON-RPC
+ * error included) or notification shows it is alive and postpones the probe.
  */
 export class Connection {
   readonly client: Client;
@@ -75,6 +76,8 @@ export class Connection {
   private listChangedFlags: Readonly<Record<ListName, boolean>> = { tools: false, prompts: false, resources: false };
   private heartbeat: TimerHandle | undefined;
   private probe: Promise<void> | undefined;
+  /** When the server was last heard from (clock time). */
+  private lastHeard = 0;
 
   constructor(
     private readonly settings: ConnectionSettings,
@@ -138,7 +141,8 @@ export class Connection {
       resources: wanted.resources && capabilities.resources?.listChanged === true,
     };
     this.channelValue = this.era === "modern" ? this.createListenStream() : new LegacySubscriptionChannel(this);
-    this.scheduleHeartbeat();
+    this.heard();
+    this.scheduleHeartbeat(this.settings.heartbeatIntervalMs);
   }
 
   /**
@@ -148,9 +152,12 @@ export class Connection {
   async request<T>(send: (client: Client, options: RequestOptions) => Promise<T>): Promise<T> {
     if (this.phase !== "open") throw new BrokerClientError("NOT_CONNECTED", "The connection is not open.");
     try {
-      return await send(this.client, this.requestOptions);
+      const result = await send(this.client, this.requestOptions);
+      this.heard();
+      return result;
     } catch (error) {
-      if (!(error instanceof ProtocolError)) this.checkAlive();
+      if (error instanceof ProtocolError) this.heard();
+      else this.checkAlive();
       throw error;
     }
   }
@@ -161,10 +168,11 @@ export class Connection {
     const sent = this.era === "modern" ? this.client.discover(this.requestOptions) : this.client.ping(this.requestOptions);
     this.probe = sent
       .then(
-        () => undefined,
+        () => this.heard(),
         (error: unknown) => {
           // A JSON-RPC error is an answer: the server is there.
-          if (!(error instanceof ProtocolError)) this.markLost(`the server did not answer a probe (${describe(error)})`, error);
+          if (error instanceof ProtocolError) this.heard();
+          else this.markLost(`the server did not answer a probe (${describe(error)})`, error);
         },
       )
       .finally(() => {
@@ -187,11 +195,15 @@ export class Connection {
   private installHandlers(): void {
     const { client, listener } = this;
     client.setNotificationHandler(NOTIFICATION.resourceUpdated, (notification) => {
-      if (this.phase === "open") listener.resourceUpdated(this, notification.params.uri);
+      if (this.phase !== "open") return;
+      this.heard();
+      listener.resourceUpdated(this, notification.params.uri);
     });
     for (const kind of LIST_KINDS) {
       client.setNotificationHandler(LIST_CHANGED_METHOD[kind], () => {
-        if (this.phase === "open" && this.listChangedFlags[kind]) listener.listChanged(this, kind);
+        if (this.phase !== "open") return;
+        this.heard();
+        if (this.listChangedFlags[kind]) listener.listChanged(this, kind);
       });
     }
     client.onerror = () => this.checkAlive();
@@ -215,15 +227,29 @@ export class Connection {
     });
   }
 
-  private scheduleHeartbeat(): void {
+  private heard(): void {
+    this.lastHeard = this.settings.clock.now();
+  }
+
+  /**
+   * Wakes up `delay` ms from now: probes if the server has been quiet for a whole interval,
+   * otherwise sleeps until it would have been.
+   */
+  private scheduleHeartbeat(delay: number): void {
     const interval = this.settings.heartbeatIntervalMs;
     if (interval <= 0) return;
-    this.heartbeat = this.settings.clock.setTimeout(() => {
+    const { clock } = this.settings;
+    this.heartbeat = clock.setTimeout(() => {
       this.heartbeat = undefined;
       if (this.phase !== "open") return;
+      const quiet = clock.now() - this.lastHeard;
+      if (quiet < interval) {
+        this.scheduleHeartbeat(interval - quiet);
+        return;
+      }
       this.checkAlive();
-      this.scheduleHeartbeat();
-    }, interval);
+      this.scheduleHeartbeat(interval);
+    }, delay);
     // The heartbeat alone must not keep a Node process alive.
     this.heartbeat.unref?.();
   }
@@ -251,7 +277,11 @@ export class Connection {
     if (this.heartbeat !== undefined) this.settings.clock.clearTimeout(this.heartbeat);
     this.heartbeat = undefined;
     await this.channelValue?.close().catch(() => undefined);
+    // During version negotiation the SDK client does not own the transport yet: then close it
+    // here, or a connect() waiting for the probe's answer would wait for its timeout.
+    const owned = this.client.transport !== undefined;
     await this.client.close().catch(() => undefined);
+    if (!owned) await this.transport?.close().catch(() => undefined);
   }
 }
 

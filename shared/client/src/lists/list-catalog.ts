@@ -37,8 +37,12 @@ export interface ListCatalogDeps {
  * `debounceMs` after the first, and one that comes during a reload gives exactly one more. A
  * `resources` change reloads both resources and templates.
  *
- * Ordering: when loads of one kind overlap, only the one started last is applied; a load whose
- * connection is no longer the current one is dropped (the next connection loads everything).
+ * `attach` makes a connection the one whose notifications count, before anything is loaded from
+ * it, so that a change announced while its lists load is not lost.
+ *
+ * Ordering: when loads of one kind overlap, only the one started last is applied (older ones
+ * are discarded, whenever they finish); a load whose connection is no longer the attached one
+ * is dropped (the next connection loads everything).
  */
 export class ListCatalog {
   tools: readonly Tool[] = [];
@@ -55,10 +59,15 @@ export class ListCatalog {
     this.reloads = this.createReloads();
   }
 
-  /** Loads every list from `connection` now, which becomes the connection later reloads use. */
-  async loadAll(connection: Connection): Promise<void> {
+  /** From now on `changed` listens to `connection` and reloads use it; pending reloads are dropped. */
+  attach(connection: Connection): void {
     this.connection = connection;
     this.dropPendingReloads();
+  }
+
+  /** Loads every list from `connection` now (attaching it first if it is not attached). */
+  async loadAll(connection: Connection): Promise<void> {
+    if (connection !== this.connection) this.attach(connection);
     await Promise.all(LIST_KINDS.map((kind) => this.load(connection, kind)));
   }
 

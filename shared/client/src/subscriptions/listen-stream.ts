@@ -1,6 +1,5 @@
 import { ProtocolError, type McpSubscription, type SubscriptionFilter } from "@modelcontextprotocol/client";
-import type { Clock, TimerHandle } from "@mcp-broker/shared";
-import { backoffDelay, type BackoffPolicy } from "@mcp-broker/shared";
+import { backoffDelay, type BackoffPolicy, type Clock, type TimerHandle } from "@mcp-broker/shared";
 import type { Connection } from "../connection/connection.js";
 import { BrokerClientError } from "../errors.js";
 import { SerialQueue } from "../util/serial-queue.js";
@@ -26,8 +25,14 @@ type StreamState =
 /**
  * The one `subscriptions/listen` stream of a modern (2026-07-28) connection. Its filter is the
  * connection's list-change flags plus the subscribed URIs, so each change of the set replaces the
- * stream: the new one is opened (and acknowledged) before the old one is closed; an overlap may
- * deliver an update twice, a gap could lose one.
+ * stream: the new one is opened and acknowledged, then the old one is closed without waiting for
+ * its cancel to go through. From the acknowledgement on, updates arrive on the new stream; during
+ * the overlap an update may arrive twice, never not at all.
+ *
+ * `uris` is the channel's view of the server side: the URIs of the open stream that the server
+ * honors, which is also what a reopen asks for. A refused add leaves it as it was; a failed remove
+ * still takes the URI out (the old stream may go on sending its updates until it is replaced, for
+ * the caller to ignore), so no later opening asks for it again.
  *
  * A stream the server ends (or that breaks) is reopened with the same filter after a backoff
  * delay, again and again until it opens or the channel is closed; `dropped` is reported at each
@@ -35,7 +40,6 @@ type StreamState =
  */
 export class ListenStream implements SubscriptionChannel {
   private state: StreamState = { kind: "open", subscription: undefined };
-  /** The URIs of the last filter that was opened (or is being reopened). */
   private uris: readonly string[] = [];
   private readonly queue = new SerialQueue();
 
@@ -46,35 +50,57 @@ export class ListenStream implements SubscriptionChannel {
     private readonly deps: ListenStreamDeps,
   ) {}
 
-  async add(uri: string, current: readonly string[]): Promise<void> {
-    const honored = await this.apply([...current, uri]);
-    if (!honored.has(uri)) {
-      throw new BrokerClientError("SUBSCRIPTION_REFUSED", `The server did not honor the subscription to ${uri}.`, { uri });
-    }
+  add(uri: string, current: readonly string[]): Promise<void> {
+    return this.queue.run(async () => {
+      const honored = await this.open([...current, uri]);
+      // Left out of `uris` then: the new stream serves what the old one did.
+      if (!honored.has(uri)) throw refusedError(uri);
+    });
   }
 
-  async remove(_uri: string, remaining: readonly string[]): Promise<void> {
-    await this.apply(remaining);
-  }
-
-  async restore(uris: readonly string[]): Promise<Map<string, unknown>> {
-    const refused = new Map<string, unknown>();
-    let wanted = [...uris];
-    for (;;) {
+  remove(uri: string, remaining: readonly string[]): Promise<void> {
+    return this.queue.run(async () => {
       try {
-        const honored = await this.apply(wanted);
-        for (const uri of wanted) {
-          if (!honored.has(uri)) refused.set(uri, new BrokerClientError("SUBSCRIPTION_REFUSED", `The server did not honor the subscription to ${uri}.`, { uri }));
-        }
-        return refused;
+        await this.open(remaining);
       } catch (error) {
-        // One unknown URI rejects the whole listen request; the error names it (data.uri).
-        const uri = rejectedUri(error, wanted);
-        if (uri === undefined) throw error;
-        refused.set(uri, error);
-        wanted = wanted.filter((candidate) => candidate !== uri);
+        this.uris = this.uris.filter((candidate) => candidate !== uri);
+        throw error;
       }
-    }
+    });
+  }
+
+  /**
+   * One unknown URI makes the server reject the whole listen request, naming it in `data.uri`:
+   * that URI is refused and the rest tried again. A rejection that names none of them refuses
+   * them all (they are retried one by one later, which isolates the culprit) and opens the
+   * stream without URIs, which still carries the list changes. A server that refuses even that
+   * is treated like a dropped stream: reopened with backoff, the connection kept. Rejects only
+   * when the server did not answer.
+   */
+  restore(uris: readonly string[]): Promise<Map<string, unknown>> {
+    return this.queue.run(async () => {
+      const refused = new Map<string, unknown>();
+      let wanted = [...uris];
+      for (;;) {
+        let honored: Set<string>;
+        try {
+          honored = await this.open(wanted);
+        } catch (error) {
+          if (!(error instanceof ProtocolError)) throw error;
+          if (wanted.length === 0) {
+            this.drop(0);
+            return refused;
+          }
+          const uri = rejectedUri(error, wanted);
+          const culprits = uri === undefined ? wanted : [uri];
+          for (const culprit of culprits) refused.set(culprit, error);
+          wanted = wanted.filter((candidate) => !culprits.includes(candidate));
+          continue;
+        }
+        for (const uri of wanted) if (!honored.has(uri)) refused.set(uri, refusedError(uri));
+        return refused;
+      }
+    });
   }
 
   /**
@@ -89,27 +115,27 @@ export class ListenStream implements SubscriptionChannel {
     if (state.kind === "open") void state.subscription?.close().catch(() => undefined);
   }
 
-  private apply(uris: readonly string[]): Promise<Set<string>> {
-    return this.queue.run(() => this.open(uris));
-  }
-
-  /** Opens a stream for `uris`, then closes the previous one. Resolves with the honored URIs. */
+  /**
+   * Opens a stream for `uris` and puts it in place of the previous one, which is closed without
+   * waiting. Resolves with the honored URIs; `uris` becomes those of them. Run in the queue only.
+   */
   private async open(uris: readonly string[]): Promise<Set<string>> {
     if (this.isClosed()) throw notConnected();
     const filter = this.filterFor(uris);
     const next = Object.keys(filter).length === 0 ? undefined : await this.connection.request((client, options) => client.listen(filter, options));
     const previous = this.state;
     if (previous.kind === "closed") {
-      await next?.close().catch(() => undefined);
+      void next?.close().catch(() => undefined);
       throw notConnected();
     }
     if (previous.kind === "dropped") this.deps.clock.clearTimeout(previous.timer);
+    const honored = new Set(next?.honoredFilter.resourceSubscriptions ?? []);
     this.state = { kind: "open", subscription: next };
-    this.uris = uris;
+    this.uris = uris.filter((uri) => honored.has(uri));
     if (next !== undefined) this.watch(next);
-    if (previous.kind === "open") await previous.subscription?.close().catch(() => undefined);
+    if (previous.kind === "open") void previous.subscription?.close().catch(() => undefined);
     if (previous.kind === "dropped") this.deps.reopened();
-    return new Set(next?.honoredFilter.resourceSubscriptions ?? []);
+    return honored;
   }
 
   private isClosed(): boolean {
@@ -123,15 +149,16 @@ export class ListenStream implements SubscriptionChannel {
   private watch(subscription: McpSubscription): void {
     void subscription.closed.then((how) => {
       if (how === "local" || this.state.kind !== "open" || this.state.subscription !== subscription) return;
-      this.scheduleReopen(0);
-      this.deps.dropped();
+      this.drop(0);
     });
   }
 
-  private scheduleReopen(attempt: number): void {
+  /** No stream now: reopen one after the backoff delay of `attempt`. */
+  private drop(attempt: number): void {
     const delay = backoffDelay(this.deps.retry, attempt, this.deps.random);
     const timer = this.deps.clock.setTimeout(() => void this.reopen(attempt), delay);
     this.state = { kind: "dropped", attempt, timer };
+    this.deps.dropped();
   }
 
   private async reopen(attempt: number): Promise<void> {
@@ -142,8 +169,7 @@ export class ListenStream implements SubscriptionChannel {
       });
     } catch {
       if (this.state.kind !== "dropped" || this.state.attempt !== attempt) return;
-      this.scheduleReopen(attempt + 1);
-      this.deps.dropped();
+      this.drop(attempt + 1);
     }
   }
 }
@@ -152,8 +178,13 @@ function notConnected(): BrokerClientError {
   return new BrokerClientError("NOT_CONNECTED", "The connection this listen stream belongs to is closed.");
 }
 
-function rejectedUri(error: unknown, candidates: readonly string[]): string | undefined {
-  if (!(error instanceof ProtocolError) || typeof error.data !== "object" || error.data === null) return undefined;
-  const uri = (error.data as { uri?: unknown }).uri;
+function refusedError(uri: string): BrokerClientError {
+  return new BrokerClientError("SUBSCRIPTION_REFUSED", `The server did not honor the subscription to ${uri}.`, { uri });
+}
+
+function rejectedUri(error: ProtocolError, candidates: readonly string[]): string | undefined {
+  const data: unknown = error.data;
+  if (typeof data !== "object" || data === null) return undefined;
+  const uri = (data as { uri?: unknown }).uri;
   return typeof uri === "string" && candidates.includes(uri) ? uri : undefined;
 }

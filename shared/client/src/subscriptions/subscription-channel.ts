@@ -6,15 +6,20 @@
 export interface SubscriptionChannel {
   /**
    * Makes the server send updates for `uri` besides those of `current` (which excludes `uri`).
-   * Rejects, leaving the server side as it was for `current`, when the server refuses.
+   * Rejects, leaving the server side as it was for `current`, when the server refuses: with its
+   * JSON-RPC error, or SUBSCRIPTION_REFUSED when it answered but left `uri` out.
    */
   add(uri: string, current: readonly string[]): Promise<void>;
-  /** Stops the updates for `uri`; `remaining` is the set without it. */
+  /**
+   * Stops the updates for `uri`; `remaining` is the set without it. Even when the server call
+   * fails (the error is thrown) the channel no longer asks for `uri`: no later reopening includes
+   * it. Updates for it may still arrive until then; the caller ignores them.
+   */
   remove(uri: string, remaining: readonly string[]): Promise<void>;
   /**
    * Establishes `uris` on a fresh connection (with an empty list too: a listen stream also carries
    * the list-change notifications). Resolves with the URIs the server refused, and why; rejects
-   * only when the server could not be asked at all.
+   * only when the server could not be asked at all (no answer), never for a refusal.
    */
   restore(uris: readonly string[]): Promise<Map<string, unknown>>;
   /** Stops everything this channel started; idempotent. */

@@ -30,6 +30,12 @@ export function record<K extends EventName>(client: BrokerClient, type: K): Brok
   return seen;
 }
 
+/** Resolves once no subscription of `client` is pending (at once if none is). */
+export async function noPendingSubscriptions(client: BrokerClient, timeoutMs = 20_000): Promise<void> {
+  if (client.getPendingResourceSubscriptions().length === 0) return;
+  await nextEvent(client, "resourceSubscriptionsChange", (d) => d.pending.length === 0, timeoutMs);
+}
+
 /** The text of the first text content of a read, prompt or tool result. */
 export function firstText(result: { contents?: unknown[]; content?: unknown[] } | null | undefined): string | undefined {
   const items = (result?.contents ?? result?.content ?? []) as { text?: unknown }[];
@@ -37,11 +43,15 @@ export function firstText(result: { contents?: unknown[]; content?: unknown[] } 
   return typeof text === "string" ? text : undefined;
 }
 
-/** Resolves once `predicate` holds (checked after each turn of the event loop); rejects after `timeoutMs`. */
-export async function eventually(predicate: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+/**
+ * Resolves once `predicate` holds, polled every 10 ms; rejects after `timeoutMs`. Only for
+ * integration tests, where the state waited for lives in another component (the broker, a child
+ * process) that raises no event; unit tests await events, `TestBackend` signals or the clock.
+ */
+export async function eventually(predicate: () => boolean, what: string, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!predicate()) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise<void>((resolve) => setTimeout(resolve, 1));
+    await new Promise<void>((resolve) => setTimeout(resolve, 10));
   }
 }

@@ -19,6 +19,7 @@ export class ManualClock implements Clock {
   private time = 1_000_000;
   private nextId = 0;
   private readonly timers = new Map<number, Timer>();
+  private readonly waiting: { ready: () => boolean; resolve: () => void }[] = [];
 
   now(): number {
     return this.time;
@@ -27,6 +28,10 @@ export class ManualClock implements Clock {
   setTimeout(callback: () => void, ms: number): TimerHandle {
     const id = ++this.nextId;
     this.timers.set(id, { id, at: this.time + Math.max(0, ms), callback });
+    for (const waiter of this.waiting.filter((w) => w.ready())) {
+      this.waiting.splice(this.waiting.indexOf(waiter), 1);
+      waiter.resolve();
+    }
     return { id } as TimerHandle;
   }
 
@@ -37,6 +42,16 @@ export class ManualClock implements Clock {
   /** Delays (from now) of the timers still pending, soonest first. */
   pendingDelays(): number[] {
     return [...this.timers.values()].map((timer) => timer.at - this.time).sort((a, b) => a - b);
+  }
+
+  /**
+   * Resolves once `count` timers due `ms` from now are pending: at once if they are, otherwise as
+   * soon as they are set. The awaited way to know that a debounce, backoff or retry started.
+   */
+  timerSet(ms: number, count = 1): Promise<void> {
+    const ready = (): boolean => this.pendingDelays().filter((delay) => delay === ms).length >= count;
+    if (ready()) return Promise.resolve();
+    return new Promise((resolve) => this.waiting.push({ ready, resolve }));
   }
 
   async advance(ms: number): Promise<void> {

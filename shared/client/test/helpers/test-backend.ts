@@ -1,4 +1,7 @@
-import { InMemoryTransport, StreamableHTTPClientTransport, type Transport } from "@modelcontextprotocol/client";
+import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { Readable } from "node:stream";
+import { InMemoryTransport, StreamableHTTPClientTransport, type JSONRPCMessage, type Transport } from "@modelcontextprotocol/client";
 import {
   createMcpHandler,
   InMemoryServerEventBus,
@@ -21,6 +24,28 @@ export interface BackendTool {
 
 type ListKind = "tools" | "prompts" | "resources";
 
+/** Methods the test server's own handlers answer (and record in `received`). */
+const HANDLER_METHODS = new Set(["tools/list", "tools/call", "prompts/list", "prompts/get", "resources/list", "resources/templates/list", "resources/read", "resources/subscribe", "resources/unsubscribe"]);
+
+/** Promises that resolve once a condition holds, checked whenever something changed. */
+class Waiters {
+  private readonly waiting: { ready: () => boolean; resolve: () => void }[] = [];
+
+  /** Resolves once `ready()` holds (at once if it does now); checked at each `check()`. */
+  until(ready: () => boolean): Promise<void> {
+    if (ready()) return Promise.resolve();
+    return new Promise((resolve) => this.waiting.push({ ready, resolve }));
+  }
+
+  check(): void {
+    for (const waiter of [...this.waiting]) {
+      if (!waiter.ready()) continue;
+      this.waiting.splice(this.waiting.indexOf(waiter), 1);
+      waiter.resolve();
+    }
+  }
+}
+
 /**
  * A small MCP server for unit tests, built on the SDK's own `Server` (real protocol handling,
  * both eras), whose state a test changes directly:
@@ -28,10 +53,13 @@ type ListKind = "tools" | "prompts" | "resources";
  * - legacy: one `Server` per connection over an in-memory transport pair; `resources/subscribe`
  *   is remembered per connection and `updated()` notifies only subscribers;
  * - modern: the SDK's `createMcpHandler` behind an in-process fetch (Streamable HTTP, no
- *   socket); `subscriptions/listen` streams are fed by its event bus.
+ *   socket); `subscriptions/listen` streams are fed by its event bus. `serveHttp()` also puts it
+ *   on a real port (for spawned processes).
  *
- * `received` records every request method in arrival order; `failing` makes a method answer
- * with an internal error.
+ * Observation without sleeping: `received` records every request method a handler saw, in
+ * arrival order (`whenReceived` awaits a count); `wire` records every message method that
+ * reached the server (pings and handshakes included); `delivered(method)` resolves once a
+ * message of that method reached the client and its handlers ran.
  */
 export class TestBackend {
   tools = new Map<string, BackendTool>();
@@ -41,15 +69,25 @@ export class TestBackend {
   templates: string[] = [];
   /** Text of a URI that matches a template but is not listed. */
   templateText: (uri: string) => string | undefined = () => undefined;
+  /** Methods that answer with an internal error (handler methods, and `subscriptions/listen`). */
   readonly failing = new Set<string>();
   readonly received: string[] = [];
-  /** Requests of these methods wait until the promise settles (see `hold`). */
-  private readonly held = new Map<string, Promise<void>>();
-  /** Refused by `resources/subscribe` (legacy) and by listen (modern): unknown to the server. */
+  readonly wire: string[] = [];
+  /** Unknown to the server: refused by `resources/subscribe` (legacy) and by listen (modern, -32602). */
   readonly unknownUris = new Set<string>();
+  /** Modern: a listen request with an unknown URI is rejected without naming it in `data.uri`. */
+  listenRejectionNamesUri = true;
+  /** Modern: accepted by listen but left out of the honored subset. */
+  readonly unhonoredUris = new Set<string>();
+  /** Modern: the `ttlMs` that list and read results carry (0: not cacheable). */
+  cacheTtlMs = 0;
+  /** Legacy: `resources/subscribe` sends the URI's update before it answers, as some servers do. */
+  updateOnSubscribe = false;
   subscribeCapability = true;
   /** While true, legacy connection attempts fail as if the server were not listening. */
   legacyDown = false;
+  /** While true, legacy connections are accepted but never answered (a hung server). */
+  legacySilent = false;
   /** Legacy connection attempts so far, failed ones included. */
   legacyAttempts = 0;
   /** The filter of every `subscriptions/listen` request, in order. */
@@ -62,6 +100,10 @@ export class TestBackend {
   private handler: McpHttpHandler;
   private modernDown = false;
   private readonly listenCuts = new Set<() => void>();
+  /** Per method: requests wait on these, oldest first (see `hold` and `holdNext`). */
+  private readonly holds = new Map<string, { once: boolean; released: Promise<void> }[]>();
+  private readonly receivedWaiters = new Waiters();
+  private readonly deliveries: { method: string; resolve: () => void }[] = [];
 
   constructor(readonly name = "test-backend") {
     this.handler = this.createHandler();
@@ -72,30 +114,24 @@ export class TestBackend {
     this.legacyAttempts++;
     if (this.legacyDown) throw new TypeError("connect ECONNREFUSED (the test server is down)");
     const [client, serverSide] = InMemoryTransport.createLinkedPair();
-    const server = this.createServer("legacy");
-    this.legacy.set(server, new Set());
-    server.onclose = () => this.legacy.delete(server);
-    void server.connect(serverSide);
+    this.tap(serverSide, (message) => this.onWire(message));
+    this.tap(client, (message) => this.onDelivered(message));
+    if (this.legacySilent) {
+      serverSide.onmessage = () => undefined;
+    } else {
+      const server = this.createServer("legacy");
+      this.legacy.set(server, new Set());
+      server.onclose = () => this.legacy.delete(server);
+      void server.connect(serverSide);
+    }
     this.transports.push(client);
     return client;
   };
 
   /** Transport factory for modern (2026-07-28) connections. */
   readonly modernTransport = (): Transport => {
-    const transport = new StreamableHTTPClientTransport(new URL("http://127.0.0.1/mcp"), {
-      fetch: async (url, init) => {
-        if (this.modernDown) throw new TypeError("fetch failed (the test server is down)");
-        const request = new Request(url, init);
-        if (request.headers.get("mcp-method") !== "subscriptions/listen") return this.handler.fetch(request);
-        const body = (await request.clone().json()) as { id: string | number; params: { notifications: SubscriptionFilter } };
-        this.received.push("subscriptions/listen");
-        this.listenFilters.push(body.params.notifications);
-        if (this.failing.has("subscriptions/listen")) {
-          return Response.json({ jsonrpc: "2.0", id: body.id, error: { code: ProtocolErrorCode.InternalError, message: "subscriptions/listen fails on purpose" } });
-        }
-        return this.cuttable(await this.handler.fetch(request));
-      },
-    });
+    const transport = new StreamableHTTPClientTransport(new URL("http://127.0.0.1/mcp"), { fetch: (url, init) => this.modernFetch(new Request(url, init)) });
+    this.tap(transport, (message) => this.onDelivered(message));
     this.transports.push(transport);
     return transport;
   };
@@ -109,18 +145,43 @@ export class TestBackend {
     return [...this.legacy.values()].map((uris) => [...uris]);
   }
 
-  /** Makes requests of `method` wait until the returned function is called. */
+  /**
+   * Makes every request of `method` wait until the returned function is called (handler methods,
+   * and on the modern transport any method, e.g. `subscriptions/listen` or `notifications/cancelled`).
+   */
   hold(method: string): () => void {
-    let release = (): void => undefined;
-    this.held.set(method, new Promise<void>((resolve) => (release = resolve)));
-    return () => {
-      this.held.delete(method);
-      release();
-    };
+    return this.addHold(method, false);
+  }
+
+  /** Makes only the next request of `method` wait until the returned function is called. */
+  holdNext(method: string): () => void {
+    return this.addHold(method, true);
   }
 
   count(method: string): number {
     return this.received.filter((m) => m === method).length;
+  }
+
+  /** Resolves once `count` requests of `method` have been received in all. */
+  whenReceived(method: string, count: number): Promise<void> {
+    return this.receivedWaiters.until(() => this.count(method) >= count);
+  }
+
+  wireCount(method: string): number {
+    return this.wire.filter((m) => m === method).length;
+  }
+
+  /** Resolves once `count` messages of `method` have reached the server in all. */
+  whenWire(method: string, count: number): Promise<void> {
+    return this.receivedWaiters.until(() => this.wireCount(method) >= count);
+  }
+
+  /**
+   * Resolves once the next message of `method` (a notification, typically) reached the client
+   * and the client's handlers for it ran. Each message resolves one waiter, oldest first.
+   */
+  delivered(method: string): Promise<void> {
+    return new Promise((resolve) => this.deliveries.push({ method, resolve }));
   }
 
   listChanged(kind: ListKind): void {
@@ -161,6 +222,127 @@ export class TestBackend {
     };
   }
 
+  /** Serves the modern handler (which also answers legacy requests statelessly) on 127.0.0.1. */
+  async serveHttp(): Promise<{ url: string; close(): Promise<void> }> {
+    const server = createHttpServer((req, res) => void this.serveNode(req, res));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as AddressInfo;
+    return {
+      url: `http://127.0.0.1:${port}/mcp`,
+      close: () =>
+        new Promise<void>((resolve) => {
+          server.closeAllConnections();
+          server.close(() => resolve());
+        }),
+    };
+  }
+
+  private async serveNode(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = req.method === "GET" || req.method === "HEAD" ? undefined : (Readable.toWeb(req) as ReadableStream<Uint8Array>);
+    const headers = new Headers();
+    for (const [name, value] of Object.entries(req.headers)) if (typeof value === "string") headers.set(name, value);
+    const request = new Request(`http://127.0.0.1${req.url ?? "/"}`, { method: req.method, headers, body, duplex: "half" } as RequestInit);
+    const response = await this.handler.fetch(request);
+    res.writeHead(response.status, Object.fromEntries(response.headers));
+    if (response.body === null) res.end();
+    else Readable.fromWeb(response.body as import("node:stream/web").ReadableStream<Uint8Array>).pipe(res);
+  }
+
+  private async modernFetch(request: Request): Promise<Response> {
+    if (this.modernDown) throw new TypeError("fetch failed (the test server is down)");
+    const method = request.method === "POST" ? await methodOf(request) : undefined;
+    if (method === undefined) return this.handler.fetch(request);
+    this.onWire({ jsonrpc: "2.0", method });
+    if (method === "subscriptions/listen") return this.listen(request);
+    // Handler methods wait in their handler, once recorded (so a test can see them arrive).
+    if (!HANDLER_METHODS.has(method)) await this.waitForHolds(method, request.signal);
+    return this.handler.fetch(request);
+  }
+
+  private async listen(request: Request): Promise<Response> {
+    const body = (await request.clone().json()) as { id: string | number; params: { notifications: SubscriptionFilter } };
+    const filter = body.params.notifications;
+    this.received.push("subscriptions/listen");
+    this.listenFilters.push(filter);
+    this.receivedWaiters.check();
+    await this.waitForHolds("subscriptions/listen", request.signal);
+    const error = (code: number, message: string, data?: unknown): Response => Response.json({ jsonrpc: "2.0", id: body.id, error: { code, message, ...(data !== undefined && { data }) } });
+    if (this.failing.has("subscriptions/listen")) return error(ProtocolErrorCode.InternalError, "subscriptions/listen fails on purpose");
+    const unknown = filter.resourceSubscriptions?.find((uri) => this.unknownUris.has(uri));
+    if (unknown !== undefined) {
+      return error(ProtocolErrorCode.InvalidParams, `Unknown resource ${unknown}`, this.listenRejectionNamesUri ? { uri: unknown } : undefined);
+    }
+    const requested = filter.resourceSubscriptions ?? [];
+    const honored = requested.filter((uri) => !this.unhonoredUris.has(uri));
+    const forwarded =
+      honored.length === requested.length
+        ? request
+        : new Request(request.url, {
+            method: "POST",
+            headers: request.headers,
+            body: JSON.stringify({ ...body, params: { ...body.params, notifications: { ...filter, resourceSubscriptions: honored } } }),
+            signal: request.signal,
+          });
+    return this.cuttable(await this.handler.fetch(forwarded));
+  }
+
+  private addHold(method: string, once: boolean): () => void {
+    let release = (): void => undefined;
+    const hold = { once, released: new Promise<void>((resolve) => (release = resolve)) };
+    this.holds.set(method, [...(this.holds.get(method) ?? []), hold]);
+    return () => {
+      this.holds.set(method, (this.holds.get(method) ?? []).filter((h) => h !== hold));
+      release();
+    };
+  }
+
+  /** Waits for the holds of `method`; a one-shot hold is used up by this request. */
+  private async waitForHolds(method: string, signal?: AbortSignal): Promise<void> {
+    const holds = this.holds.get(method) ?? [];
+    if (holds.length === 0) return;
+    const first = holds[0];
+    if (first?.once === true) this.holds.set(method, holds.slice(1));
+    const waitFor = first?.once === true ? [first.released] : holds.map((h) => h.released);
+    const aborted = new Promise<void>((_, reject) => signal?.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError")), { once: true }));
+    aborted.catch(() => undefined);
+    await Promise.race([Promise.all(waitFor), aborted]);
+  }
+
+  private onWire(message: JSONRPCMessage): void {
+    if (!("method" in message)) return;
+    this.wire.push(message.method);
+    this.receivedWaiters.check();
+  }
+
+  private onDelivered(message: JSONRPCMessage): void {
+    if (!("method" in message)) return;
+    const due = this.deliveries.find((d) => d.method === message.method);
+    if (due === undefined) return;
+    this.deliveries.splice(this.deliveries.indexOf(due), 1);
+    // The SDK runs notification handlers in a microtask queued during onmessage: resolving after
+    // onmessage returned lets them run before the awaiting test goes on.
+    due.resolve();
+  }
+
+  /** Calls `seen` after each message the transport hands to whoever set its `onmessage`. */
+  private tap(transport: Transport, seen: (message: JSONRPCMessage) => void): void {
+    let handler: Transport["onmessage"];
+    Object.defineProperty(transport, "onmessage", {
+      configurable: true,
+      get: () => (handler === undefined ? undefined : (message: JSONRPCMessage, extra?: unknown) => {
+        (handler as (m: JSONRPCMessage, e?: unknown) => void)(message, extra);
+        seen(message);
+      }),
+      set: (next: Transport["onmessage"]) => {
+        handler = next;
+      },
+    });
+  }
+
+  private ttl(): { ttlMs?: number; cacheScope?: "private" } {
+    return this.cacheTtlMs > 0 ? { ttlMs: this.cacheTtlMs, cacheScope: "private" } : {};
+  }
+
   private createHandler(): McpHttpHandler {
     return createMcpHandler(() => this.createServer("modern"), { bus: this.bus });
   }
@@ -197,12 +379,13 @@ export class TestBackend {
     );
     const record = async (method: string): Promise<void> => {
       this.received.push(method);
-      await this.held.get(method);
+      this.receivedWaiters.check();
+      await this.waitForHolds(method);
       if (this.failing.has(method)) throw new ProtocolError(ProtocolErrorCode.InternalError, `${method} fails on purpose`);
     };
     server.setRequestHandler("tools/list", async () => {
       await record("tools/list");
-      return { tools: [...this.tools.values()].map(({ name, description }) => ({ name, description, inputSchema: { type: "object" as const } })) };
+      return { tools: [...this.tools.values()].map(({ name, description }) => ({ name, description, inputSchema: { type: "object" as const } })), ...this.ttl() };
     });
     server.setRequestHandler("tools/call", async ({ params }) => {
       await record("tools/call");
@@ -231,13 +414,14 @@ export class TestBackend {
       await record("resources/read");
       const text = this.texts.get(uri) ?? this.templateText(uri);
       if (text === undefined) throw new ResourceNotFoundError(uri);
-      return { contents: [{ uri, mimeType: "text/plain", text }] };
+      return { contents: [{ uri, mimeType: "text/plain", text }], ...this.ttl() };
     });
     if (era === "legacy") {
       server.setRequestHandler("resources/subscribe", async ({ params: { uri } }) => {
         await record("resources/subscribe");
         if (this.unknownUris.has(uri)) throw new ResourceNotFoundError(uri);
         this.legacy.get(server)?.add(uri);
+        if (this.updateOnSubscribe) await server.sendResourceUpdated({ uri });
         return {};
       });
       server.setRequestHandler("resources/unsubscribe", async ({ params: { uri } }) => {
@@ -247,5 +431,16 @@ export class TestBackend {
       });
     }
     return server;
+  }
+}
+
+async function methodOf(request: Request): Promise<string | undefined> {
+  const header = request.headers.get("mcp-method");
+  if (header !== null) return header;
+  try {
+    const body = (await request.clone().json()) as { method?: unknown };
+    return typeof body.method === "string" ? body.method : undefined;
+  } catch {
+    return undefined;
   }
 }

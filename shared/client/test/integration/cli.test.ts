@@ -1,26 +1,43 @@
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { runCli } from "../../src/cli.js";
+import { runCli, type CliIo } from "../../src/cli.js";
 import { startDemoBroker, tempFilesDir, type DemoBroker } from "../helpers/demo-broker.js";
-import { eventually } from "../helpers/events.js";
 
 interface Captured {
   out: string[];
   err: string[];
-  io: { out(line: string): void; err(line: string): void; signal: AbortSignal };
-  stop: () => void;
+  io: CliIo;
+  /** Resolves once `ready()` holds, checked after each line written. */
+  until: (ready: () => boolean) => Promise<void>;
+  stop: (reason?: string) => void;
 }
 
 function capture(): Captured {
   const out: string[] = [];
   const err: string[] = [];
   const controller = new AbortController();
-  return { out, err, io: { out: (l) => out.push(l), err: (l) => err.push(l), signal: controller.signal }, stop: () => controller.abort() };
+  const waiting: { ready: () => boolean; resolve: () => void }[] = [];
+  const wrote = (lines: string[]) => (line: string) => {
+    lines.push(line);
+    for (const waiter of waiting.filter((w) => w.ready())) {
+      waiting.splice(waiting.indexOf(waiter), 1);
+      waiter.resolve();
+    }
+  };
+  return {
+    out,
+    err,
+    io: { out: wrote(out), err: wrote(err), signal: controller.signal },
+    until: (ready) => (ready() ? Promise.resolve() : new Promise((resolve) => waiting.push({ ready, resolve }))),
+    stop: (reason) => controller.abort(reason),
+  };
 }
 
 /** JSON lines printed so far. */
 const events = (out: readonly string[]): Record<string, unknown>[] => out.map((line) => JSON.parse(line) as Record<string, unknown>);
+const COUNTER = "demo+demo://counter";
 
+/** `runCli` in this process (the spawned bin is tested in cli-bin.test.ts). */
 describe("mcp-broker-client CLI against the broker", () => {
   let running: DemoBroker;
   let files: Awaited<ReturnType<typeof tempFilesDir>>;
@@ -44,7 +61,7 @@ describe("mcp-broker-client CLI against the broker", () => {
     const { out, io } = capture();
     expect(await runCli(["ls", running.url], io)).toBe(0);
     const text = out.join("\n");
-    for (const expected of ["tools (4)", "demo__bump_counter", "prompts (1)", "demo__summarize", "resources (", "demo+demo://counter", "resource templates (1)", "demo+demo://files/{name}"]) {
+    for (const expected of ["tools (4)", "demo__bump_counter", "prompts (1)", "demo__summarize", "resources (", COUNTER, "resource templates (1)", "demo+demo://files/{name}"]) {
       expect(text).toContain(expected);
     }
   });
@@ -57,36 +74,48 @@ describe("mcp-broker-client CLI against the broker", () => {
     expect(lists.resourceTemplates).toHaveLength(1);
   });
 
-  it.each(["legacy", "modern"] as const)("watch prints every update as a JSON line (%s)", async (era) => {
-    const { out, err, io, stop } = capture();
-    const run = runCli(["watch", running.url, "demo+demo://counter", "--era", era], io);
-    await eventually(() => err.some((line) => line.includes("watching demo+demo://counter")), "the subscription");
+  it.each(["legacy", "modern"] as const)("watch prints every update as a JSON line, and ends with 0 when stopped by its caller (%s)", async (era) => {
+    const { out, err, io, until, stop } = capture();
+    const run = runCli(["watch", running.url, COUNTER, "--era", era], io);
+    await until(() => err.some((line) => line.includes(`watching ${COUNTER}`)));
     expect(err.join("\n")).toContain(`(${era} era)`);
     await other.callTool({ name: "demo__bump_counter" });
-    await eventually(() => out.length > 0, "an update line");
+    await until(() => out.length > 0);
     stop();
     expect(await run).toBe(0);
-    expect(events(out)[0]).toMatchObject({ event: "updated", uri: "demo+demo://counter", at: expect.any(String) });
+    expect(events(out)[0]).toEqual({ event: "updated", uri: COUNTER, reason: "notification", at: expect.any(String) });
   });
 
-  it("watch --read prints the content, and the re-read content after each update", async () => {
-    const { out, io, stop } = capture();
-    const run = runCli(["watch", running.url, "demo+demo://counter", "--read"], io);
-    await eventually(() => out.length === 1, "the initial content");
+  it("watch --read prints the content, then each update with its re-read content", async () => {
+    const { out, io, until, stop } = capture();
+    const run = runCli(["watch", running.url, COUNTER, "--read"], io);
+    await until(() => out.length === 1);
     const initial = Number((events(out)[0]?.contents as { text: string }[])[0]?.text);
     await other.callTool({ name: "demo__bump_counter", arguments: { by: 2 } });
-    await eventually(() => out.length === 2, "the re-read content");
-    stop();
-    expect(await run).toBe(0);
-    expect(events(out)[1]).toMatchObject({ event: "content", uri: "demo+demo://counter", contents: [{ text: String(initial + 2) }] });
+    await until(() => out.length === 3);
+    stop("SIGTERM");
+    expect(await run).toBe(143);
+    expect(events(out).slice(1)).toMatchObject([
+      { event: "updated", uri: COUNTER, reason: "notification" },
+      { event: "content", uri: COUNTER, contents: [{ text: String(initial + 2) }] },
+    ]);
   });
 
-  it("fails with usage on bad arguments, and with 1 when the server is unreachable", async () => {
+  it("fails with usage on bad arguments, with 1 when the server is unreachable or a URI unknown", async () => {
     const bad = capture();
     expect(await runCli(["watch", running.url], bad.io)).toBe(2);
     expect(bad.err.join("\n")).toContain("Usage:");
     const unreachable = capture();
     expect(await runCli(["ls", "http://127.0.0.1:9/mcp", "--era", "legacy"], unreachable.io)).toBe(1);
     expect(unreachable.err.join("\n")).toContain("cannot connect");
+    const unknown = capture();
+    expect(await runCli(["watch", running.url, "demo+demo://nope", "--era", "legacy"], unknown.io)).toBe(1);
+    expect(unknown.err.join("\n")).toContain("cannot watch demo+demo://nope");
+  });
+
+  it("ends with the signal's code when stopped before it connected", async () => {
+    const { io, stop } = capture();
+    stop("SIGINT");
+    expect(await runCli(["ls", running.url], io)).toBe(130);
   });
 });

@@ -2,7 +2,7 @@ import { createRequire } from "node:module";
 import { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
 import { afterEach, describe, expect, it } from "vitest";
 import { BrokerClient } from "../../src/index.js";
-import { eventually, firstText, nextEvent } from "../helpers/events.js";
+import { firstText, nextEvent, noPendingSubscriptions } from "../helpers/events.js";
 
 /** The published reference server, spawned over stdio (it serves the legacy era only). */
 const EVERYTHING = createRequire(import.meta.url).resolve("@modelcontextprotocol/server-everything/dist/index.js");
@@ -92,7 +92,7 @@ describe("BrokerClient directly against server-everything (stdio transport)", ()
     process.kill(pid ?? 0);
     await reconnected;
     expect(spawned).toHaveLength(2);
-    await eventually(() => client?.getPendingResourceSubscriptions().length === 0, "the subscription to be re-established");
+    await noPendingSubscriptions(client);
     const updated = nextEvent(client, "resourceUpdated", (d) => d.uri === ARCHITECTURE);
     await client.callTool("toggle-subscriber-updates");
     await updated;

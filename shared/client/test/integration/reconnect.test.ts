@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { BrokerClient } from "../../src/index.js";
 import { startDemoBroker, tempFilesDir } from "../helpers/demo-broker.js";
-import { eventually, firstText, nextEvent, record } from "../helpers/events.js";
+import { eventually, firstText, nextEvent, noPendingSubscriptions, record } from "../helpers/events.js";
 
 /**
  * A broker restart: the broker is closed and a new one starts on the same port. The client must
@@ -37,7 +37,7 @@ describe.each(["legacy", "modern"] as const)("reconnect across a broker restart 
       second = await startDemoBroker(files.dir, first.port);
       const restarted = second;
       expect((await connected).era).toBe(era);
-      await eventually(() => client.getPendingResourceSubscriptions().length === 0, "the subscription to be re-established");
+      await noPendingSubscriptions(client);
       await eventually(() => restarted.broker.upstream.watched("demo").includes("demo://counter"), "the new broker to watch the counter");
       expect(states.filter((s) => s.state === "reconnecting").length).toBeGreaterThanOrEqual(1);
 

@@ -1,8 +1,16 @@
-import { ProtocolError } from "@modelcontextprotocol/client";
+import { ProtocolError, SdkError } from "@modelcontextprotocol/client";
 import { afterEach, describe, expect, it } from "vitest";
+import type { ContentCache } from "../../src/cache/content-cache.js";
 import { BrokerClientError, type BrokerClient } from "../../src/index.js";
-import { eventually, firstText, nextEvent, record } from "../helpers/events.js";
+import { firstText, nextEvent, record } from "../helpers/events.js";
 import { unitSetup } from "../helpers/unit-client.js";
+
+/** The client's own cache, behind its public view (to check that no fetch stays marked under way). */
+const internals = (client: BrokerClient): ContentCache => (client as unknown as { contents: ContentCache }).contents;
+const fetchesUnderWay = (client: BrokerClient): number => {
+  const { resources, templates, prompts, toolCalls } = internals(client);
+  return resources.fetching + templates.fetching + prompts.fetching + toolCalls.fetching;
+};
 
 describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
   let client: BrokerClient | undefined;
@@ -65,10 +73,140 @@ describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
     expect(c.cache.getToolCallResult("echo")).toMatchObject({ params: { x: 2 }, success: true });
     expect(firstText(c.cache.getToolCallResult("echo")?.result)).toBe('echo {"x":2}');
 
-    // Calls that overlap: the one started last wins, whichever answers last.
-    const [first, second] = [c.callTool("echo", { x: 3 }), c.callTool("echo", { x: 4 })];
-    await Promise.all([first, second]);
+  });
+
+  it("keeps the fetch started last when fetches overlap, whichever answers last", async () => {
+    const { backend, client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    // The first call's answer is held until the second one has been answered.
+    const calls = backend.count("tools/call");
+    const releaseCall = backend.holdNext("tools/call");
+    const first = c.callTool("echo", { x: 3 });
+    await backend.whenReceived("tools/call", calls + 1);
+    await c.callTool("echo", { x: 4 });
+    const announced = record(c, "toolCallResultChange");
+    releaseCall();
+    await first;
     expect(c.cache.getToolCallResult("echo")?.params).toEqual({ x: 4 });
+    expect(announced).toEqual([]);
+
+    const reads = backend.count("resources/read");
+    const releaseRead = backend.holdNext("resources/read");
+    const older = c.readResource("test://one");
+    await backend.whenReceived("resources/read", reads + 1);
+    backend.texts.set("test://one", "one v2");
+    await c.readResource("test://one");
+    backend.texts.set("test://one", "one v3"); // what the held read answers when released
+    releaseRead();
+    expect(firstText(await older)).toBe("one v3");
+    expect(firstText(c.cache.getResource("test://one")?.content)).toBe("one v2");
+    expect(fetchesUnderWay(c)).toBe(0);
+  });
+
+  it("sends every fetch to the server, even when the server marks results cacheable", async () => {
+    const { backend, client: c } = unitSetup(era);
+    client = c;
+    backend.cacheTtlMs = 60_000;
+    await c.connect();
+    const count = (method: string): number => backend.count(method);
+    const before = { read: count("resources/read"), prompt: count("prompts/get"), list: count("tools/list") };
+    await c.readResource("test://one");
+    await c.readResource("test://one");
+    await c.readResourceFromTemplate("test://items/{id}", { id: "1" });
+    await c.readResourceFromTemplate("test://items/{id}", { id: "1" });
+    await c.getPrompt("greet");
+    await c.getPrompt("greet");
+    await c.reloadLists();
+    await c.reloadLists();
+    expect({ read: count("resources/read"), prompt: count("prompts/get"), list: count("tools/list") }).toEqual({
+      read: before.read + 4,
+      prompt: before.prompt + 2,
+      list: before.list + 2,
+    });
+  });
+
+  it("keeps an entry whose fetch gets no answer, and says nothing", async () => {
+    const { backend, client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    await c.readResource("test://one");
+    await c.readResourceFromTemplate("test://items/{id}", { id: "1" });
+    await c.getPrompt("greet", { who: "Ada" });
+
+    const events = [...(["resourceContentChange", "promptContentChange"] as const)].map((type) => record(c, type));
+    backend.holdNext("resources/read");
+    backend.holdNext("prompts/get");
+    const reads = backend.count("resources/read");
+    const prompts = backend.count("prompts/get");
+    const pendingRead = c.readResource("test://one").catch((error: unknown) => error);
+    const pendingPrompt = c.getPrompt("greet", { who: "Grace" }).catch((error: unknown) => error);
+    await backend.whenReceived("resources/read", reads + 1);
+    await backend.whenReceived("prompts/get", prompts + 1);
+    // The connection goes away under the fetches: they end without an answer.
+    await c.sdkClient?.close();
+    expect(await pendingRead).toBeInstanceOf(SdkError);
+    expect(await pendingPrompt).toBeInstanceOf(SdkError);
+    expect(firstText(c.cache.getResource("test://one")?.content)).toBe("one v1");
+    expect(c.cache.getPrompt("greet")?.params).toEqual({ who: "Ada" });
+    expect(events.flat()).toEqual([]);
+    expect(fetchesUnderWay(c)).toBe(0);
+  });
+
+  it("drops entries whose fetch the server answers with an error, and announces it", async () => {
+    const { backend, client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    await c.readResource("test://one");
+    await c.readResourceFromTemplate("test://items/{id}", { id: "1" });
+    await c.getPrompt("greet", { who: "Ada" });
+    const contents = record(c, "resourceContentChange");
+    const prompts = record(c, "promptContentChange");
+
+    backend.texts.delete("test://one");
+    const read = await c.readResource("test://one").catch((error: unknown) => error);
+    expect(read).toBeInstanceOf(ProtocolError);
+    backend.templateText = () => undefined;
+    const viaTemplate = await c.readResourceFromTemplate("test://items/{id}", { id: "2" }).catch((error: unknown) => error);
+    backend.prompts.delete("greet");
+    const prompt = await c.getPrompt("greet").catch((error: unknown) => error);
+
+    expect([c.cache.getResource("test://one"), c.cache.getResourceTemplate("test://items/{id}"), c.cache.getPrompt("greet")]).toEqual([null, null, null]);
+    expect(contents).toEqual([
+      { source: "resource", uri: "test://one", entry: null, error: read },
+      { source: "template", uri: "test://items/2", uriTemplate: "test://items/{id}", entry: null, error: viaTemplate },
+    ]);
+    expect(prompts).toEqual([{ name: "greet", entry: null, error: prompt }]);
+    // With nothing cached, a failed fetch changes nothing and says nothing.
+    await expect(c.readResource("test://nope")).rejects.toBeInstanceOf(ProtocolError);
+    expect(contents).toHaveLength(2);
+    expect(fetchesUnderWay(c)).toBe(0);
+  });
+
+  it("hands out a read-only cache: frozen copies, no way to the internals", async () => {
+    const { client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    const read = await c.readResource("test://one");
+    const result = await c.callTool("echo", { x: 1 });
+    const entry = c.cache.getResource("test://one");
+    // What the call returned is the caller's own: changing it does not change the cache.
+    expect(entry?.content).toEqual(read);
+    expect(entry?.content).not.toBe(read);
+    (read.contents[0] as { text: string }).text = "changed by the caller";
+    expect(firstText(c.cache.getResource("test://one")?.content)).toBe("one v1");
+    // The entries cannot be changed (ESM test code is strict: assignments throw).
+    expect(Object.isFrozen(entry)).toBe(true);
+    expect(() => ((entry?.content.contents[0] as { text: string }).text = "x")).toThrow(TypeError);
+    const call = c.cache.getToolCallResult("echo");
+    expect(call?.result).toEqual(result);
+    expect(() => ((call as { params: Record<string, unknown> }).params.x = 2)).toThrow(TypeError);
+    // Only the documented methods: the fetch maps behind it are out of reach.
+    expect(Object.keys(c.cache).sort()).toEqual(
+      ["clearAll", "clearPrompt", "clearResource", "clearResourceTemplate", "clearToolCallResult", "getPrompt", "getResource", "getResourceTemplate", "getToolCallResult"],
+    );
+    expect("resources" in c.cache).toBe(false);
+    expect(Object.isFrozen(c.cache)).toBe(true);
   });
 
   it("caches failed tool calls with success: false and the error", async () => {
@@ -109,7 +247,7 @@ describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
     backend.tools.delete("fail");
     const reloaded = Promise.all([nextEvent(c, "resourcesChange"), nextEvent(c, "promptsChange"), nextEvent(c, "toolsChange")]);
     for (const kind of ["resources", "prompts", "tools"] as const) backend.listChanged(kind);
-    await eventually(() => clock.pendingDelays().filter((d) => d === 100).length === 3, "three debounce timers");
+    await clock.timerSet(100, 3);
     await clock.advance(100);
     await reloaded;
 
@@ -130,7 +268,7 @@ describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
     backend.failing.add("tools/list");
     const change = nextEvent(c, "toolsChange");
     backend.listChanged("tools");
-    await eventually(() => clock.pendingDelays().includes(100), "the debounce timer");
+    await clock.timerSet(100);
     await clock.advance(100);
     expect((await change).error).toBeDefined();
     expect(c.cache.getToolCallResult("echo")).not.toBeNull();

@@ -14,6 +14,19 @@ describe("LatestEntryMap", () => {
     expect(map.get("k")).toBe("new");
   });
 
+  it("ends a fetch without an outcome on abandon: the entry stays, older fetches stay void, nothing is left marked", () => {
+    const map = new LatestEntryMap<string>();
+    map.settle("k", map.begin("k"), "first");
+    const older = map.begin("k");
+    const newer = map.begin("k");
+    expect(map.fetching).toBe(1);
+    map.abandon("k", newer);
+    expect(map.get("k")).toBe("first");
+    expect(map.fetching).toBe(0);
+    expect(map.settle("k", older, "old")).toBe(false);
+    expect(map.get("k")).toBe("first");
+  });
+
   it("does not let a fetch under way refill a cleared entry", () => {
     const map = new LatestEntryMap<string>();
     map.settle("k", map.begin("k"), "first");

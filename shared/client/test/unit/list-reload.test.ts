@@ -1,8 +1,7 @@
 import { ProtocolError } from "@modelcontextprotocol/client";
 import { afterEach, describe, expect, it } from "vitest";
 import type { BrokerClient } from "../../src/index.js";
-import { eventually, nextEvent, record } from "../helpers/events.js";
-import { settle } from "../helpers/manual-clock.js";
+import { nextEvent, record } from "../helpers/events.js";
 import { unitSetup } from "../helpers/unit-client.js";
 
 describe.each(["legacy", "modern"] as const)("list auto-reload (%s)", (era) => {
@@ -35,7 +34,7 @@ describe.each(["legacy", "modern"] as const)("list auto-reload (%s)", (era) => {
     const loads = backend.count("tools/list");
     backend.tools.set("added", { name: "added", run: () => ({ content: [] }) });
     backend.listChanged("tools");
-    await eventually(() => clock.pendingDelays().includes(100), "the debounce timer");
+    await clock.timerSet(100);
     await clock.advance(40);
     backend.listChanged("tools");
     await clock.advance(40);
@@ -61,18 +60,21 @@ describe.each(["legacy", "modern"] as const)("list auto-reload (%s)", (era) => {
     const loads = backend.count("tools/list");
     const release = backend.hold("tools/list");
     backend.listChanged("tools");
-    await eventually(() => clock.pendingDelays().includes(100), "the debounce timer");
+    await clock.timerSet(100);
     await clock.advance(100);
-    await eventually(() => backend.count("tools/list") === loads + 1, "the first reload to start");
-    // The list changes again while the first reload is under way, twice.
+    await backend.whenReceived("tools/list", loads + 1);
+    // The list changes again while the first reload is under way, twice; both notifications are
+    // heard (modern: over the in-process SSE stream) while the reload is held.
     backend.tools.set("late", { name: "late", run: () => ({ content: [] }) });
+    const heard = Promise.all([backend.delivered("notifications/tools/list_changed"), backend.delivered("notifications/tools/list_changed")]);
     backend.listChanged("tools");
     backend.listChanged("tools");
-    // Let the notifications through (modern: over the in-process SSE stream) while the reload is held.
-    await settle(20);
+    await heard;
     expect(backend.count("tools/list")).toBe(loads + 1);
+    const first = nextEvent(c, "toolsChange");
     release();
-    await eventually(() => changes.length === 1, "the first reload to finish");
+    await first;
+    expect(changes).toHaveLength(1);
     const second = nextEvent(c, "toolsChange");
     await clock.advance(100);
     expect((await second).tools.map((t) => t.name)).toContain("late");
@@ -90,7 +92,7 @@ describe.each(["legacy", "modern"] as const)("list auto-reload (%s)", (era) => {
     const resources = nextEvent(c, "resourcesChange");
     const templates = nextEvent(c, "resourceTemplatesChange");
     backend.listChanged("resources");
-    await eventually(() => clock.pendingDelays().includes(100), "the debounce timer");
+    await clock.timerSet(100);
     await clock.advance(100);
     expect((await resources).resources.map((r) => r.uri)).toContain("test://three");
     expect((await templates).resourceTemplates).toHaveLength(2);
@@ -104,7 +106,7 @@ describe.each(["legacy", "modern"] as const)("list auto-reload (%s)", (era) => {
     backend.prompts.set("new", {});
     const change = nextEvent(c, "promptsChange");
     backend.listChanged("prompts");
-    await eventually(() => clock.pendingDelays().includes(100), "the debounce timer");
+    await clock.timerSet(100);
     await clock.advance(100);
     const { prompts, error } = await change;
     expect(error).toBeInstanceOf(ProtocolError);
@@ -121,10 +123,30 @@ describe.each(["legacy", "modern"] as const)("list auto-reload (%s)", (era) => {
     const loads = backend.count("tools/list");
     backend.listChanged("tools");
     backend.listChanged("prompts"); // as a witness that notifications do arrive
-    await eventually(() => clock.pendingDelays().includes(100), "the prompts debounce timer");
+    await clock.timerSet(100);
     await clock.advance(1_000);
     expect(changes).toHaveLength(0);
     expect(backend.count("tools/list")).toBe(loads);
+  });
+
+  it("applies only the load started last when loads of one kind overlap; the older is discarded", async () => {
+    const { backend, client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    const loads = backend.count("tools/list");
+    // The first reload's tools/list is held; it answers with the list as it is when released.
+    const release = backend.holdNext("tools/list");
+    const older = c.reloadLists();
+    await backend.whenReceived("tools/list", loads + 1);
+    backend.tools.set("newer", { name: "newer", run: () => ({ content: [] }) });
+    const changes = record(c, "toolsChange");
+    await c.reloadLists();
+    expect(c.getTools().map((t) => t.name)).toContain("newer");
+    backend.tools.delete("newer");
+    release();
+    await older;
+    expect(c.getTools().map((t) => t.name)).toContain("newer");
+    expect(changes).toHaveLength(1);
   });
 
   it("reloadLists() reloads on demand", async () => {

@@ -1,6 +1,8 @@
 import { readdir, readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
+import { build } from "esbuild";
 import { describe, expect, it } from "vitest";
+import { EXIT_CODES } from "../../src/cli.js";
 import { CLIENT_ERROR_CATALOG } from "../../src/index.js";
 
 const root = fileURLToPath(new URL("../../", import.meta.url));
@@ -13,6 +15,13 @@ describe("package contract", () => {
     expect(documented).toEqual(CLIENT_ERROR_CATALOG);
   });
 
+  it("documents exactly the CLI's exit codes in the README", async () => {
+    const readme = await readFile(`${root}README.md`, "utf8");
+    const section = readme.slice(readme.indexOf("## CLI"), readme.indexOf("## Semantics"));
+    const documented = [...section.matchAll(/^\| `(\d+)` \| /gm)].map(([, code]) => Number(code));
+    expect(documented).toEqual(Object.values(EXIT_CODES));
+  });
+
   it("keeps Node-only modules out of the library (only the CLI may use them)", async () => {
     const files = (await readdir(`${root}src`, { recursive: true })).filter((name) => name.endsWith(".ts") && name !== "cli.ts");
     expect(files.length).toBeGreaterThan(15);
@@ -22,5 +31,13 @@ describe("package contract", () => {
       expect(imports.filter((specifier) => specifier?.startsWith("node:") || specifier?.endsWith("/stdio")), name).toEqual([]);
       expect(source, name).not.toMatch(/\bprocess\.|\bBuffer\b|\brequire\(/);
     }
+  });
+
+  it("bundles for browsers with no externals and no Node built-ins", async () => {
+    const result = await build({ entryPoints: [`${root}src/index.ts`], bundle: true, platform: "browser", format: "esm", write: false, logLevel: "silent" });
+    expect(result.errors).toEqual([]);
+    const text = result.outputFiles[0]?.text ?? "";
+    expect(text).toMatch(/export\s*\{[^}]*\bBrokerClient\b/);
+    expect(text).not.toMatch(/["']node:/);
   });
 });

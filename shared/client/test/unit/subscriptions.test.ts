@@ -2,15 +2,20 @@ import { ProtocolError } from "@modelcontextprotocol/client";
 import { afterEach, describe, expect, it } from "vitest";
 import type { BrokerClient } from "../../src/index.js";
 import { ResourceSubscriptions } from "../../src/subscriptions/resource-subscriptions.js";
-import { eventually, firstText, nextEvent, record } from "../helpers/events.js";
-import { unitSetup } from "../helpers/unit-client.js";
+import type { SubscriptionChannel } from "../../src/subscriptions/subscription-channel.js";
+import { firstText, nextEvent, record } from "../helpers/events.js";
+import { settle } from "../helpers/manual-clock.js";
 import type { TestBackend } from "../helpers/test-backend.js";
+import { unitSetup } from "../helpers/unit-client.js";
 
 /** What the server side holds for this client: legacy subscriptions, or the last listen filter's URIs. */
 function serverSide(backend: TestBackend, era: "legacy" | "modern"): string[] {
   if (era === "legacy") return backend.legacySubscriptions().flat();
   return backend.listenFilters.at(-1)?.resourceSubscriptions ?? [];
 }
+
+/** The first reopen of a broken listen stream waits 250/2 + 125 × 0.5 ms with the unit setup's jitter. */
+const FIRST_REOPEN_MS = 188;
 
 describe.each(["legacy", "modern"] as const)("resource subscriptions (%s)", (era) => {
   let client: BrokerClient | undefined;
@@ -58,30 +63,32 @@ describe.each(["legacy", "modern"] as const)("resource subscriptions (%s)", (era
     expect(changes.map((change) => change.uris)).toEqual([["test://one"], ["test://one", "test://two"], ["test://two"]]);
   });
 
-  it("reports an update of an uncached resource as resourceUpdated", async () => {
+  it("reports an update of an uncached resource as resourceUpdated, not cached", async () => {
     const { backend, client: c } = unitSetup(era);
     client = c;
     await c.connect();
     await c.subscribeToResource("test://one");
     const updated = nextEvent(c, "resourceUpdated");
     backend.updated("test://one");
-    expect(await updated).toEqual({ uri: "test://one" });
+    expect(await updated).toEqual({ uri: "test://one", reason: "notification", cached: false });
   });
 
-  it("re-reads cached content on an update and announces the new content", async () => {
+  it("re-reads cached content on an update and announces the update, then the new content", async () => {
     const { backend, client: c } = unitSetup(era);
     client = c;
     await c.connect();
     await c.readResource("test://one");
     await c.subscribeToResource("test://one");
-    const updates = record(c, "resourceUpdated");
+    const order: string[] = [];
+    c.on("resourceUpdated", (d) => order.push(`updated ${d.uri} cached=${d.cached}`));
+    c.on("resourceContentChange", (d) => order.push(`content ${firstText(d.entry?.content)}`));
     backend.texts.set("test://one", "one v2");
     const change = nextEvent(c, "resourceContentChange");
     backend.updated("test://one");
     const { entry } = await change;
     expect(firstText(entry?.content)).toBe("one v2");
     expect(firstText(c.cache.getResource("test://one")?.content)).toBe("one v2");
-    expect(updates).toEqual([]);
+    expect(order).toEqual(["updated test://one cached=true", "content one v2"]);
   });
 
   it("re-reads a template entry whose expanded URI was updated", async () => {
@@ -98,7 +105,7 @@ describe.each(["legacy", "modern"] as const)("resource subscriptions (%s)", (era
     expect(c.cache.getResourceTemplate("test://items/{id}")?.params).toEqual({ id: "5" });
   });
 
-  it("drops cached content whose re-read fails, and says why", async () => {
+  it("drops cached content whose re-read the server answers with an error, and says why", async () => {
     const { backend, client: c } = unitSetup(era);
     client = c;
     await c.connect();
@@ -121,32 +128,147 @@ describe.each(["legacy", "modern"] as const)("resource subscriptions (%s)", (era
     await c.subscribeToResource("test://two");
     await c.unsubscribeFromResource("test://one");
     const updates = record(c, "resourceUpdated");
+    // The server may still send test://one (the modern old stream may not be gone yet); the client ignores it.
+    const delivered = backend.delivered("notifications/resources/updated");
     backend.updated("test://one");
     backend.updated("test://two");
-    await eventually(() => updates.length > 0, "the update of test://two");
-    expect(updates).toEqual([{ uri: "test://two" }]);
+    await nextEvent(c, "resourceUpdated");
+    await delivered;
+    await settle();
+    expect(updates).toEqual([{ uri: "test://two", reason: "notification", cached: false }]);
   });
 });
 
 describe("legacy resource subscriptions", () => {
+  let client: BrokerClient | undefined;
+  afterEach(async () => {
+    await client?.disconnect();
+  });
+
   it("rejects a subscription the server refuses and leaves the set as it was", async () => {
-    const { backend, client } = unitSetup("legacy");
-    await client.connect();
+    const { backend, client: c } = unitSetup("legacy");
+    client = c;
+    await c.connect();
     backend.unknownUris.add("test://ghost");
-    await expect(client.subscribeToResource("test://ghost")).rejects.toBeInstanceOf(ProtocolError);
-    expect(client.getSubscribedResources()).toEqual([]);
-    await client.disconnect();
+    await expect(c.subscribeToResource("test://ghost")).rejects.toBeInstanceOf(ProtocolError);
+    expect(c.getSubscribedResources()).toEqual([]);
+    // And its updates, should the server send any, are not ours.
+    backend.updateOnSubscribe = true;
+    await c.subscribeToResource("test://one");
+    expect(c.getSubscribedResources()).toEqual(["test://one"]);
+  });
+
+  it("delivers an update the server sends before it answers the subscribe", async () => {
+    const { backend, client: c } = unitSetup("legacy");
+    client = c;
+    await c.connect();
+    backend.updateOnSubscribe = true;
+    const updates = record(c, "resourceUpdated");
+    const changes = record(c, "resourceSubscriptionsChange");
+    await c.subscribeToResource("test://one");
+    expect(updates).toEqual([{ uri: "test://one", reason: "notification", cached: false }]);
+    // While it was being subscribed the URI was heard, not yet listed.
+    expect(changes).toEqual([{ uris: ["test://one"], pending: [] }]);
   });
 });
 
-describe("ResourceSubscriptions.covers", () => {
+describe("modern resource subscriptions (one listen stream)", () => {
+  let client: BrokerClient | undefined;
+  afterEach(async () => {
+    await client?.disconnect();
+  });
+
+  it("does not wait for the old stream's cancel, and hears an update on the new stream at once", async () => {
+    const { backend, client: c } = unitSetup("modern");
+    client = c;
+    await c.connect();
+    await c.subscribeToResource("test://one");
+    // Subscribing replaced the stream opened on connect; its cancel goes out in the background.
+    await backend.whenWire("notifications/cancelled", 1);
+    // The cancel of the next replaced stream takes as long as the test wants (a slow network).
+    const releaseCancel = backend.hold("notifications/cancelled");
+    const updates = record(c, "resourceUpdated");
+    let subscribed = false;
+    const subscribing = c.subscribeToResource("test://two").then(() => (subscribed = true));
+    // The new stream is acknowledged and the old one is being cancelled.
+    await backend.whenWire("notifications/cancelled", 2);
+    const delivered = backend.delivered("notifications/resources/updated");
+    backend.updated("test://two");
+    await delivered;
+    expect(updates).toEqual([{ uri: "test://two", reason: "notification", cached: false }]);
+    await settle();
+    expect(subscribed).toBe(true);
+    await subscribing;
+    expect(c.getSubscribedResources()).toEqual(["test://one", "test://two"]);
+    releaseCancel();
+  });
+
+  it("rejects a URI the server leaves out of the honored subset, and no later stream asks for it", async () => {
+    const { backend, clock, client: c } = unitSetup("modern");
+    client = c;
+    await c.connect();
+    await c.subscribeToResource("test://one");
+    backend.unhonoredUris.add("test://ghost");
+    await expect(c.subscribeToResource("test://ghost")).rejects.toMatchObject({ name: "BrokerClientError", code: "SUBSCRIPTION_REFUSED", data: { uri: "test://ghost" } });
+    expect(c.getSubscribedResources()).toEqual(["test://one"]);
+    expect(backend.listenFilters.at(-1)?.resourceSubscriptions).toEqual(["test://one", "test://ghost"]);
+
+    // The stream breaks: the reopened one asks for what the server honored only.
+    const listens = backend.count("subscriptions/listen");
+    backend.cutListenStreams();
+    await clock.timerSet(FIRST_REOPEN_MS);
+    await clock.advance(FIRST_REOPEN_MS);
+    await backend.whenReceived("subscriptions/listen", listens + 1);
+    expect(backend.listenFilters.at(-1)?.resourceSubscriptions).toEqual(["test://one"]);
+  });
+
+  it("leaves a URI whose removal failed out of later streams", async () => {
+    const { backend, clock, client: c } = unitSetup("modern");
+    client = c;
+    await c.connect();
+    await c.subscribeToResource("test://one");
+    await c.subscribeToResource("test://two");
+    backend.failing.add("subscriptions/listen");
+    await expect(c.unsubscribeFromResource("test://one")).rejects.toBeInstanceOf(ProtocolError);
+    expect(c.getSubscribedResources()).toEqual(["test://two"]);
+    backend.failing.delete("subscriptions/listen");
+
+    const listens = backend.count("subscriptions/listen");
+    backend.cutListenStreams();
+    await clock.timerSet(FIRST_REOPEN_MS);
+    await clock.advance(FIRST_REOPEN_MS);
+    await backend.whenReceived("subscriptions/listen", listens + 1);
+    expect(backend.listenFilters.at(-1)?.resourceSubscriptions).toEqual(["test://two"]);
+  });
+});
+
+describe("ResourceSubscriptions", () => {
+  const channel = (add: SubscriptionChannel["add"] = async () => undefined): SubscriptionChannel => ({
+    add,
+    remove: async () => undefined,
+    restore: async () => new Map<string, unknown>(),
+    close: async () => undefined,
+  });
+
   it("covers subscribed URIs and their sub-resources only", async () => {
     const set = new ResourceSubscriptions(() => undefined);
-    const channel = { add: async () => undefined, remove: async () => undefined, restore: async () => new Map<string, unknown>(), close: async () => undefined };
-    await set.add("file:///project", () => channel);
+    await set.add("file:///project", () => channel());
     expect(set.covers("file:///project")).toBe(true);
     expect(set.covers("file:///project/src/a.ts")).toBe(true);
     expect(set.covers("file:///projects")).toBe(false);
     expect(set.covers("file:///other")).toBe(false);
+  });
+
+  it("covers a URI while it is being subscribed, and stops when the server refuses", async () => {
+    const set = new ResourceSubscriptions(() => undefined);
+    let refuse = (): void => undefined;
+    const adding = set.add("demo://a", () => channel(() => new Promise<void>((_, reject) => (refuse = () => reject(new Error("refused"))))));
+    await settle(1);
+    expect(set.covers("demo://a")).toBe(true);
+    expect(set.has("demo://a")).toBe(false);
+    expect(set.list()).toEqual([]);
+    refuse();
+    await expect(adding).rejects.toThrow("refused");
+    expect(set.covers("demo://a")).toBe(false);
   });
 });
