@@ -53,6 +53,11 @@ export interface Bus {
    */
   subscribe(channel: string): Promise<void>;
   unsubscribe(channel: string): Promise<void>;
+  /**
+   * Sets the one handler for every channel. It gets decoded, valid messages only: an
+   * implementation that crosses a process boundary decodes each message with `busMessageSchema`
+   * and logs and drops what does not parse, so receivers never validate again.
+   */
   onMessage(handler: (channel: string, message: BusMessage) => void): void;
   close(): Promise<void>;
 }

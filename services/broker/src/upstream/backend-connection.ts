@@ -11,9 +11,9 @@ import {
   type Transport,
 } from "@modelcontextprotocol/client";
 import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/client/stdio";
-import { BrokerError, NOTIFICATION, isStdioBackend, type BackendConfig, type Clock, type TimerHandle } from "@mcp-broker/shared";
+import { BrokerError, NOTIFICATION, backoffDelay, isStdioBackend, type BackendConfig, type Clock, type TimerHandle } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
-import { backoffDelay } from "@mcp-broker/shared";
+import { installStdioReadBuffer } from "./stdio-read-buffer.js";
 import { isConnectionFailure } from "./connection-failure.js";
 import { NotificationStreamWatch } from "./notification-stream-watch.js";
 import { UpstreamListen, type ListenFlags, type ListenGap } from "./upstream-listen.js";
@@ -310,6 +310,9 @@ export class BackendConnection {
         ...(config.cwd !== undefined && { cwd: config.cwd }),
         stderr: "pipe",
       });
+      if (!installStdioReadBuffer(transport)) {
+        this.deps.logger.debug({ backend: this.id }, "SDK stdio transport without the expected reader: updates take the SDK's validation");
+      }
       transport.stderr?.on("data", (chunk: Buffer) => {
         for (const line of chunk.toString("utf8").split("\n")) {
           if (line.trim() !== "") this.deps.logger.debug({ backend: this.id, stderr: line }, "backend stderr");
