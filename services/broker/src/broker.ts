@@ -124,6 +124,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     },
     idleTimeoutMs: config.server.sessionIdleMs,
     maxSessionsPerPrincipal: config.server.maxSessionsPerPrincipal,
+    resumeHistory: config.server.resumeHistory,
     releaseGraceMs: config.subscriptions.releaseGraceMs,
   });
   const endpoint = new McpEndpoint({

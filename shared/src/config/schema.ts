@@ -87,6 +87,8 @@ export const brokerConfigSchema = z
         keepAliveMs: ms.default(15_000),
         /** Legacy sessions plus modern listen streams one principal may hold at once. */
         maxSessionsPerPrincipal: z.number().int().positive().default(10_000),
+        /** Events a legacy session keeps for Last-Event-ID resumption (more: longer gaps covered, more memory). */
+        resumeHistory: z.number().int().min(0).max(100_000).default(64),
         /** A request (headers and body) must arrive within this long, or it gets 408. */
         requestTimeoutMs: positiveMs.default(30_000),
       })

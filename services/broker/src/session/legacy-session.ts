@@ -7,9 +7,8 @@ import type { legacySessionMachine } from "./legacy-session-machine.js";
 import { PreparedNotification } from "./prepared-notification.js";
 
 const LIST_NAMES = ["tools", "prompts", "resources"] as const;
-
-/** How many standalone-stream events a session keeps for `Last-Event-ID` resumption. */
-const HISTORY = 512;
+/** How many standalone-stream events a session keeps for `Last-Event-ID` resumption by default. */
+export const DEFAULT_HISTORY = 64;
 
 /** Where a session's unsolicited notifications go: its standalone SSE stream, or stdout in stdio mode. */
 export interface NotificationWriter {
@@ -42,10 +41,15 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   /** Operations waiting for the actor's answer (created on first use: most sessions are idle). */
   private replies: Map<number, { resolve: () => void; reject: (error: BrokerError) => void }> | undefined;
 
+  /**
+   * @param historyLimit how many standalone-stream events the session keeps for `Last-Event-ID`
+   *   resumption (`server.resumeHistory`); older gaps get the conservative re-notification.
+   */
   constructor(
     readonly id: string,
     readonly principal: string,
     readonly actor: Actor<typeof legacySessionMachine>,
+    private readonly historyLimit = DEFAULT_HISTORY,
   ) {}
 
   /** The actor answered operation `replyTo` (its host routes the actor's `reply` effects here). */
@@ -174,13 +178,13 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     return this.history.at(-1)?.eventId ?? this.trimmed;
   }
 
-  /** Keeps the newest HISTORY events; dropping from the front in batches keeps this O(1) amortised. */
+  /** Keeps the newest `historyLimit` events; dropping from the front in batches keeps this O(1) amortised. */
   private remember(notification: PreparedNotification): void {
     this.history.push(notification);
-    if (this.history.length - this.head <= HISTORY) return;
+    if (this.history.length - this.head <= this.historyLimit) return;
     this.trimmed = this.history[this.head]?.eventId ?? this.trimmed;
     this.history[this.head++] = undefined;
-    if (this.head >= HISTORY) {
+    if (this.head >= Math.max(this.historyLimit, 16)) {
       this.history = this.history.slice(this.head);
       this.head = 0;
     }

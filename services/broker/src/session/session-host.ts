@@ -42,6 +42,8 @@ export interface SessionHostDeps {
   idleTimeoutMs: number;
   releaseGraceMs: number;
   maxSessionsPerPrincipal: number;
+  /** Events each legacy session keeps for Last-Event-ID resumption. */
+  resumeHistory: number;
 }
 
 /** A modern listen stream as the host sees it. */
@@ -153,7 +155,7 @@ export class SessionHost {
       input: { id, principal, idleTimeoutMs: this.deps.idleTimeoutMs },
       clock: this.deps.clock,
     });
-    const session = new LegacySession(id, principal, actor);
+    const session = new LegacySession(id, principal, actor, this.deps.resumeHistory);
     // One listener for all effects (a listener per event type costs a Set each, per session).
     actor.on("*", (effect) => {
       switch (effect.type) {

@@ -7,7 +7,7 @@ import { PreparedNotification } from "../../src/session/prepared-notification.js
 import { subscriptionFlow } from "../../src/session/subscription-flow.js";
 
 /** A session whose subscribes always succeed, and streams that record what they are given. */
-function session(): LegacySession {
+function session(historyLimit?: number): LegacySession {
   const flow = subscriptionFlow.provide({
     actors: {
       validate: fromPromise(async ({ input }: { input: { uri: string } }) => ({ backendId: "b", uri: input.uri })),
@@ -24,7 +24,7 @@ function session(): LegacySession {
     },
   });
   const actor = createActor(machine, { input: { id: "s", principal: "p", idleTimeoutMs: 60_000 } });
-  const session = new LegacySession("s", "p", actor);
+  const session = new LegacySession("s", "p", actor, historyLimit);
   actor.on("reply", ({ replyTo, error }) => session.settle(replyTo, error));
   actor.start();
   return session;
@@ -81,6 +81,23 @@ describe("legacy session: event ids and resumption", () => {
     const foreign = stream();
     s.attachStream(foreign, "not-an-id");
     expect(described(foreign.events)).toEqual(everything);
+  });
+
+  it("keeps exactly server.resumeHistory events: a gap that size is replayed, one longer is re-notified", async () => {
+    const s = session(4);
+    await s.subscribe("x://a");
+    const from = PreparedNotification.listChanged("tools");
+    s.deliver(from);
+    const kept = Array.from({ length: 4 }, () => PreparedNotification.listChanged("prompts"));
+    for (const n of kept) s.deliver(n);
+    const exact = stream();
+    s.attachStream(exact, String(from.eventId));
+    expect(exact.events.map((e) => e.id)).toEqual(kept.map((n) => n.eventId));
+    s.deliver(PreparedNotification.listChanged("resources"));
+    const tooLate = stream();
+    s.attachStream(tooLate, String(from.eventId));
+    expect(tooLate.events).toHaveLength(4); // one updated (x://a) and the three list_changed
+    expect(tooLate.events[0]?.text).toContain("x://a");
   });
 
   it("treats an empty Last-Event-ID as none, and tells a client that replaced an open stream without one everything once", async () => {

@@ -19,6 +19,7 @@ function host() {
     idleTimeoutMs: 60_000,
     releaseGraceMs: 0,
     maxSessionsPerPrincipal: 10,
+    resumeHistory: 64,
   });
   return { bus, sessions };
 }
