@@ -20,11 +20,13 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "the broker adds a history entry per session. Both loops run to the end before the event loop turns, so p99 ≈ the loop's length.",
   ],
   memory: [
-    "Why (heap snapshot diff, 10 000 sessions minus none): ~9.5 KB of heap per legacy session and ~11 KB per modern listen stream vs ~4.8 KB for a raw SSE connection. " +
-      "Beyond the Node HTTP objects both have, each session owns an XState actor (≈ 2.5 KB, its actor system shared with every other session's), the session or sink object, its stream, " +
-      "and its entries in the registry and interest table (a subscription each here). " +
-      "RSS is ≈ 3× the live heap because the handshakes (4 requests per legacy session, each validated with zod) leave V8 with a larger committed heap; " +
-      "between runs the RSS per session moves by ±2 KB, so figures near 30 KB can land on either side.",
+    "Why (heap snapshot diff, 10 000 sessions minus none): ~9.6 KB of live heap per legacy session and ~11.4 KB per modern listen stream vs ~4.8 KB for a raw SSE connection. " +
+      "A listen stream is an open POST, so Node keeps its request objects (IncomingMessage with its parsed headers, the parser's bound callbacks) as long as the stream lives; " +
+      "each session or stream also owns an XState actor (≈ 1.9 KB: snapshot, actor scope, mailbox, bound `send`; its actor system is shared), its sink and stream objects, " +
+      "and its entries in the registry and interest table. " +
+      "RSS is ≈ 2.5–3× the live heap because V8 keeps committed the old-space pages the handshakes fragmented (≈ 20 KB committed per session for ≈ 10 KB live); " +
+      "at 1 000 sessions the young generation grown by the opening burst (a fixed 15–30 MB) weighs 15–30 KB per session until V8 shrinks it, hence the idle wait before sampling. " +
+      "Between runs the RSS per session at 10 000 moves by ±2 KB, so figures near 30 KB can land on either side.",
   ],
   subscribe: [
     "Why (~1 ms of broker CPU per subscribe): every subscribe runs an XState subscription-flow machine with 3–4 promise actors (session/subscription-flow.ts), " +

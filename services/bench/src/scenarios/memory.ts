@@ -8,7 +8,6 @@ import { startBrokerPath, startRawPath } from "./delivery-paths.js";
 
 const SCENARIO = "4. Memory";
 const TARGET_KB = 30;
-const SETTLE_MS = 500;
 
 interface MemoryPoint {
   sessions: number;
@@ -20,14 +19,14 @@ interface MemoryPoint {
 
 
 /**
- * Scenario 4: memory of idle subscribed sessions. A fresh server is sampled after two full GCs,
- * then sessions are added up to each count (each subscribed to one of `uriPool` resources, then
- * idle), and sampled again: per session = (now − empty) ÷ sessions. Legacy sessions hold an
+ * Scenario 4: memory of idle subscribed sessions. A fresh server is sampled after `settleMs` idle
+ * and two full GCs, then sessions are added up to each count (each subscribed to one of `uriPool` resources, then
+ * idle for `settleMs`), and sampled again: per session = (now − empty) ÷ sessions. Legacy sessions hold an
  * initialize'd session, its GET stream and one subscription; modern ones one listen stream with one
  * resource. Baseline: a plain Node SSE server holding the same number of idle streams.
  */
 export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
-  const { counts, uriPool } = ctx.plan.memory;
+  const { counts, uriPool, settleMs } = ctx.plan.memory;
   const rows: ResultRow[] = [];
   const table: (string | number)[][] = [];
 
@@ -37,7 +36,7 @@ export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
     open: (from: number, to: number) => Promise<unknown>,
     snapshot: (name: string) => Promise<void> = async () => undefined,
   ): Promise<MemoryPoint[]> => {
-    await sleep(SETTLE_MS);
+    await sleep(settleMs);
     const empty = await sample();
     await snapshot("empty");
     const points: MemoryPoint[] = [];
@@ -45,7 +44,7 @@ export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
     for (const count of counts) {
       await open(opened, count);
       opened = count;
-      await sleep(SETTLE_MS);
+      await sleep(settleMs);
       const now = await sample();
       const point = { sessions: count, rssPerSession: (now.rss - empty.rss) / count, heapPerSession: (now.heapUsed - empty.heapUsed) / count, rss: now.rss, heapUsed: now.heapUsed };
       points.push(point);
@@ -125,7 +124,7 @@ export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
     id: "memory",
     title: SCENARIO,
     method:
-      `Server process sampled (process.memoryUsage after two forced GCs) empty, then with ${counts.join(" and ")} idle sessions, each subscribed to one of ${uriPool} resources; per session = growth ÷ sessions. ` +
+      `Server process sampled (process.memoryUsage after ${settleMs / 1000} s idle and two forced GCs) empty, then with ${counts.join(" and ")} idle sessions, each subscribed to one of ${uriPool} resources; per session = growth ÷ sessions. ` +
       "Sessions are opened by the load generators (not counted). Baseline: a plain Node SSE server process holding as many idle streams.",
     rows,
     details: [{ title: "Samples", columns: ["server", "sessions", "RSS empty MB", "RSS MB", "RSS/session KB", "heap used MB", "heap used/session KB", "heap committed/session KB"], rows: table }],
