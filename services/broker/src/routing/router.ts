@@ -198,13 +198,13 @@ export class Router {
       const forwarded = stripMeta(params);
       // Modern backends take the log level per request; legacy ones got logging/setLevel.
       if (ctx.logLevel !== undefined && backend.era === "modern") forwarded._meta = { [META.logLevel]: ctx.logLevel };
-      return await backend.request(method, forwarded, {
+      return backendOwnFieldsRemoved(await backend.request(method, forwarded, {
         signal: ctx.signal,
         onprogress:
           progressToken === undefined
             ? undefined
             : (progress) => ctx.notify(NOTIFICATION.progress, { progressToken, ...progress }),
-      });
+      }));
     } catch (error) {
       throw this.exposeError(backendId, error);
     } finally {
@@ -224,6 +224,20 @@ function isResourceNotFound(error: unknown): boolean {
   if (error.code === Number(ProtocolErrorCode.ResourceNotFound)) return true;
   const data = error.data as Params | undefined;
   return error.code === Number(ProtocolErrorCode.InvalidParams) && typeof data?.uri === "string" && Object.keys(data).length === 1;
+}
+
+/**
+ * What describes the backend's own hop is not passed on: its serverInfo (the broker answers the
+ * client, and says so itself) and its cache hints (the broker sets its own, see Dispatcher).
+ */
+function backendOwnFieldsRemoved(result: Result): Result {
+  const { ttlMs: _ttl, cacheScope: _scope, ...rest } = result;
+  const meta = rest._meta as Params | undefined;
+  if (meta === undefined || !(META.serverInfo in meta)) return rest;
+  const { [META.serverInfo]: _backendInfo, ...otherMeta } = meta;
+  if (Object.keys(otherMeta).length === 0) delete rest._meta;
+  else rest._meta = otherMeta;
+  return rest;
 }
 
 /** The client's `_meta` (progress token, envelope) is the broker's, not the backend's. */

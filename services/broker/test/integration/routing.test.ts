@@ -69,6 +69,15 @@ describe("routing", () => {
     expect(bystander.notes.received).toEqual([]);
   });
 
+  it.each(["legacy", "modern"] as const)("answers a %s client as itself: a modern backend's serverInfo is not passed on", async (era) => {
+    const { client: c } = await client(era);
+    const result = await c.callTool({ name: "mod__echo", arguments: { text: "who" } });
+    expect(result.content).toEqual([{ type: "text", text: "who" }]);
+    const info = result._meta?.["io.modelcontextprotocol/serverInfo"];
+    if (era === "modern") expect(info).toMatchObject({ name: "mcp-broker" });
+    else expect(info).toBeUndefined();
+  });
+
   it("answers a backend timeout with -32001 and the backend and timeout in data", async () => {
     const { client: c } = await client("legacy");
     await expect(c.callTool({ name: "leg__slow", arguments: { ms: 3_000 } })).rejects.toMatchObject({
