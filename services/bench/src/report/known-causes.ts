@@ -30,6 +30,7 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
   ],
   subscribe: [
     "Why (~1 ms of broker CPU per subscribe): every subscribe runs an XState subscription-flow machine with 3–4 promise actors (session/subscription-flow.ts), " +
-      "and session/legacy-session-machine.ts copies the session's subscriptions object on every subscribe (O(n) per call for a session holding n).",
+      "XState's transition work is ~40 % of the broker's CPU per operation; the rest is the HTTP request and its answer. " +
+      "(Copying the session's subscription set on every operation used to take 60 % at 250 subscriptions per session; it is now updated in place.)",
   ],
 };

@@ -109,6 +109,21 @@ describe("legacy session actor", () => {
     expect(Object.keys(actor.getSnapshot().context.subscriptions)).toEqual(["u1"]);
   });
 
+  it("treats URIs that are Object.prototype names as plain keys", async () => {
+    const w = world();
+    const { actor, events } = start(w);
+    actor.send({ type: "subscription.remove", uri: "toString", replyTo: 1 }); // not subscribed: answered at once
+    actor.send({ type: "subscription.add", uri: "__proto__", replyTo: 2 });
+    actor.send({ type: "subscription.add", uri: "constructor", replyTo: 3 });
+    await vi.waitFor(() => expect(replies(events)).toEqual([[1, "ok"], [2, "ok"], [3, "ok"]]));
+    expect(w.calls.filter((c) => c.startsWith("unsubscribe"))).toEqual([]);
+    expect(Object.keys(actor.getSnapshot().context.subscriptions).sort()).toEqual(["__proto__", "constructor"]);
+    actor.send({ type: "subscription.remove", uri: "__proto__", replyTo: 4 });
+    await vi.waitFor(() => expect(replies(events)).toHaveLength(4));
+    expect(Object.keys(actor.getSnapshot().context.subscriptions)).toEqual(["constructor"]);
+    expect(events.filter((e) => e.type === "interest.remove").map((e) => "uri" in e && e.uri)).toEqual(["__proto__"]);
+  });
+
   it("rolls the reservation back when the upstream subscription fails", async () => {
     const w = world({ upstreamFails: true });
     const { actor, events } = start(w);
