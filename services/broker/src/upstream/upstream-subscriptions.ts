@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import type { ServerCapabilities } from "@modelcontextprotocol/client";
-import { BrokerError, CHANNEL, type BackendConfig, type Bus, type Clock, type SubscriptionRegistry, type TimerHandle } from "@mcp-broker/shared";
+import { BrokerError, CHANNEL, MAX_TIMER_MS, type BackendConfig, type Bus, type Clock, type SubscriptionRegistry, type TimerHandle } from "@mcp-broker/shared";
 import { ancestorsOf } from "../catalog/catalog.js";
 import type { Logger } from "../logger.js";
 import type { BackendEra, BackendState } from "./backend-connection.js";
@@ -426,7 +426,8 @@ export class UpstreamSubscriptions implements UpstreamPort {
       this.deps.logger.debug({ backend: backend.id, uri, err: (error as Error).message }, "poll failed");
     }
     if (poll.stopped || this.closed) return;
-    const interval = Math.max(MIN_POLL_MS, ttlMs ?? backend.config.pollIntervalMs ?? this.deps.pollIntervalMs);
+    // A backend's ttlMs is honoured up to the longest delay a Node timer holds (longer ones fire at once).
+    const interval = Math.min(MAX_TIMER_MS, Math.max(MIN_POLL_MS, ttlMs ?? backend.config.pollIntervalMs ?? this.deps.pollIntervalMs));
     poll.timer = this.deps.clock.setTimeout(() => void this.pollOnce(backend, uri, poll), interval);
     poll.timer.unref?.();
   }

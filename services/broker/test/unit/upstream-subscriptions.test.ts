@@ -262,4 +262,33 @@ describe("upstream subscriptions", () => {
     expect(opened).toHaveLength(1); // nothing left to listen to: the stream is closed, not reopened
     await listen.dispose();
   });
+
+  it("polls a backend that cannot push: on its ttlMs when given (capped at the longest timer), updating when the content changes", async () => {
+    const { registry, backend, upstream, ref } = world();
+    backend.capabilities = { resources: {} } as typeof backend.capabilities;
+    let content = "v1";
+    let ttlMs: number | undefined = 7_000;
+    const reads: number[] = [];
+    backend.request = async (method) => {
+      if (method !== "resources/read") throw new Error(`unexpected ${method}`);
+      reads.push(Date.now());
+      return { contents: [{ uri: "u://p", text: content }], ...(ttlMs !== undefined && { ttlMs }) };
+    };
+    const updates = vi.spyOn(upstream, "resourceUpdated");
+    await registry.add(ref("u://p"), limits);
+    await upstream.ensure("b", "u://p");
+    await vi.advanceTimersByTimeAsync(0);
+    expect(reads).toHaveLength(1);
+    await vi.advanceTimersByTimeAsync(6_999);
+    expect(reads).toHaveLength(1);
+    content = "v2";
+    ttlMs = 30 * 24 * 3_600_000; // 30 days: more than a Node timer holds (it would fire at once, over and over)
+    await vi.advanceTimersByTimeAsync(1);
+    expect(reads).toHaveLength(2);
+    expect(updates).toHaveBeenCalledWith("b", "u://p");
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(reads).toHaveLength(2);
+    upstream.release("b", "u://p");
+    await registry.remove(ref("u://p"));
+  });
 });
