@@ -127,14 +127,15 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     resumeHistory: config.server.resumeHistory,
     releaseGraceMs: config.subscriptions.releaseGraceMs,
   });
+  const security = new EdgeSecurity({
+    allowedHosts: config.server.allowedHosts,
+    allowedOrigins: config.server.allowedOrigins,
+    apiKeys: config.auth.apiKeys,
+  });
   const endpoint = new McpEndpoint({
     dispatcher,
     host: sessions,
-    security: new EdgeSecurity({
-      allowedHosts: config.server.allowedHosts,
-      allowedOrigins: config.server.allowedOrigins,
-      apiKeys: config.auth.apiKeys,
-    }),
+    security,
     clock,
     logger,
     options: { maxBodyBytes: config.server.maxBodyBytes, keepAliveMs: config.server.keepAliveMs, serverInfo },
@@ -161,7 +162,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     startBackends,
     async listen() {
       await startBackends();
-      http = createHttpServer({ endpoint, pool, catalog: catalog.catalog, logger, requestTimeoutMs: config.server.requestTimeoutMs });
+      http = createHttpServer({ endpoint, security, pool, catalog: catalog.catalog, logger, requestTimeoutMs: config.server.requestTimeoutMs });
       const server = http;
       await new Promise<void>((resolve, reject) => {
         server.once("error", reject);

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { parseArgs } from "node:util";
-import { ConfigError } from "@mcp-broker/shared";
+import { ConfigError, parsePort } from "@mcp-broker/shared";
 import { loadConfigFile } from "@mcp-broker/shared/node";
 import { createBroker, type Broker } from "./broker.js";
 import { createLogger, type Logger } from "./logger.js";
@@ -47,7 +47,11 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`No config file: pass --config <file> or set MCP_BROKER_CONFIG.\n\n${USAGE}\n`);
     return 2;
   }
-  const port = values.port === undefined ? undefined : Number(values.port);
+  const port = values.port === undefined ? undefined : parsePort(values.port);
+  if (values.port !== undefined && port === undefined) {
+    process.stderr.write(`--port: '${values.port}' is not a port number (0-65535).\n`);
+    return 2;
+  }
   let config;
   try {
     config = await loadConfigFile(file, process.env, { port, host: values.host });

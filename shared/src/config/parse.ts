@@ -22,8 +22,8 @@ export function parseConfig(value: unknown, source: string, env: ConfigEnv = {},
   const issues: string[] = [];
   if (env.HOST !== undefined && env.HOST !== "") config.server.host = env.HOST;
   if (env.PORT !== undefined && env.PORT !== "") {
-    const port = Number(env.PORT);
-    if (!Number.isInteger(port) || port < 0 || port > 65_535) issues.push(`PORT (environment): '${env.PORT}' is not a port number`);
+    const port = parsePort(env.PORT);
+    if (port === undefined) issues.push(`PORT (environment): '${env.PORT}' is not a port number (0-65535)`);
     else config.server.port = port;
   }
   if (env.REDIS_URL !== undefined && env.REDIS_URL !== "") config.redisUrl = env.REDIS_URL;
@@ -35,6 +35,13 @@ export function parseConfig(value: unknown, source: string, env: ConfigEnv = {},
   }
   if (issues.length > 0) throw new ConfigError(source, issues);
   return config;
+}
+
+/** A port as typed (digits only: `Number` would read " " or "" as 0, a random port), or undefined. */
+export function parsePort(text: string): number | undefined {
+  if (!/^\d{1,5}$/.test(text)) return undefined;
+  const port = Number(text);
+  return port <= 65_535 ? port : undefined;
 }
 
 function formatIssue(issue: z.core.$ZodIssue): string {

@@ -4,7 +4,7 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { ConfigError } from "../../src/errors.js";
 import { loadConfigFile } from "../../src/config/load.js";
-import { parseConfig } from "../../src/config/parse.js";
+import { parseConfig, parsePort } from "../../src/config/parse.js";
 
 async function file(name: string, text: string): Promise<string> {
   const dir = await mkdtemp(path.join(tmpdir(), "cfg-"));
@@ -91,6 +91,13 @@ describe("config", () => {
     expect(config.redisUrl).toBe("redis://r:6379");
     const flagged = parseConfig({ backends: [] }, "x.json", { PORT: "4100" }, { port: 4200, host: "::1" });
     expect(flagged.server).toMatchObject({ port: 4200, host: "::1" });
-    expect(issuesOf(() => parseConfig({ backends: [] }, "x.json", { PORT: "http" }))).toEqual(["PORT (environment): 'http' is not a port number"]);
+    expect(issuesOf(() => parseConfig({ backends: [] }, "x.json", { PORT: "http" }))).toEqual(["PORT (environment): 'http' is not a port number (0-65535)"]);
+    // Number(" ") is 0, a random port: only digits are a port.
+    for (const PORT of [" ", "1e3", "0x50", "65536", "-1"]) {
+      expect(issuesOf(() => parseConfig({ backends: [] }, "x.json", { PORT }))).toEqual([`PORT (environment): '${PORT}' is not a port number (0-65535)`]);
+    }
+    expect(parsePort("0")).toBe(0);
+    expect(parsePort("65535")).toBe(65_535);
+    expect(parsePort("")).toBeUndefined();
   });
 });

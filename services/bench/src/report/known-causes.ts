@@ -29,7 +29,7 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "Between runs the RSS per session at 10 000 moves by ±2 KB, so figures near 30 KB can land on either side.",
   ],
   subscribe: [
-    "Why (~1 ms of broker CPU per subscribe): every subscribe runs an XState subscription-flow machine with 3–4 promise actors (session/subscription-flow.ts), " +
+    "Why (~1 ms of broker CPU per subscribe): every subscribe runs an XState subscription-flow machine with 3–4 promise actors (session/subscription-flow.ts); " +
       "XState's transition work is ~40 % of the broker's CPU per operation; the rest is the HTTP request and its answer. " +
       "(Copying the session's subscription set on every operation used to take 60 % at 250 subscriptions per session; it is now updated in place.)",
   ],

@@ -25,11 +25,16 @@ export class EdgeSecurity {
     return this.keys.length > 0;
   }
 
+  /** Host only (DNS rebinding): also guards `/readyz`, whose backend states and failures are not for any page to read. */
+  checkHost(req: IncomingMessage): { ok: true } | { ok: false; status: 403; message: string } {
+    if (this.hosts === "any") return { ok: true };
+    const host = validateHostHeader(req.headers.host, this.hosts);
+    return host.ok ? { ok: true } : { ok: false, status: 403, message: host.message };
+  }
+
   check(req: IncomingMessage): EdgeVerdict {
-    if (this.hosts !== "any") {
-      const host = validateHostHeader(req.headers.host, this.hosts);
-      if (!host.ok) return { ok: false, status: 403, message: host.message };
-    }
+    const host = this.checkHost(req);
+    if (!host.ok) return host;
     if (this.origins !== "any" && req.headers.origin !== undefined) {
       const origin = validateOriginHeader(req.headers.origin, this.origins);
       if (!origin.ok) return { ok: false, status: 403, message: origin.message };

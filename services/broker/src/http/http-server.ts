@@ -2,12 +2,17 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { Catalog } from "../catalog/catalog.js";
 import type { Logger } from "../logger.js";
 import type { BackendPool } from "../upstream/backend-pool.js";
+import type { EdgeSecurity } from "./edge-security.js";
 import type { McpEndpoint } from "./mcp-endpoint.js";
 import { sendJson } from "./mcp-endpoint.js";
 
-/** The broker's HTTP face: `/mcp`, `/healthz` (process up), `/readyz` (every backend connected). */
+/**
+ * The broker's HTTP face: `/mcp`, `/healthz` (process up, says nothing else), `/readyz` (every
+ * backend connected; behind the Host check, as it names backends and their last failures).
+ */
 export function createHttpServer(deps: {
   endpoint: McpEndpoint;
+  security: EdgeSecurity;
   pool: BackendPool;
   catalog: Catalog;
   logger: Logger;
@@ -33,6 +38,11 @@ export function createHttpServer(deps: {
       return;
     }
     if (path === "/readyz" && req.method === "GET") {
+      const host = deps.security.checkHost(req);
+      if (!host.ok) {
+        sendJson(res, host.status, { error: host.message });
+        return;
+      }
       const backends = deps.pool.all().map((b) => ({
         id: b.id,
         state: b.state,

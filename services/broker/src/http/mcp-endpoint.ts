@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { classifyInboundRequest } from "@modelcontextprotocol/server";
+import { classifyInboundRequest, isJsonContentType } from "@modelcontextprotocol/server";
 import {
   LEGACY_PROTOCOL_VERSIONS,
   META,
@@ -10,12 +10,14 @@ import {
 import type { Logger } from "../logger.js";
 import type { Dispatcher, JsonRpcRequest, JsonRpcResponse } from "../routing/dispatcher.js";
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
+import { nestsTooDeep, TOO_DEEP_MESSAGE } from "../routing/message-depth.js";
 import { validateParams } from "../routing/validate-params.js";
 import type { LegacySession, NotificationWriter } from "../session/legacy-session.js";
 import { honoredFilter, parseListenRequest, type ListenRequest } from "../session/listen-request.js";
 import type { PreparedNotification } from "../session/prepared-notification.js";
 import type { SessionHost } from "../session/session-host.js";
 import type { EdgeSecurity } from "./edge-security.js";
+import { checkModernRequest } from "./modern-headers.js";
 import { KeepAlive, SseStream, encodeEvent } from "./sse-stream.js";
 
 const SESSION_HEADER = "mcp-session-id";
@@ -88,8 +90,7 @@ export class McpEndpoint {
   }
 
   private async post(req: IncomingMessage, res: ServerResponse, principal: string): Promise<void> {
-    const contentType = req.headers["content-type"] ?? "";
-    if (!contentType.toLowerCase().includes("application/json")) {
+    if (!isJsonContentType(req.headers["content-type"] ?? "")) {
       req.resume();
       sendJson(res, 415, rpcError(null, -32600, "Content-Type must be application/json."));
       return;
@@ -107,11 +108,16 @@ export class McpEndpoint {
       sendJson(res, 400, rpcError(null, -32700, "Parse error: the body is not valid JSON."));
       return;
     }
+    if (nestsTooDeep(message)) {
+      sendJson(res, 400, rpcError(null, -32600, TOO_DEEP_MESSAGE));
+      return;
+    }
+    const headers = { protocolVersion: header(req, "mcp-protocol-version"), mcpMethod: header(req, "mcp-method"), mcpName: header(req, "mcp-name") };
     const route = classifyInboundRequest({
       httpMethod: "POST",
-      protocolVersionHeader: header(req, "mcp-protocol-version"),
-      mcpMethodHeader: header(req, "mcp-method"),
-      mcpNameHeader: header(req, "mcp-name"),
+      protocolVersionHeader: headers.protocolVersion,
+      mcpMethodHeader: headers.mcpMethod,
+      mcpNameHeader: headers.mcpName,
       body: message,
     });
     const id = idOf(message);
@@ -122,6 +128,11 @@ export class McpEndpoint {
     if (route.kind === "modern") {
       if (route.messageKind === "notification") {
         res.writeHead(202).end();
+        return;
+      }
+      const rejection = checkModernRequest(headers, route.classification.revision, route.message.method, route.message.params);
+      if (rejection !== undefined) {
+        sendJson(res, rejection.status, rpcError(id, rejection.code, rejection.message, rejection.data));
         return;
       }
       if (route.message.method === "subscriptions/listen") {

@@ -124,7 +124,7 @@ export class Router {
     if (ref.type === "ref/prompt") {
       const name = requireString(ref, "name");
       const item = this.catalog.get("prompts", name);
-      if (item === undefined) throw new BrokerError("UNKNOWN_PROMPT", `Unknown prompt '${name}'.`, { name });
+      if (item === undefined) throw this.unavailable(splitPrefixedName(name)?.backendId) ?? new BrokerError("UNKNOWN_PROMPT", `Unknown prompt '${name}'.`, { name });
       return this.forward(item.backendId, "completion/complete", { ...params, ref: { ...ref, name: item.key } }, ctx);
     }
     if (ref.type === "ref/resource") {

@@ -4,6 +4,7 @@ import { classifyInboundRequest } from "@modelcontextprotocol/server";
 import { META, NOTIFICATION } from "@mcp-broker/shared";
 import type { Broker } from "../broker.js";
 import type { JsonRpcRequest } from "../routing/dispatcher.js";
+import { nestsTooDeep, TOO_DEEP_MESSAGE } from "../routing/message-depth.js";
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
 import type { LegacySession } from "../session/legacy-session.js";
 import { honoredFilter, parseListenRequest, type ListenRequest } from "../session/listen-request.js";
@@ -174,6 +175,10 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
           message = JSON.parse(line);
         } catch {
           send({ jsonrpc: "2.0", id: null, error: { code: -32700, message: "Parse error: a line is not valid JSON." } });
+          continue;
+        }
+        if (nestsTooDeep(message)) {
+          send({ jsonrpc: "2.0", id: null, error: { code: -32600, message: TOO_DEEP_MESSAGE } });
           continue;
         }
         handleMessage(message);

@@ -106,6 +106,7 @@ describe("HTTP edge", () => {
     expect((await raw(running.url, { body: ping, headers: { ...auth(KEY_A), "mcp-session-id": sessionId } })).status).toBe(200);
     expect((await raw(running.url, { body: ping, headers: { ...auth(KEY_B), "mcp-session-id": sessionId } })).status).toBe(404);
     expect((await raw(running.url, { method: "DELETE", headers: { ...auth(KEY_B), "mcp-session-id": sessionId } })).status).toBe(404);
+    expect((await raw(running.url, { method: "GET", headers: { ...auth(KEY_B), "mcp-session-id": sessionId, accept: "text/event-stream" } })).status).toBe(404);
     expect((await raw(running.url, { method: "DELETE", headers: { ...auth(KEY_A), "mcp-session-id": sessionId } })).status).toBe(200);
     expect((await raw(running.url, { body: ping, headers: { ...auth(KEY_A), "mcp-session-id": sessionId } })).status).toBe(404);
   });
@@ -124,7 +125,16 @@ describe("HTTP edge", () => {
     expect(junk.status).toBe(400);
     expect(JSON.parse(junk.body)).toMatchObject({ id: null, error: { code: -32700 } });
     expect((await raw(running.url, { body: "[]", headers: auth(KEY_A) })).status).toBe(400);
+    // Nesting is bounded too (4000 levels fit in the size limit and would overflow a recursive walk).
+    const deep = await raw(running.url, { body: `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":${"[".repeat(4_000)}${"]".repeat(4_000)}}}`, headers: auth(KEY_A) });
+    expect(deep.status).toBe(400);
+    expect(JSON.parse(deep.body)).toMatchObject({ error: { code: -32600, message: expect.stringContaining("deeper than 100") } });
+    const fine = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: { x: JSON.parse(`${"[".repeat(90)}${"]".repeat(90)}`) as unknown }, clientInfo: { name: "raw", version: "1" } } });
+    expect((await raw(running.url, { body: fine, headers: auth(KEY_A) })).status).toBe(200);
     expect((await raw(running.url, { body: initialize, headers: { ...auth(KEY_A), "content-type": "text/plain" } })).status).toBe(415);
+    expect((await raw(running.url, { body: initialize, headers: { ...auth(KEY_A), "content-type": "text/plain; x=application/json" } })).status).toBe(415);
+    expect((await raw(running.url, { body: initialize, headers: { ...auth(KEY_A), "content-type": "application/jsonx" } })).status).toBe(415);
+    expect((await raw(running.url, { body: initialize, headers: { ...auth(KEY_A), "content-type": "Application/JSON; charset=utf-8" } })).status).toBe(200);
     expect((await raw(running.url, { method: "PUT", headers: auth(KEY_A) })).status).toBe(405);
     const noSession = await raw(running.url, { body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" }), headers: auth(KEY_A) });
     expect(noSession.status).toBe(400);
@@ -144,6 +154,30 @@ describe("HTTP edge", () => {
     expect(JSON.parse(mismatch.body)).toMatchObject({ error: { code: -32020 } });
     const ok = await raw(running.url, { body, headers: { ...auth(KEY_A), "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list" } });
     expect(JSON.parse(ok.body)).toMatchObject({ result: { tools: [], resultType: "complete", ttlMs: 0, cacheScope: "private" } });
+  });
+
+  it("requires the modern standard headers, and an Mcp-Name that names what the body names", async () => {
+    const call = JSON.stringify({ jsonrpc: "2.0", id: 3, method: "tools/call", params: { name: "a__b", arguments: {}, _meta: MODERN_META } });
+    const std = { ...auth(KEY_A), "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call" };
+    const answer = async (headers: Record<string, string>, body = call) => {
+      const response = await raw(running.url, { body, headers });
+      return { status: response.status, error: (JSON.parse(response.body) as { error?: { code: number; message: string } }).error };
+    };
+    const { "mcp-method": _method, ...noMethod } = std;
+    const { "mcp-protocol-version": _version, ...noVersion } = std;
+    for (const headers of [std, noMethod, noVersion, { ...std, "mcp-name": "other__tool" }, { ...std, "mcp-name": "=?base64?not base64?=" }]) {
+      expect(await answer(headers)).toMatchObject({ status: 400, error: { code: -32020 } });
+    }
+    // Plain or Base64-encoded, a matching name passes the headers and reaches routing (no such tool here).
+    expect(await answer({ ...std, "mcp-name": "a__b" })).toMatchObject({ status: 200, error: { code: -32602 } });
+    expect(await answer({ ...std, "mcp-name": `=?base64?${Buffer.from("a__b").toString("base64")}?=` })).toMatchObject({ status: 200, error: { code: -32602 } });
+    const read = JSON.stringify({ jsonrpc: "2.0", id: 4, method: "resources/read", params: { uri: "x+demo://a", _meta: MODERN_META } });
+    expect(await answer({ ...std, "mcp-method": "resources/read", "mcp-name": "x+demo://b" }, read)).toMatchObject({ status: 400, error: { code: -32020 } });
+    // A revision this broker does not speak.
+    const future = JSON.stringify({ jsonrpc: "2.0", id: 5, method: "tools/list", params: { _meta: { ...MODERN_META, "io.modelcontextprotocol/protocolVersion": "2099-01-01" } } });
+    const unsupported = await answer({ ...auth(KEY_A), "mcp-protocol-version": "2099-01-01", "mcp-method": "tools/list" }, future);
+    expect(unsupported.status).toBe(400);
+    expect(unsupported.error?.message).toContain("2099-01-01");
   });
 
   it("serves one standalone GET stream per session and 406/400 for bad GETs", async () => {
@@ -254,5 +288,7 @@ describe("HTTP edge", () => {
     const ready = await fetch(`${base}/readyz`);
     expect(ready.status).toBe(200);
     expect(await ready.json()).toEqual({ status: "ready", backends: [] });
+    // Backend states and failures are not for a rebinding page: /readyz checks Host like /mcp.
+    expect((await raw(`${base}/readyz`, { method: "GET", headers: { host: "attacker.example" } })).status).toBe(403);
   });
 });

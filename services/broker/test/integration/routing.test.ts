@@ -117,6 +117,8 @@ describe("routing", () => {
     await expect(c.getPrompt({ name: "down__anything" })).rejects.toMatchObject(unavailable);
     await expect(c.subscribeResource({ uri: "down+file:///x" })).rejects.toMatchObject(unavailable);
     await expect(c.readResource({ uri: "down+file:///x" })).rejects.toMatchObject(unavailable);
+    await expect(c.complete({ ref: { type: "ref/prompt", name: "down__anything" }, argument: { name: "a", value: "" } })).rejects.toMatchObject(unavailable);
+    await expect(c.complete({ ref: { type: "ref/resource", uri: "down+file:///{x}" }, argument: { name: "x", value: "" } })).rejects.toMatchObject(unavailable);
     // A backend that is up and lacks the item: unknown, as before.
     await expect(c.callTool({ name: "leg__nope", arguments: {} })).rejects.toMatchObject({ code: -32602 });
   });

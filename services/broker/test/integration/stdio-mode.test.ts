@@ -109,16 +109,29 @@ describe("stdio mode", () => {
     child.stdin.write(`{"jsonrpc":"2.0","id":8,"method":"ping","params":{"pad":"${"x".repeat(150_000)}`);
     child.stdin.write(`${"x".repeat(150_000)}"}}\n`);
     child.stdin.write(`${JSON.stringify({ jsonrpc: "2.0", id: 9, method: "ping" })}\n`);
-    await eventually(() => received.length === 5, "five answers");
+    child.stdin.write(`{"jsonrpc":"2.0","id":10,"method":"ping","params":{"a":${"[".repeat(5_000)}${"]".repeat(5_000)}}}\n`);
+    await eventually(() => received.length === 6, "six answers");
     expect(received).toEqual([
       expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32700 }) }),
       expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32600 }) }),
       expect.objectContaining({ id: 7, error: expect.objectContaining({ code: -32600 }) }),
       expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32600, message: expect.stringContaining("too large") }) }),
       expect.objectContaining({ id: 9, error: expect.objectContaining({ message: expect.stringContaining("initialize first") }) }),
+      expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32600, message: expect.stringContaining("deeper than 100") }) }),
     ]);
     const exited = new Promise<number | null>((done) => child.once("exit", (code) => done(code)));
     child.stdin.end();
     expect(await exited).toBe(0);
+  });
+
+  it("refuses a --port that is not a port number, naming the flag, before starting anything", async () => {
+    for (const port of ["abc", "", "70000"]) {
+      const child = spawn(process.execPath, ["--import", "tsx", CLI, "--config", configFile, "--port", port], { cwd: BROKER_DIR, stdio: ["ignore", "ignore", "pipe"] });
+      let stderr = "";
+      child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
+      const code = await new Promise<number | null>((done) => child.once("exit", (c) => done(c)));
+      expect(code).toBe(2);
+      expect(stderr).toContain(`--port: '${port}' is not a port number`);
+    }
   });
 });
