@@ -328,10 +328,28 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
       this.subscriptions.clear();
     }
     const refused = await this.subscriptions.restore(connection.channel);
-    for (const [uri, error] of refused) this.emit("error", { operation: `resubscribe ${uri}`, error });
-    if (this.subscriptions.pending().length > 0) this.pendingRetry.start();
+    this.reportRefused(connection, refused);
+    // A listener may have called disconnect() (or the connection dropped): nothing more to set up.
+    if (!this.serving(connection)) return;
     await this.lists.loadAll(connection);
     if (reconnecting) this.notificationsMissed(connection, { lists: false });
+  }
+
+  /** Whether `connection` is still the one calls go to (not replaced, closed or lost). */
+  private serving(connection: Connection): boolean {
+    return this.supervisor.usable === connection;
+  }
+
+  /**
+   * Reports subscriptions the server refused (now pending), and why, and restarts the retries;
+   * stops as soon as `connection` is out of service (a listener may disconnect).
+   */
+  private reportRefused(connection: Connection, refused: ReadonlyMap<string, unknown>): void {
+    for (const [uri, error] of refused) {
+      if (!this.serving(connection)) return;
+      this.emit("error", { operation: `resubscribe ${uri}`, error });
+    }
+    if (refused.size > 0 && this.serving(connection)) this.pendingRetry.start();
   }
 
   /** The server may know URIs it refused before (after a reload of the resource list, or a retry delay). */

@@ -65,9 +65,12 @@ export class ListCatalog {
     this.dropPendingReloads();
   }
 
-  /** Loads every list from `connection` now (attaching it first if it is not attached). */
+  /**
+   * Loads every list from `connection` now, if it is the attached one: a connection cleared or
+   * replaced meanwhile (a listener disconnected) must not take the catalog back.
+   */
   async loadAll(connection: Connection): Promise<void> {
-    if (connection !== this.connection) this.attach(connection);
+    if (connection !== this.connection) return;
     await Promise.all(LIST_KINDS.map((kind) => this.load(connection, kind)));
   }
 

@@ -321,6 +321,28 @@ describe.each(["legacy", "modern"] as const)("connection set-up (%s)", (era) => 
     expect(firstText(await reads[1])).toBe("one v1");
   });
 
+  it("stops setting up a reconnected connection when a listener disconnects during the restore", async () => {
+    const { backend, clock, client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    await c.subscribeToResource("test://one");
+    backend.unknownUris.add("test://one");
+    c.on("error", () => void c.disconnect());
+    const lists = record(c, "toolsChange");
+    const restart = await dropConnection(backend, c, era);
+    restart.up();
+    const ended = nextEvent(c, "connectionChange", (d) => d.state === "disconnected");
+    await clock.advance(75);
+    await ended;
+    await clock.advance(60_000);
+    // No list loaded into the cleared client, no retry left behind.
+    expect(lists).toEqual([]);
+    expect(c.getTools()).toEqual([]);
+    expect(c.getSubscribedResources()).toEqual([]);
+    expect(clock.pendingDelays()).toEqual([]);
+    expect(c.state).toBe("disconnected");
+  });
+
   it("probes the server only after a heartbeat interval without hearing from it", async () => {
     const { backend, clock, client: c } = unitSetup(era, {
       // Nothing to listen for on a modern connection: no stream that could break.
