@@ -57,6 +57,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
         new Connection(this.options.connection, {
           resourceUpdated: (connection, uri) => this.resourceUpdated(connection, uri, "notification"),
           listChanged: (connection, kind) => this.lists.changed(connection, kind),
+          subscriptionsRefused: (connection, refused) => this.subscriptionsDropped(connection, refused),
           gap: (connection) => this.notificationsMissed(connection, { lists: true }),
           lost: onLost,
         }),
@@ -159,8 +160,9 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
 
   /**
    * The subscribed URIs the server refused when they were re-established after a reconnect (e.g.
-   * a broker whose backend is still starting). They stay subscribed and are retried with backoff
-   * and after each reload of the resource list; updates flow once the server accepts.
+   * a broker whose backend is still starting), or later no longer honored on a modern listen
+   * stream (reopened, or replaced for another URI). They stay subscribed and are retried with
+   * backoff and after each reload of the resource list; updates flow once the server accepts.
    */
   getPendingResourceSubscriptions(): string[] {
     return this.subscriptions.pending();
@@ -350,6 +352,12 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
       this.emit("error", { operation: `resubscribe ${uri}`, error });
     }
     if (refused.size > 0 && this.serving(connection)) this.pendingRetry.start();
+  }
+
+  /** The listen stream of `connection` left out URIs the server no longer honors: they wait as pending. */
+  private subscriptionsDropped(connection: Connection, refused: ReadonlyMap<string, unknown>): void {
+    const marked = this.subscriptions.markPending(connection.channel, [...refused.keys()]);
+    this.reportRefused(connection, new Map(marked.map((uri) => [uri, refused.get(uri)])));
   }
 
   /** The server may know URIs it refused before (after a reload of the resource list, or a retry delay). */

@@ -46,6 +46,11 @@ export interface ConnectionSettings {
 export interface ConnectionListener {
   resourceUpdated(connection: Connection, uri: string): void;
   listChanged(connection: Connection, kind: ListName): void;
+  /**
+   * The server stopped honoring these subscribed URIs outside a call about them (see
+   * `SubscriptionChannel`); the values say why.
+   */
+  subscriptionsRefused(connection: Connection, refused: ReadonlyMap<string, unknown>): void;
   /** Notifications may have been lost (a dropped listen stream was reopened). */
   gap(connection: Connection): void;
   /** The connection dropped; at most once, and never after `close()`. */
@@ -221,6 +226,9 @@ export class Connection {
       random,
       retry: listenRetry,
       dropped: () => this.checkAlive(),
+      refused: (refused) => {
+        if (this.phase === "open") this.listener.subscriptionsRefused(this, refused);
+      },
       reopened: () => {
         if (this.phase === "open") this.listener.gap(this);
       },

@@ -12,6 +12,12 @@ export interface ListenStreamDeps {
   retry: BackoffPolicy;
   /** The stream dropped, or could not be reopened: whoever owns the connection checks the server. */
   dropped(): void;
+  /**
+   * The server stopped honoring subscribed URIs outside a call about them (on a reopen, or when
+   * another URI was added or removed): they are out of the stream from now on, and the values
+   * say why. Reported before the `reopened` of the same opening.
+   */
+  refused(refused: ReadonlyMap<string, unknown>): void;
   /** A dropped stream is open again: notifications sent in between were lost. */
   reopened(): void;
 }
@@ -21,6 +27,30 @@ type StreamState =
   | { readonly kind: "open"; readonly subscription: McpSubscription | undefined }
   | { readonly kind: "dropped"; readonly attempt: number; readonly timer: TimerHandle }
   | { readonly kind: "closed" };
+
+/** The stream now in place, and whether it ended a drop. */
+interface Opening {
+  readonly honored: Set<string>;
+  readonly reopened: boolean;
+}
+
+/**
+ * Which of `wanted` to leave out after the server rejected a listen request for all of them;
+ * none gives up (the rejection is thrown).
+ */
+type Culprits = (error: ProtocolError, wanted: readonly string[]) => readonly string[];
+
+/** The URI the rejection names (`data.uri`), if any. */
+const named: Culprits = (error, wanted) => {
+  const uri = rejectedUri(error, wanted);
+  return uri === undefined ? [] : [uri];
+};
+
+/** The URI the rejection names; all of them when it names none (retried one by one later, which isolates the culprit). */
+const namedOrAll: Culprits = (error, wanted) => {
+  const uri = rejectedUri(error, wanted);
+  return uri === undefined ? wanted : [uri];
+};
 
 /**
  * The one `subscriptions/listen` stream of a modern (2026-07-28) connection. Its filter is the
@@ -34,9 +64,16 @@ type StreamState =
  * still takes the URI out (the old stream may go on sending its updates until it is replaced, for
  * the caller to ignore), so no later opening asks for it again.
  *
- * A stream the server ends (or that breaks) is reopened with the same filter after a backoff
- * delay, again and again until it opens or the channel is closed; `dropped` is reported at each
- * failure and `reopened` once it is back. All openings are serialized.
+ * One URI the server no longer knows makes it reject the whole listen request, naming the URI in
+ * `data.uri`. Whatever the opening (restore, reopen, add or remove), that URI is left out and the
+ * rest tried again; a restore or reopen whose rejection names none leaves them all out, so that
+ * the stream still carries the list changes. URIs left out that way, or left out of the honored
+ * subset, are refused: a restore returns them, the other openings report them through `refused`
+ * (all but the URI an add is about, whose refusal it throws).
+ *
+ * A stream the server ends (or that breaks) is reopened after a backoff delay, again and again
+ * until it opens or the channel is closed; `dropped` is reported at each failure and `reopened`
+ * once it is back. All openings are serialized.
  */
 export class ListenStream implements SubscriptionChannel {
   private state: StreamState = { kind: "open", subscription: undefined };
@@ -52,7 +89,8 @@ export class ListenStream implements SubscriptionChannel {
 
   add(uri: string, current: readonly string[]): Promise<void> {
     return this.queue.run(async () => {
-      const honored = await this.open([...current, uri]);
+      // Another URI that the server no longer knows must not keep this one out.
+      const honored = await this.replace([...current, uri], named, uri);
       // Left out of `uris` then: the new stream serves what the old one did.
       if (!honored.has(uri)) throw refusedError(uri);
     });
@@ -61,7 +99,7 @@ export class ListenStream implements SubscriptionChannel {
   remove(uri: string, remaining: readonly string[]): Promise<void> {
     return this.queue.run(async () => {
       try {
-        await this.open(remaining);
+        await this.replace(remaining, named);
       } catch (error) {
         this.uris = this.uris.filter((candidate) => candidate !== uri);
         throw error;
@@ -70,36 +108,20 @@ export class ListenStream implements SubscriptionChannel {
   }
 
   /**
-   * One unknown URI makes the server reject the whole listen request, naming it in `data.uri`:
-   * that URI is refused and the rest tried again. A rejection that names none of them refuses
-   * them all (they are retried one by one later, which isolates the culprit) and opens the
-   * stream without URIs, which still carries the list changes. A server that refuses even that
-   * is treated like a dropped stream: reopened with backoff, the connection kept. Rejects only
-   * when the server did not answer.
+   * Establishes `uris` on the fresh stream, leaving out those the server refuses (see the class
+   * comment). A server that refuses even a stream without URIs is treated like a dropped stream:
+   * reopened with backoff, the connection kept. Rejects only when the server did not answer.
    */
   restore(uris: readonly string[]): Promise<Map<string, unknown>> {
     return this.queue.run(async () => {
       const refused = new Map<string, unknown>();
-      let wanted = [...uris];
-      for (;;) {
-        let honored: Set<string>;
-        try {
-          honored = await this.open(wanted);
-        } catch (error) {
-          if (!(error instanceof ProtocolError)) throw error;
-          if (wanted.length === 0) {
-            this.drop(0);
-            return refused;
-          }
-          const uri = rejectedUri(error, wanted);
-          const culprits = uri === undefined ? wanted : [uri];
-          for (const culprit of culprits) refused.set(culprit, error);
-          wanted = wanted.filter((candidate) => !culprits.includes(candidate));
-          continue;
-        }
-        for (const uri of wanted) if (!honored.has(uri)) refused.set(uri, refusedError(uri));
-        return refused;
+      try {
+        await this.openRefusing(uris, namedOrAll, refused);
+      } catch (error) {
+        if (!(error instanceof ProtocolError)) throw error;
+        this.drop(0);
       }
+      return refused;
     });
   }
 
@@ -116,10 +138,55 @@ export class ListenStream implements SubscriptionChannel {
   }
 
   /**
-   * Opens a stream for `uris` and puts it in place of the previous one, which is closed without
-   * waiting. Resolves with the honored URIs; `uris` becomes those of them. Run in the queue only.
+   * `openRefusing` for an add, a remove or a reopen: the URIs refused other than `own` are
+   * reported (also when the opening failed in the end), then a reopening. Resolves with the
+   * honored URIs.
    */
-  private async open(uris: readonly string[]): Promise<Set<string>> {
+  private async replace(uris: readonly string[], culprits: Culprits, own?: string): Promise<Set<string>> {
+    const refused = new Map<string, unknown>();
+    let reopened = false;
+    try {
+      const opening = await this.openRefusing(uris, culprits, refused, own);
+      reopened = opening.reopened;
+      return opening.honored;
+    } finally {
+      if (own !== undefined) refused.delete(own);
+      if (refused.size > 0) this.deps.refused(refused);
+      if (reopened) this.deps.reopened();
+    }
+  }
+
+  /**
+   * Opens a stream for `uris` without those the server refuses: after each rejection `culprits`
+   * picks the URIs to leave out (never `own`) and the rest is tried again; when it picks none, the
+   * rejection is thrown. The refused URIs (left out, or not honored) go into `refused` with the
+   * reason, and leave `uris` as soon as they are known, so no later opening asks for them even if
+   * this one fails. Run in the queue only.
+   */
+  private async openRefusing(uris: readonly string[], culprits: Culprits, refused: Map<string, unknown>, own?: string): Promise<Opening> {
+    let wanted = [...uris];
+    for (;;) {
+      let opening: Opening;
+      try {
+        opening = await this.open(wanted);
+      } catch (error) {
+        const out = error instanceof ProtocolError ? culprits(error, wanted).filter((uri) => uri !== own) : [];
+        if (out.length === 0) throw error;
+        for (const uri of out) refused.set(uri, error);
+        wanted = wanted.filter((uri) => !out.includes(uri));
+        this.uris = this.uris.filter((uri) => !out.includes(uri));
+        continue;
+      }
+      for (const uri of wanted) if (!opening.honored.has(uri)) refused.set(uri, refusedError(uri));
+      return opening;
+    }
+  }
+
+  /**
+   * Opens a stream for `uris` and puts it in place of the previous one, which is closed without
+   * waiting; `uris` becomes the honored ones of them. Run in the queue only.
+   */
+  private async open(uris: readonly string[]): Promise<Opening> {
     if (this.isClosed()) throw notConnected();
     const filter = this.filterFor(uris);
     const next = Object.keys(filter).length === 0 ? undefined : await this.connection.request((client, options) => client.listen(filter, options));
@@ -134,8 +201,7 @@ export class ListenStream implements SubscriptionChannel {
     this.uris = uris.filter((uri) => honored.has(uri));
     if (next !== undefined) this.watch(next);
     if (previous.kind === "open") void previous.subscription?.close().catch(() => undefined);
-    if (previous.kind === "dropped") this.deps.reopened();
-    return honored;
+    return { honored, reopened: previous.kind === "dropped" };
   }
 
   private isClosed(): boolean {
@@ -165,7 +231,7 @@ export class ListenStream implements SubscriptionChannel {
     try {
       await this.queue.run(async () => {
         // An add or remove may have reopened it meanwhile.
-        if (this.state.kind === "dropped") await this.open(this.uris);
+        if (this.state.kind === "dropped") await this.replace(this.uris, namedOrAll);
       });
     } catch {
       if (this.state.kind !== "dropped" || this.state.attempt !== attempt) return;

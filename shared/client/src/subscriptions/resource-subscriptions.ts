@@ -24,8 +24,8 @@ export interface SubscriptionSet {
  * the URI out (the server call's error, if any, is still thrown), and asks the server only when
  * the set was restored on that channel. A URI the server refuses on `restore` stays in the set
  * as pending until a `retryPending` gets it accepted (after a reconnect the server may not know it
- * yet, e.g. a broker whose backend is still starting). `onChange` hears every change of
- * membership or status.
+ * yet, e.g. a broker whose backend is still starting); so does one the channel reports it no
+ * longer serves (`markPending`). `onChange` hears every change of membership or status.
  */
 export class ResourceSubscriptions {
   private readonly uris = new Map<string, SubscriptionStatus>();
@@ -140,6 +140,19 @@ export class ResourceSubscriptions {
       if (activated.length > 0) this.changed();
       return { activated, refused };
     });
+  }
+
+  /**
+   * The server stopped honoring `uris` on `channel` outside a call about them (a reopened listen
+   * stream): those still active become pending, if the set was restored on that channel. Runs at
+   * once, not queued — it records what the channel already did. Returns the URIs it made pending.
+   */
+  markPending(channel: SubscriptionChannel, uris: readonly string[]): string[] {
+    if (channel !== this.established) return [];
+    const marked = uris.filter((uri) => this.uris.get(uri) === "active");
+    for (const uri of marked) this.uris.set(uri, "pending");
+    if (marked.length > 0) this.changed();
+    return marked;
   }
 
   /** Empties the set at once (disconnect), without contacting the server. */

@@ -2,12 +2,17 @@
  * How one connection carries resource subscriptions to the server: `resources/subscribe` per URI
  * on a legacy connection (`LegacySubscriptionChannel`), one `subscriptions/listen` stream whose
  * filter mirrors the whole set on a modern one (`ListenStream`). Callers serialize the calls.
+ *
+ * A listen stream asks for the whole set at each opening, so the server may stop honoring a URI
+ * outside any call about it (a reopened stream, another URI's add or remove): the stream then
+ * leaves it out and reports it to its connection, which tells the owner of the set.
  */
 export interface SubscriptionChannel {
   /**
    * Makes the server send updates for `uri` besides those of `current` (which excludes `uri`).
    * Rejects, leaving the server side as it was for `current`, when the server refuses: with its
-   * JSON-RPC error, or SUBSCRIPTION_REFUSED when it answered but left `uri` out.
+   * JSON-RPC error, or SUBSCRIPTION_REFUSED when it answered but left `uri` out. (A listen stream
+   * drops a URI of `current` that the server no longer honors, and reports it; see below.)
    */
   add(uri: string, current: readonly string[]): Promise<void>;
   /**

@@ -1,5 +1,6 @@
 import type { ProtocolEra } from "@modelcontextprotocol/client";
 import { BrokerClient, type BrokerClientOptions } from "../../src/index.js";
+import { nextEvent } from "./events.js";
 import { ManualClock } from "./manual-clock.js";
 import { TestBackend } from "./test-backend.js";
 
@@ -35,4 +36,23 @@ export function unitSetup(era: ProtocolEra, options: Partial<BrokerClientOptions
     ...options,
   });
   return { backend, clock, client };
+}
+
+/** The first reopening of a broken listen stream waits 250/2 + 125 × 0.5 ms with the unit setup's jitter. */
+export const FIRST_REOPEN_MS = 188;
+
+/** Breaks the modern listen stream (as a proxy timeout would) and lets its first reopening run. */
+export async function breakListenStream({ backend, clock }: Omit<UnitSetup, "client">): Promise<void> {
+  backend.cutListenStreams();
+  await clock.timerSet(FIRST_REOPEN_MS);
+  await clock.advance(FIRST_REOPEN_MS);
+}
+
+/** Announces a change of the tool list and resolves once the client reloaded it (debounced 100 ms). */
+export async function toolListChangeHeard({ backend, clock, client }: UnitSetup): Promise<void> {
+  const reloaded = nextEvent(client, "toolsChange");
+  backend.listChanged("tools");
+  await clock.timerSet(100);
+  await clock.advance(100);
+  await reloaded;
 }

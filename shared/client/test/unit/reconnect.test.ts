@@ -4,7 +4,7 @@ import type { BrokerClient } from "../../src/index.js";
 import { firstText, nextEvent, record } from "../helpers/events.js";
 import type { ManualClock } from "../helpers/manual-clock.js";
 import type { TestBackend } from "../helpers/test-backend.js";
-import { unitSetup } from "../helpers/unit-client.js";
+import { breakListenStream, toolListChangeHeard, unitSetup } from "../helpers/unit-client.js";
 
 /*
  * Backoff with the unit setup's policy (100 ms initial, ×2, 1 s cap) and jitter fixed at 0.5:
@@ -12,6 +12,7 @@ import { unitSetup } from "../helpers/unit-client.js";
  * subscriptions are retried after 750, 1500, 3000 … ms (1 s initial, ×2). A broken listen
  * stream is reopened after 188, 375 … ms.
  */
+
 
 /** Drops the connection of `era` from the server side and resolves once the client is reconnecting. */
 async function dropConnection(backend: TestBackend, client: BrokerClient, era: "legacy" | "modern"): Promise<{ up(): void }> {
@@ -465,11 +466,7 @@ describe("reconnect (modern)", () => {
     const updated = nextEvent(c, "resourceUpdated", (d) => d.reason === "notification");
     backend.updated("test://one");
     expect(await updated).toMatchObject({ uri: "test://one" });
-    const tools = nextEvent(c, "toolsChange");
-    backend.listChanged("tools");
-    await clock.timerSet(100);
-    await clock.advance(100);
-    await tools;
+    await toolListChangeHeard({ backend, clock, client: c });
   });
 
   it("reopens a listen stream that broke with backoff, and reports what may have been missed", async () => {
@@ -494,7 +491,7 @@ describe("reconnect (modern)", () => {
     expect(await next).toEqual({ uri: "test://one", reason: "notification", cached: false });
   });
 
-  it("backs off further while a broken listen stream cannot be reopened", async () => {
+  it("backs off further while a broken listen stream cannot be reopened, its URIs pending meanwhile", async () => {
     const { backend, clock, client: c } = unitSetup("modern");
     client = c;
     await c.connect();
@@ -503,16 +500,77 @@ describe("reconnect (modern)", () => {
     backend.cutListenStreams();
     await clock.timerSet(188);
     const listens = backend.count("subscriptions/listen");
+    const refusal = nextEvent(c, "error", (d) => d.operation === "resubscribe test://one");
     await clock.advance(188);
-    await backend.whenReceived("subscriptions/listen", listens + 1);
+    // The rejection names no URI: they are all left out, and a stream without them fails too.
+    await backend.whenReceived("subscriptions/listen", listens + 2);
+    expect(backend.listenFilters.slice(-2).map((f) => f.resourceSubscriptions)).toEqual([["test://one"], undefined]);
+    expect(await refusal).toMatchObject({ error: { code: -32603 } });
+    expect(c.getPendingResourceSubscriptions()).toEqual(["test://one"]);
     // Attempt 1 waits 500/2 + 250 × 0.5 ms; the server answered, so the connection stays.
     await clock.timerSet(375);
     expect(c.state).toBe("connected");
     backend.failing.delete("subscriptions/listen");
     const updated = nextEvent(c, "resourceUpdated");
     await clock.advance(375);
+    await backend.whenReceived("subscriptions/listen", listens + 3);
+    // The reopened stream reloads the lists, and the reload retries the pending URI.
+    await clock.advance(100);
     expect(await updated).toEqual({ uri: "test://one", reason: "resync", cached: false });
-    expect(backend.count("subscriptions/listen")).toBe(listens + 2);
+    expect(c.getPendingResourceSubscriptions()).toEqual([]);
+    expect(backend.listenFilters.at(-1)?.resourceSubscriptions).toEqual(["test://one"]);
+  });
+
+  it("reopens a broken listen stream without a URI the server no longer knows: it waits as pending, the rest flows", async () => {
+    const { backend, clock, client: c } = unitSetup("modern");
+    client = c;
+    await c.connect();
+    await c.subscribeToResource("test://one");
+    await c.subscribeToResource("test://two");
+    backend.unknownUris.add("test://one");
+    const refusal = nextEvent(c, "error", (d) => d.operation === "resubscribe test://one");
+    const resync = nextEvent(c, "resourceUpdated", (d) => d.reason === "resync");
+    const listens = backend.count("subscriptions/listen");
+    await breakListenStream({ backend, clock });
+    expect(await refusal).toMatchObject({ error: { code: -32602, data: { uri: "test://one" } } });
+    // One rejected request, then the rest alone; not again and again.
+    expect(backend.listenFilters.slice(listens).map((f) => f.resourceSubscriptions)).toEqual([["test://one", "test://two"], ["test://two"]]);
+    expect(c.getSubscribedResources()).toEqual(["test://one", "test://two"]);
+    expect(c.getPendingResourceSubscriptions()).toEqual(["test://one"]);
+    // Only what the stream still serves is resynced.
+    expect(await resync).toEqual({ uri: "test://two", reason: "resync", cached: false });
+
+    const updated = nextEvent(c, "resourceUpdated", (d) => d.reason === "notification");
+    backend.updated("test://two");
+    expect(await updated).toEqual({ uri: "test://two", reason: "notification", cached: false });
+    backend.tools.set("new", { name: "new", run: () => ({ content: [] }) });
+    await toolListChangeHeard({ backend, clock, client: c });
+    expect(c.getTools().map((t) => t.name)).toContain("new");
+    expect(c.state).toBe("connected");
+  });
+
+  it("reopens a broken listen stream without URIs when the rejection names none, so the list changes still flow", async () => {
+    const { backend, clock, client: c } = unitSetup("modern");
+    client = c;
+    await c.connect();
+    await c.subscribeToResource("test://one");
+    await c.subscribeToResource("test://two");
+    backend.unknownUris.add("test://two");
+    backend.listenRejectionNamesUri = false;
+    const refusals = record(c, "error");
+    const listens = backend.count("subscriptions/listen");
+    // The reload after the reopen retries each pending URI on its own: test://one is accepted.
+    const sorted = nextEvent(c, "resourceSubscriptionsChange", (d) => d.pending.length === 1);
+    await breakListenStream({ backend, clock });
+    await backend.whenReceived("subscriptions/listen", listens + 2);
+    expect(backend.listenFilters.slice(listens, listens + 2).map((f) => f.resourceSubscriptions)).toEqual([["test://one", "test://two"], undefined]);
+    expect(refusals.map((r) => r.operation)).toEqual(["resubscribe test://one", "resubscribe test://two"]);
+    expect(c.getPendingResourceSubscriptions()).toEqual(["test://one", "test://two"]);
+    await clock.advance(100);
+    expect(await sorted).toEqual({ uris: ["test://one", "test://two"], pending: ["test://two"] });
+
+    await toolListChangeHeard({ backend, clock, client: c });
+    expect(c.state).toBe("connected");
   });
 
   it("unsubscribing while the subscriptions are being restored narrows the new stream", async () => {

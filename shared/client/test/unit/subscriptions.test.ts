@@ -6,16 +6,13 @@ import type { SubscriptionChannel } from "../../src/subscriptions/subscription-c
 import { firstText, nextEvent, record } from "../helpers/events.js";
 import { settle } from "../helpers/manual-clock.js";
 import type { TestBackend } from "../helpers/test-backend.js";
-import { unitSetup } from "../helpers/unit-client.js";
+import { breakListenStream, unitSetup } from "../helpers/unit-client.js";
 
 /** What the server side holds for this client: legacy subscriptions, or the last listen filter's URIs. */
 function serverSide(backend: TestBackend, era: "legacy" | "modern"): string[] {
   if (era === "legacy") return backend.legacySubscriptions().flat();
   return backend.listenFilters.at(-1)?.resourceSubscriptions ?? [];
 }
-
-/** The first reopen of a broken listen stream waits 250/2 + 125 × 0.5 ms with the unit setup's jitter. */
-const FIRST_REOPEN_MS = 188;
 
 describe.each(["legacy", "modern"] as const)("resource subscriptions (%s)", (era) => {
   let client: BrokerClient | undefined;
@@ -215,11 +212,27 @@ describe("modern resource subscriptions (one listen stream)", () => {
 
     // The stream breaks: the reopened one asks for what the server honored only.
     const listens = backend.count("subscriptions/listen");
-    backend.cutListenStreams();
-    await clock.timerSet(FIRST_REOPEN_MS);
-    await clock.advance(FIRST_REOPEN_MS);
+    await breakListenStream({ backend, clock });
     await backend.whenReceived("subscriptions/listen", listens + 1);
     expect(backend.listenFilters.at(-1)?.resourceSubscriptions).toEqual(["test://one"]);
+  });
+
+  it("subscribes a new URI when another subscribed URI became unknown: that one waits as pending", async () => {
+    const { backend, client: c } = unitSetup("modern");
+    client = c;
+    await c.connect();
+    await c.subscribeToResource("test://one");
+    backend.unknownUris.add("test://one");
+    const refusal = nextEvent(c, "error");
+    await c.subscribeToResource("test://two");
+    expect(await refusal).toMatchObject({ operation: "resubscribe test://one", error: { data: { uri: "test://one" } } });
+    expect(c.getSubscribedResources()).toEqual(["test://one", "test://two"]);
+    expect(c.getPendingResourceSubscriptions()).toEqual(["test://one"]);
+    expect(backend.listenFilters.slice(-2).map((f) => f.resourceSubscriptions)).toEqual([["test://one", "test://two"], ["test://two"]]);
+    // The new URI's own rejection is still the caller's.
+    backend.unknownUris.add("test://ghost");
+    await expect(c.subscribeToResource("test://ghost")).rejects.toMatchObject({ data: { uri: "test://ghost" } });
+    expect(c.getSubscribedResources()).toEqual(["test://one", "test://two"]);
   });
 
   it("leaves a URI whose removal failed out of later streams", async () => {
@@ -234,9 +247,7 @@ describe("modern resource subscriptions (one listen stream)", () => {
     backend.failing.delete("subscriptions/listen");
 
     const listens = backend.count("subscriptions/listen");
-    backend.cutListenStreams();
-    await clock.timerSet(FIRST_REOPEN_MS);
-    await clock.advance(FIRST_REOPEN_MS);
+    await breakListenStream({ backend, clock });
     await backend.whenReceived("subscriptions/listen", listens + 1);
     expect(backend.listenFilters.at(-1)?.resourceSubscriptions).toEqual(["test://two"]);
   });
