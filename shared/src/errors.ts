@@ -28,7 +28,7 @@ export const ERROR_CATALOG = {
   },
   SUBSCRIPTION_LIMIT: {
     jsonRpc: -32010,
-    summary: "A subscription limit was reached (data.limit: session | principal | global, data.max).",
+    summary: "A subscription limit was reached (data.limit: session | principal | global, data.max, and the refused data.uri).",
   },
   SESSION_LIMIT: {
     jsonRpc: -32011,

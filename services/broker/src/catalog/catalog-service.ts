@@ -4,10 +4,13 @@ import type { BackendConnection, ListKind } from "../upstream/backend-connection
 import type { BackendPool } from "../upstream/backend-pool.js";
 import { Catalog, isEmptyDiff, type CatalogDiff, type CatalogKind } from "./catalog.js";
 
-/** A reload job: re-list one kind of one backend. */
+/**
+ * A reload job: re-list one client-visible list of one backend (for `resources`, its resources
+ * and its templates together, so one backend change gives clients one `list_changed`).
+ */
 export interface ReloadJob {
   backendId: string;
-  kind: CatalogKind;
+  list: ListKind;
 }
 
 export function listNameOf(kind: CatalogKind): ListName {
@@ -21,7 +24,7 @@ const LIST_METHODS: Record<CatalogKind, { method: string; field: string; capabil
   resourceTemplates: { method: "resources/templates/list", field: "resourceTemplates", capability: "resources" },
 };
 
-const KINDS_OF_LIST: Record<ListKind, CatalogKind[]> = {
+const KINDS_OF_LIST: Record<ListKind, readonly CatalogKind[]> = {
   tools: ["tools"],
   prompts: ["prompts"],
   resources: ["resources", "resourceTemplates"],
@@ -90,14 +93,7 @@ export class CatalogService {
     this.loads++;
     try {
       const diffs = new Map<CatalogKind, CatalogDiff>();
-      for (const kind of Object.keys(LIST_METHODS) as CatalogKind[]) {
-        try {
-          diffs.set(kind, await this.load(backend, kind, generation));
-          this.forgetRetry(reloadKey(backend.id, kind));
-        } catch (error) {
-          this.retryLater(backend, kind, generation, error, "initial list failed");
-        }
-      }
+      for (const list of Object.keys(KINDS_OF_LIST) as ListKind[]) await this.loadList(backend, list, generation, diffs, "initial list failed");
       this.announce(backend.id, diffs);
       if (this.generations.get(backend.id) === generation) this.armRelist(backend);
     } finally {
@@ -115,7 +111,7 @@ export class CatalogService {
   private nextGeneration(backendId: string): number {
     const generation = (this.generations.get(backendId) ?? 0) + 1;
     this.generations.set(backendId, generation);
-    for (const kind of Object.keys(LIST_METHODS) as CatalogKind[]) this.forgetRetry(reloadKey(backendId, kind));
+    for (const list of Object.keys(KINDS_OF_LIST) as ListKind[]) this.forgetRetry(reloadKey(backendId, list));
     return generation;
   }
 
@@ -127,54 +123,64 @@ export class CatalogService {
 
   /** A backend said `list_changed`: schedule a debounced reload of that list. */
   listChanged(backend: BackendConnection, list: ListKind): void {
-    for (const kind of KINDS_OF_LIST[list]) this.scheduleReload(backend.id, kind, this.deps.debounceMs);
+    this.scheduleReload(backend.id, list, this.deps.debounceMs);
   }
 
-  private scheduleReload(backendId: string, kind: CatalogKind, delayMs: number): void {
-    this.deps.jobs.schedule(reloadKey(backendId, kind), { backendId, kind }, delayMs).catch((error: unknown) => {
-      this.deps.logger.warn({ backend: backendId, kind, err: (error as Error).message }, "cannot schedule a list reload");
+  private scheduleReload(backendId: string, list: ListKind, delayMs: number): void {
+    this.deps.jobs.schedule(reloadKey(backendId, list), { backendId, list }, delayMs).catch((error: unknown) => {
+      this.deps.logger.warn({ backend: backendId, list, err: (error as Error).message }, "cannot schedule a list reload");
     });
   }
 
-  private async reload({ backendId, kind }: ReloadJob): Promise<void> {
+  private async reload({ backendId, list }: ReloadJob): Promise<void> {
     const backend = this.pool?.get(backendId);
     if (backend === undefined || backend.state !== "connected") return;
-    const generation = this.generations.get(backendId) ?? 0;
-    let diff: CatalogDiff;
-    try {
-      diff = await this.load(backend, kind, generation);
-    } catch (error) {
-      this.retryLater(backend, kind, generation, error, "list reload failed");
-      return;
-    }
-    this.forgetRetry(reloadKey(backendId, kind));
-    this.announce(backendId, new Map([[kind, diff]]));
+    const diffs = new Map<CatalogKind, CatalogDiff>();
+    await this.loadList(backend, list, this.generations.get(backendId) ?? 0, diffs, "list reload failed");
+    this.announce(backendId, diffs);
   }
 
   /**
-   * A load of `kind` failed: reload it after the backend's next backoff delay, unless the backend
+   * Loads every kind of one list into `diffs`; when one fails (the others are still stored), the
+   * whole list is retried later.
+   */
+  private async loadList(backend: BackendConnection, list: ListKind, generation: number, diffs: Map<CatalogKind, CatalogDiff>, what: string): Promise<void> {
+    let failure: unknown;
+    for (const kind of KINDS_OF_LIST[list]) {
+      try {
+        diffs.set(kind, await this.load(backend, kind, generation));
+      } catch (error) {
+        failure ??= error;
+      }
+    }
+    if (failure === undefined) this.forgetRetry(reloadKey(backend.id, list));
+    else this.retryLater(backend, list, generation, failure, what);
+  }
+
+  /**
+   * A load of `list` failed: reload it after the backend's next backoff delay, unless the backend
    * dropped or reconnected since (that starts over with a full load) or a retry is already waiting.
    */
-  private retryLater(backend: BackendConnection, kind: CatalogKind, generation: number, error: unknown, what: string): void {
+  private retryLater(backend: BackendConnection, list: ListKind, generation: number, error: unknown, what: string): void {
     const current = backend.state === "connected" && this.generations.get(backend.id) === generation;
-    const key = reloadKey(backend.id, kind);
+    const key = reloadKey(backend.id, list);
     const state = this.retries.get(key) ?? { attempt: 0, timer: undefined };
     const policy = this.backends.find((b) => b.id === backend.id)?.reconnect;
     if (!current || policy === undefined || state.timer !== undefined) {
-      this.deps.logger.warn({ backend: backend.id, kind, err: (error as Error).message }, what);
+      this.deps.logger.warn({ backend: backend.id, list, err: (error as Error).message }, what);
       return;
     }
     const delayMs = backoffDelay(policy, state.attempt++);
-    this.deps.logger.warn({ backend: backend.id, kind, err: (error as Error).message, attempt: state.attempt, retryInMs: delayMs }, `${what}; retrying`);
+    this.deps.logger.warn({ backend: backend.id, list, err: (error as Error).message, attempt: state.attempt, retryInMs: delayMs }, `${what}; retrying`);
     state.timer = this.deps.clock.setTimeout(() => {
       state.timer = undefined;
-      this.scheduleReload(backend.id, kind, 0);
+      this.scheduleReload(backend.id, list, 0);
     }, delayMs);
     state.timer.unref?.();
     this.retries.set(key, state);
   }
 
-  /** `kind` loaded (or its backend went away): the next failure starts the backoff over. */
+  /** The list loaded (or its backend went away): the next failure starts the backoff over. */
   private forgetRetry(key: string): void {
     const state = this.retries.get(key);
     if (state?.timer !== undefined) this.deps.clock.clearTimeout(state.timer);
@@ -253,6 +259,6 @@ export class CatalogService {
   }
 }
 
-function reloadKey(backendId: string, kind: CatalogKind): string {
-  return `reload:${backendId}:${kind}`;
+function reloadKey(backendId: string, list: ListKind): string {
+  return `reload:${backendId}:${list}`;
 }

@@ -95,7 +95,11 @@ export class Catalog {
     return [...this.collisionsByKind.values()].flat();
   }
 
-  /** Replaces one backend's list of one kind; returns what changed in that backend's items. */
+  /**
+   * Replaces one backend's list of one kind; returns what changed in the list clients see (a
+   * change to an item hidden by a name collision changes nothing visible; a removal that uncovers
+   * a hidden item is a change).
+   */
   replace(kind: CatalogKind, backendId: string, definitions: readonly Record<string, unknown>[]): CatalogDiff {
     const naming = this.naming(backendId);
     const previous = new Map((this.items.get(kind)?.get(backendId) ?? []).map((item) => [item.key, item]));
@@ -117,14 +121,21 @@ export class Catalog {
     }
     for (const old of previous.values()) diff.removed.push(old.exposedKey);
     const perBackend = this.items.get(kind);
-    if (perBackend === undefined) return diff;
+    if (perBackend === undefined || isEmptyDiff(diff)) return diff;
+    const touched = [...diff.added, ...diff.removed, ...diff.changed];
+    const visibleBefore = new Map(touched.map((key) => [key, this.get(kind, key)]));
     if (next.length === 0) perBackend.delete(backendId);
     else perBackend.set(backendId, next);
-    if (!isEmptyDiff(diff)) {
-      this.rebuild(kind);
-      this.versions.set(kind, this.version(kind) + 1);
+    this.rebuild(kind);
+    const visible: CatalogDiff = { added: [], removed: [], changed: [] };
+    for (const [key, before] of visibleBefore) {
+      const after = this.get(kind, key);
+      if (before === undefined && after !== undefined) visible.added.push(key);
+      else if (before !== undefined && after === undefined) visible.removed.push(key);
+      else if (before !== undefined && after !== undefined && (before.backendId !== after.backendId || before.hash !== after.hash)) visible.changed.push(key);
     }
-    return diff;
+    if (!isEmptyDiff(visible)) this.versions.set(kind, this.version(kind) + 1);
+    return visible;
   }
 
   /** Drops everything a backend contributed (it disconnected). */

@@ -35,7 +35,12 @@ describe("catalog", () => {
     cat.replace("tools", "b", [{ name: "shared", description: "from b" }]);
     expect(cat.get("tools", "shared")?.backendId).toBe("b");
     expect(cat.collisions()).toEqual(["tools 'shared' of backend 'c' is hidden by backend 'b'"]);
-    cat.clearBackend("b");
+    // A change to the hidden item changes nothing clients see: nothing to announce.
+    const version = cat.version("tools");
+    expect(cat.replace("tools", "c", [{ name: "shared", description: "from c, edited" }])).toEqual({ added: [], removed: [], changed: [] });
+    expect(cat.version("tools")).toBe(version);
+    // The winner leaving uncovers the hidden one: for clients, the item changed.
+    expect(cat.clearBackend("b").get("tools")).toEqual({ added: [], removed: [], changed: ["shared"] });
     expect(cat.get("tools", "shared")?.backendId).toBe("c");
     expect(cat.collisions()).toEqual([]);
   });
@@ -157,6 +162,30 @@ describe("catalog service: debounced reloads on fake timers", () => {
     expect(announced).toHaveLength(3);
     await vi.advanceTimersByTimeAsync(10_000);
     expect(listCalls).toBe(4);
+  });
+
+  it("reloads a backend's resources and templates together: one resources list_changed for both", async () => {
+    let resources = [{ uri: "x://one", name: "one" }];
+    let templates = [{ uriTemplate: "x://{id}", name: "item" }];
+    const calls: string[] = [];
+    backend = {
+      id: "a",
+      state: "connected",
+      capabilities: { resources: { listChanged: true } },
+      request: async (method: string) => {
+        calls.push(method);
+        return method === "resources/list" ? { resources } : method === "resources/templates/list" ? { resourceTemplates: templates } : {};
+      },
+    } as unknown as BackendConnection;
+    await service.backendConnected(backend);
+    expect(announced).toEqual(["resources"]);
+    resources = [...resources, { uri: "x://two", name: "two" }];
+    templates = [{ uriTemplate: "x://{id}/v2", name: "item" }];
+    calls.length = 0;
+    service.listChanged(backend, "resources");
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(calls.sort()).toEqual(["resources/list", "resources/templates/list"]);
+    expect(announced).toEqual(["resources", "resources"]);
   });
 
   it("does not store a list fetched before the backend reconnected", async () => {
