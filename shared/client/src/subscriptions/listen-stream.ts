@@ -22,11 +22,24 @@ export interface ListenStreamDeps {
   reopened(): void;
 }
 
-type StreamState =
-  /** `subscription` is undefined while the filter is empty: then no stream is needed. */
-  | { readonly kind: "open"; readonly subscription: McpSubscription | undefined }
-  | { readonly kind: "dropped"; readonly attempt: number; readonly timer: TimerHandle }
-  | { readonly kind: "closed" };
+/**
+ * A stream that stayed open this long resets the backoff of reopening; one that ends sooner
+ * carries the backoff on, so a server that ends each stream right after accepting it is not asked
+ * again and again at the shortest delay (each reopening reloads every list).
+ */
+export const STABLE_STREAM_MS = 5_000;
+
+type OpenStream = {
+  readonly kind: "open";
+  /** Undefined while the filter is empty: then no stream is needed. */
+  readonly subscription: McpSubscription | undefined;
+  /** When it was opened (clock time). */
+  readonly since: number;
+  /** The backoff attempt of its reopening should it end before it is stable. */
+  readonly attempt: number;
+};
+
+type StreamState = OpenStream | { readonly kind: "dropped"; readonly attempt: number; readonly timer: TimerHandle } | { readonly kind: "closed" };
 
 /** The stream now in place, and whether it ended a drop. */
 interface Opening {
@@ -73,10 +86,11 @@ const namedOrAll: Culprits = (error, wanted) => {
  *
  * A stream the server ends (or that breaks) is reopened after a backoff delay, again and again
  * until it opens or the channel is closed; `dropped` is reported at each failure and `reopened`
- * once it is back. All openings are serialized.
+ * once it is back. The backoff starts over only once a stream has stayed open
+ * `STABLE_STREAM_MS`. All openings are serialized.
  */
 export class ListenStream implements SubscriptionChannel {
-  private state: StreamState = { kind: "open", subscription: undefined };
+  private state: StreamState;
   private uris: readonly string[] = [];
   private readonly queue = new SerialQueue();
 
@@ -85,7 +99,9 @@ export class ListenStream implements SubscriptionChannel {
     /** The list-change flags of the filter; fixed for the connection. */
     private readonly flags: SubscriptionFilter,
     private readonly deps: ListenStreamDeps,
-  ) {}
+  ) {
+    this.state = { kind: "open", subscription: undefined, since: deps.clock.now(), attempt: 0 };
+  }
 
   add(uri: string, current: readonly string[]): Promise<void> {
     return this.queue.run(async () => {
@@ -197,7 +213,8 @@ export class ListenStream implements SubscriptionChannel {
     }
     if (previous.kind === "dropped") this.deps.clock.clearTimeout(previous.timer);
     const honored = new Set(next?.honoredFilter.resourceSubscriptions ?? []);
-    this.state = { kind: "open", subscription: next };
+    const attempt = previous.kind === "dropped" ? previous.attempt + 1 : this.attemptAfter(previous);
+    this.state = { kind: "open", subscription: next, since: this.deps.clock.now(), attempt };
     this.uris = uris.filter((uri) => honored.has(uri));
     if (next !== undefined) this.watch(next);
     if (previous.kind === "open") void previous.subscription?.close().catch(() => undefined);
@@ -212,10 +229,16 @@ export class ListenStream implements SubscriptionChannel {
     return { ...this.flags, ...(uris.length > 0 && { resourceSubscriptions: [...uris] }) };
   }
 
+  /** The backoff attempt for reopening should `stream` end now: from the start once it was stable. */
+  private attemptAfter(stream: OpenStream): number {
+    return this.deps.clock.now() - stream.since >= STABLE_STREAM_MS ? 0 : stream.attempt;
+  }
+
   private watch(subscription: McpSubscription): void {
     void subscription.closed.then((how) => {
-      if (how === "local" || this.state.kind !== "open" || this.state.subscription !== subscription) return;
-      this.drop(0);
+      const { state } = this;
+      if (how === "local" || state.kind !== "open" || state.subscription !== subscription) return;
+      this.drop(this.attemptAfter(state));
     });
   }
 

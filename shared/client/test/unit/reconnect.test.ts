@@ -1,6 +1,7 @@
 import { ProtocolError, type ReadResourceResult } from "@modelcontextprotocol/client";
 import { afterEach, describe, expect, it } from "vitest";
 import type { BrokerClient } from "../../src/index.js";
+import { STABLE_STREAM_MS } from "../../src/subscriptions/listen-stream.js";
 import { firstText, nextEvent, record } from "../helpers/events.js";
 import type { ManualClock } from "../helpers/manual-clock.js";
 import type { TestBackend } from "../helpers/test-backend.js";
@@ -571,6 +572,30 @@ describe("reconnect (modern)", () => {
 
     await toolListChangeHeard({ backend, clock, client: c });
     expect(c.state).toBe("connected");
+  });
+
+  it("resets the reopening backoff only after a stream stayed open a while", async () => {
+    const { backend, clock, client: c } = unitSetup("modern");
+    client = c;
+    await c.connect();
+    await c.subscribeToResource("test://one");
+    /** Cuts the stream and resolves with the delay of its reopening. */
+    const cut = async (): Promise<number> => {
+      const listens = backend.count("subscriptions/listen");
+      expect(backend.cutListenStreams()).toBe(1);
+      await Promise.race([188, 375, 750].map((delay) => clock.timerSet(delay)));
+      const delay = clock.pendingDelays().find((d) => [188, 375, 750].includes(d)) ?? -1;
+      await clock.advance(delay);
+      await backend.whenReceived("subscriptions/listen", listens + 1);
+      return delay;
+    };
+    // A server that ends each stream right after accepting it: the delays grow.
+    expect(await cut()).toBe(188);
+    expect(await cut()).toBe(375);
+    expect(await cut()).toBe(750);
+    // A stream that stayed open long enough starts the backoff over.
+    await clock.advance(STABLE_STREAM_MS);
+    expect(await cut()).toBe(188);
   });
 
   it("unsubscribing while the subscriptions are being restored narrows the new stream", async () => {
