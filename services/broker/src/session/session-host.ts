@@ -129,9 +129,15 @@ export class SessionHost {
             if (i % VALIDATE_BATCH === VALIDATE_BATCH - 1) await new Promise<void>((resolve) => setImmediate(resolve));
           }
         }),
-        subscribeAll: fromPromise(async ({ input, signal }) =>
-          subscribeMany(this.flow, input, { concurrency: LISTEN_CONCURRENCY, maxPerSession: deps.limits.perSession, signal }),
-        ),
+        subscribeAll: fromPromise(async ({ input, signal }) => {
+          const output = await subscribeMany(this.flow, input, { concurrency: LISTEN_CONCURRENCY, maxPerSession: deps.limits.perSession, signal });
+          // The stream closed meanwhile: its releaseAll may have run before these flows reserved
+          // (subscribeMany waits for the flows it started), so what they made is released here.
+          if (signal.aborted) {
+            for (const { target } of output.honored) await this.release({ principal: input.principal, sessionId: input.sessionId, ...target });
+          }
+          return output;
+        }),
         releaseAll,
       },
     });

@@ -1,17 +1,17 @@
-import { CHANNEL, MemoryBus, MemoryRegistry, systemClock, type BusMessage } from "@mcp-broker/shared";
+import { CHANNEL, MemoryBus, MemoryRegistry, systemClock, type AddOutcome, type BusMessage, type SubscriptionLimits, type SubscriptionRef } from "@mcp-broker/shared";
 import { pino } from "pino";
 import { describe, expect, it, vi } from "vitest";
 import { Catalog } from "../../src/catalog/catalog.js";
 import type { NotificationWriter } from "../../src/session/legacy-session.js";
 import { SessionHost } from "../../src/session/session-host.js";
 
-function host() {
+function host(registry = new MemoryRegistry(), released: string[] = []) {
   const bus = new MemoryBus();
   const sessions = new SessionHost({
     catalog: new Catalog([{ id: "b", prefix: true }]),
     subscriptionTarget: (uri) => ({ backendId: "b", uri: uri.slice("b+".length) }),
-    registry: new MemoryRegistry(),
-    upstream: { ensure: async () => undefined, release: () => undefined },
+    registry,
+    upstream: { ensure: async () => undefined, release: (_backendId, uri) => void released.push(uri) },
     bus,
     clock: systemClock,
     logger: pino({ level: "silent" }),
@@ -70,6 +70,38 @@ describe("session host: a session actor that fails", () => {
     expect(sessions.legacySessions()).toEqual([]);
     // The slot is free again: maxSessionsPerPrincipal is 10, and 10 more fit.
     for (let i = 0; i < 10; i++) sessions.createLegacySession("p");
+    sessions.close();
+  });
+});
+
+/** A registry whose reservations wait for the test, as a networked one (Redis) would take its time. */
+class SlowRegistry extends MemoryRegistry {
+  private readonly gates: (() => void)[] = [];
+  override async add(ref: SubscriptionRef, limits: SubscriptionLimits): Promise<AddOutcome> {
+    await new Promise<void>((resolve) => this.gates.push(resolve));
+    return super.add(ref, limits);
+  }
+  waiting(): number {
+    return this.gates.length;
+  }
+  openAll(): void {
+    for (const open of this.gates.splice(0)) open();
+  }
+}
+
+describe("session host: a listen stream closed while its subscriptions are being made", () => {
+  it("releases the reservations that land after the close, so nothing outlives the stream", async () => {
+    const registry = new SlowRegistry();
+    const released: string[] = [];
+    const { sessions } = host(registry, released);
+    await sessions.start();
+    const listen = sessions.openListen("p", {}, ["b+x://1", "b+x://2", "b+x://3"], () => ({ write: () => undefined }) as never, () => undefined);
+    await vi.waitFor(() => expect(registry.waiting()).toBe(3));
+    listen.close();
+    registry.openAll();
+    await vi.waitFor(() => expect(released.sort()).toEqual(["x://1", "x://2", "x://3"]));
+    for (const uri of ["x://1", "x://2", "x://3"]) expect(await registry.count("b", uri)).toBe(0);
+    expect(sessions.listenCount()).toBe(0);
     sessions.close();
   });
 });
