@@ -95,7 +95,7 @@ describe("session host: a listen stream closed while its subscriptions are being
     const released: string[] = [];
     const { sessions } = host(registry, released);
     await sessions.start();
-    const listen = sessions.openListen("p", {}, ["b+x://1", "b+x://2", "b+x://3"], () => ({ write: () => undefined }) as never, () => undefined);
+    const listen = sessions.openListen("p", { toolsListChanged: false, promptsListChanged: false, resourcesListChanged: false }, ["b+x://1", "b+x://2", "b+x://3"], () => ({ write: () => undefined }) as never, () => undefined);
     await vi.waitFor(() => expect(registry.waiting()).toBe(3));
     listen.close();
     registry.openAll();
