@@ -1,0 +1,90 @@
+import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, readFile, rm, symlink } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { afterAll, describe, expect, it } from "vitest";
+
+const run = promisify(execFile);
+const repo = fileURLToPath(new URL("../../../../", import.meta.url));
+/** The packages the README's "From another project" steps pack, by name, with their folders. */
+const PACKAGES: Record<string, string> = { "@mcp-broker/shared": "shared", "@mcp-broker/client": "shared/client" };
+
+interface Manifest {
+  main?: string;
+  types?: string;
+  exports?: unknown;
+  bin?: Record<string, string>;
+  dependencies?: Record<string, string>;
+}
+
+interface Packed {
+  name: string;
+  filename: string;
+  files: { path: string }[];
+}
+
+const manifest = async (name: string): Promise<Manifest> => JSON.parse(await readFile(join(repo, PACKAGES[name] ?? "", "package.json"), "utf8")) as Manifest;
+
+/** Every file a manifest names as an entry point (main, types, exports, bin), as a path in the package. */
+function entryFiles({ main, types, exports, bin }: Manifest): string[] {
+  const targets = (value: unknown): string[] => (typeof value === "string" ? [value] : typeof value === "object" && value !== null ? Object.values(value).flatMap(targets) : []);
+  return [...new Set([main, types, ...targets(exports), ...Object.values(bin ?? {})].flatMap((path) => (path === undefined ? [] : [path.replace(/^\.\//, "")])))];
+}
+
+/** `npm pack` of both packages from the repository root, as npm reports it. */
+async function pack(args: readonly string[]): Promise<Packed[]> {
+  const workspaces = Object.keys(PACKAGES).flatMap((name) => ["-w", name]);
+  const { stdout } = await run("npm", ["pack", "--json", ...args, ...workspaces], { cwd: repo });
+  return JSON.parse(stdout) as Packed[];
+}
+
+/** What the tarballs hold. Needs the packages built (`npm run build`), like the other integration tests. */
+describe("published package files", () => {
+  const temp: string[] = [];
+  afterAll(async () => {
+    for (const dir of temp) await rm(dir, { recursive: true, force: true });
+  });
+
+  it("ship every entry file and the build, never sources, tests or build state", async () => {
+    const packed = await pack(["--dry-run"]);
+    expect(packed.map((p) => p.name).sort()).toEqual(Object.keys(PACKAGES).sort());
+    for (const { name, files } of packed) {
+      const paths = files.map((file) => file.path);
+      expect(paths, name).toEqual(expect.arrayContaining(entryFiles(await manifest(name))));
+      const unexpected = paths.filter((path) => !(["package.json", "README.md"].includes(path) || (path.startsWith("dist/") && !path.endsWith(".tsbuildinfo"))));
+      expect(unexpected, name).toEqual([]);
+    }
+  });
+
+  it("work from the tarballs alone, with only their registry dependencies beside them", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "mcp-broker-pack-"));
+    temp.push(dir);
+    const modules = join(dir, "node_modules");
+    // As `npm install <tarballs>` lays them out; the registry dependencies come from this repository.
+    for (const { name, filename } of await pack(["--pack-destination", dir])) {
+      const target = join(modules, name);
+      await mkdir(target, { recursive: true });
+      await run("tar", ["-xzf", join(dir, filename), "-C", target, "--strip-components=1"]);
+    }
+    const external = new Set((await Promise.all(Object.keys(PACKAGES).map(manifest))).flatMap((m) => Object.keys(m.dependencies ?? {})).filter((name) => PACKAGES[name] === undefined));
+    for (const name of external) {
+      const source = join(repo, "node_modules", name);
+      expect(existsSync(source), source).toBe(true);
+      await mkdir(dirname(join(modules, name)), { recursive: true });
+      await symlink(source, join(modules, name), "dir");
+    }
+
+    const script = `
+      const client = await import("@mcp-broker/client");
+      const shared = await import("@mcp-broker/shared");
+      await import("@mcp-broker/shared/node");
+      console.log(typeof client.BrokerClient, new shared.UriTemplate("x/{id}").expand({ id: "1" }));`;
+    const imported = await run(process.execPath, ["--input-type=module", "-e", script], { cwd: dir });
+    expect(imported.stdout.trim()).toBe("function x/1");
+    const help = await run(process.execPath, [join(modules, "@mcp-broker/client/dist/cli.js"), "--help"], { cwd: dir });
+    expect(help.stdout).toContain("mcp-broker-client ls <url>");
+  });
+});
