@@ -32,6 +32,16 @@ export class EdgeSecurity {
     return host.ok ? { ok: true } : { ok: false, status: 403, message: host.message };
   }
 
+  /**
+   * The request's `Origin` when it passes the Host and Origin checks: a browser page there may
+   * read the answers (CORS), its preflights are answered. Undefined without one, or when refused.
+   */
+  corsOrigin(req: IncomingMessage): string | undefined {
+    const origin = req.headers.origin;
+    if (origin === undefined || !this.checkHost(req).ok) return undefined;
+    return this.origins === "any" || validateOriginHeader(origin, this.origins).ok ? origin : undefined;
+  }
+
   check(req: IncomingMessage): EdgeVerdict {
     const host = this.checkHost(req);
     if (!host.ok) return host;

@@ -21,6 +21,9 @@ import { checkModernRequest } from "./modern-headers.js";
 import { KeepAlive, SseStream, encodeEvent } from "./sse-stream.js";
 
 const SESSION_HEADER = "mcp-session-id";
+/** What a browser page on an allowed origin may send and read (CORS). */
+const CORS_ALLOWED = "authorization, content-type, accept, last-event-id, mcp-session-id, mcp-protocol-version, mcp-method, mcp-name";
+const CORS_EXPOSED = "mcp-session-id, www-authenticate";
 
 export interface McpEndpointOptions {
   maxBodyBytes: number;
@@ -54,6 +57,18 @@ export class McpEndpoint {
   }
 
   async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const corsOrigin = this.deps.security.corsOrigin(req);
+    if (corsOrigin !== undefined) {
+      res.setHeader("access-control-allow-origin", corsOrigin);
+      res.setHeader("access-control-expose-headers", CORS_EXPOSED);
+      res.setHeader("vary", "Origin");
+      if (req.method === "OPTIONS") {
+        // A preflight carries no credentials: it is answered for an allowed origin, nothing else.
+        req.resume();
+        res.writeHead(204, { "access-control-allow-methods": "GET, POST, DELETE", "access-control-allow-headers": CORS_ALLOWED, "access-control-max-age": "600" }).end();
+        return;
+      }
+    }
     const verdict = this.deps.security.check(req);
     if (!verdict.ok) {
       sendJson(res, verdict.status, { jsonrpc: "2.0", id: null, error: { code: -32600, message: verdict.message } }, verdict.headers);

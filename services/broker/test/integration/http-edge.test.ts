@@ -118,6 +118,22 @@ describe("HTTP edge", () => {
     expect((await raw(running.url, { body: initialize, headers: { ...auth(KEY_A), host: "attacker.example:80" } })).status).toBe(403);
   });
 
+  it("lets browser pages on allowed origins in (CORS): preflights answered, session id readable", async () => {
+    const preflight = await raw(running.url, { method: "OPTIONS", headers: { origin: "https://app.example.com", "access-control-request-method": "POST", "access-control-request-headers": "authorization, mcp-session-id" } });
+    expect(preflight.status).toBe(204);
+    expect(preflight.headers["access-control-allow-origin"]).toBe("https://app.example.com");
+    expect(preflight.headers["access-control-allow-headers"]).toEqual(expect.stringContaining("mcp-session-id"));
+    expect(preflight.headers["access-control-allow-methods"]).toBe("GET, POST, DELETE");
+    expect((await raw(running.url, { method: "OPTIONS", headers: { origin: "http://evil.example", "access-control-request-method": "POST" } })).status).toBe(403);
+    const init = await raw(running.url, { body: initialize, headers: { ...auth(KEY_A), origin: "https://app.example.com" } });
+    expect(init.status).toBe(200);
+    expect(init.headers["access-control-allow-origin"]).toBe("https://app.example.com");
+    expect(init.headers["access-control-expose-headers"]).toEqual(expect.stringContaining("mcp-session-id"));
+    // No Origin (not a browser): no CORS headers, and OPTIONS is not a method of the endpoint.
+    expect((await raw(running.url, { body: initialize, headers: auth(KEY_A) })).headers["access-control-allow-origin"]).toBeUndefined();
+    expect((await raw(running.url, { method: "OPTIONS", headers: auth(KEY_A) })).status).toBe(405);
+  });
+
   it("bounds bodies and rejects malformed input with the right status and code", async () => {
     const big = await raw(running.url, { body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping", params: { pad: "x".repeat(20_000) } }), headers: auth(KEY_A) });
     expect(big.status).toBe(413);
