@@ -22,7 +22,7 @@ describe("routing", () => {
     modernBackend = await startModernHttpBackend(createTestServer({ name: "modern-routing" }));
     running = await startBroker({
       backends: [
-        { id: "leg", url: legacyBackend.url, era: "legacy", timeoutMs: 1_000 },
+        { id: "leg", url: legacyBackend.url, era: "legacy", timeoutMs: 1_000, headers: { Authorization: "Bearer backend-secret" } },
         { id: "mod", url: modernBackend.url, era: "modern", timeoutMs: 1_000 },
         // Nothing listens there: the broker starts anyway and keeps retrying.
         { id: "down", url: "http://127.0.0.1:9/mcp", era: "legacy", reconnect: { initialDelayMs: 60_000, maxDelayMs: 60_000 } },
@@ -76,6 +76,15 @@ describe("routing", () => {
     const info = result._meta?.["io.modelcontextprotocol/serverInfo"];
     if (era === "modern") expect(info).toMatchObject({ name: "mcp-broker" });
     else expect(info).toBeUndefined();
+  });
+
+  it("gives a backend its configured credentials, never the client's", async () => {
+    for (const era of ["legacy", "modern"] as const) {
+      const c = await connectClient(running.url, era, { headers: { Authorization: "Bearer client-token" } });
+      clients.push(c);
+      expect((await c.callTool({ name: "leg__echo", arguments: { text: "hi" } })).content).toEqual([{ type: "text", text: "hi" }]);
+    }
+    expect(legacyBackend.authorizations()).toEqual(["Bearer backend-secret"]);
   });
 
   it("answers a backend timeout with -32001 and the backend and timeout in data", async () => {
