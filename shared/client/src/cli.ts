@@ -2,10 +2,11 @@
 /**
  * mcp-broker-client: the BrokerClient from a terminal.
  *
- *   mcp-broker-client ls <url> [--json]                 tools, prompts, resources and templates
- *   mcp-broker-client watch <url> <uri...> [--read]     every update as a JSON line on stdout
+ *   mcp-broker-client ls <url> [--json]                                  tools, prompts, resources and templates
+ *   mcp-broker-client watch <url> <uri...> [--read] [--max-attempts n]   every update as a JSON line on stdout
  *
- * Options: --era auto|legacy|modern, --header "Name: value" (repeatable), --help.
+ * Options of both: --era auto|legacy|modern, --header "Name: value" (repeatable), --timeout ms,
+ * --help. An option of the other command is a usage error.
  * Status and errors go to stderr; stdout carries only the listing or the JSON lines.
  * Exit codes: see EXIT_CODES.
  */
@@ -29,14 +30,17 @@ export interface CliIo {
   signal?: AbortSignal;
 }
 
+/** Timeout of connecting and of each request: shorter than the SDK's 60 s, for an interactive tool. */
+export const DEFAULT_TIMEOUT_MS = 30_000;
+
 /** The exit codes of the command line (documented in README.md, "CLI"). */
 export const EXIT_CODES = {
   /** ls printed every list; watch was stopped by its caller (not by a signal). */
   ok: 0,
   /**
    * The server cannot be reached, a list failed to load (ls), a URI cannot be watched (unknown to
-   * the server, refused, or the server cannot subscribe), a read failed (watch --read), or the
-   * client gave up reconnecting.
+   * the server, refused, or the server cannot subscribe), a read failed (watch --read), a
+   * request timed out, or the client gave up reconnecting (watch --max-attempts).
    */
   failure: 1,
   /** Bad arguments. */
@@ -47,15 +51,18 @@ export const EXIT_CODES = {
   SIGTERM: 143,
 } as const;
 
-const USAGE = `Usage:
-  mcp-broker-client ls <url> [--json]
-  mcp-broker-client watch <url> <uri...> [--read]
+/** Printed by --help and on bad arguments; README.md ("CLI") shows the part up to the blank line after the options. */
+export const USAGE = `Usage:
+  mcp-broker-client ls <url> [--json] [options]
+  mcp-broker-client watch <url> <uri...> [--read] [--max-attempts <n>] [options]
 
 Options:
   --era auto|legacy|modern   protocol era (default: auto, negotiated)
   --header "Name: value"     extra HTTP header, e.g. "Authorization: Bearer <key>" (repeatable)
+  --timeout <ms>             timeout of connecting and of each request (default: ${DEFAULT_TIMEOUT_MS})
   --json                     ls: one JSON object instead of the listing
   --read                     watch: read each resource, and print its content again after each update
+  --max-attempts <n>         watch: give up (exit 1) after n failed reconnect attempts in a row (default: never)
   --help                     this text
 
 watch prints one JSON line per event:
@@ -64,45 +71,54 @@ watch prints one JSON line per event:
   {"event":"content","uri":"...","contents":[...],"at":"..."}           (with --read)
   {"event":"content","uri":"...","contents":null,"error":"...","at":"..."}  (a read failed)
 
-Exit codes: 0 done, 1 failure (unreachable, a list or URI refused), 2 bad arguments,
-130 after SIGINT (Ctrl-C), 143 after SIGTERM.`;
+Exit codes: 0 done, 1 failure (unreachable, timed out, a list or URI refused, gave up
+reconnecting), 2 bad arguments, 130 after SIGINT (Ctrl-C), 143 after SIGTERM.`;
 
 const ERAS: readonly EraOption[] = ["auto", "legacy", "modern"];
 
+/** The options of one command only; the others (era, header, timeout, help) apply to both. */
+const COMMAND_OPTIONS = { ls: ["json"], watch: ["read", "max-attempts"] } as const;
+type Command = keyof typeof COMMAND_OPTIONS;
+
+/** What a command line asks for. */
+type CommandLine = { kind: "help" } | { kind: "usage"; problem: string } | Invocation;
+
+interface Invocation {
+  kind: "run";
+  command: Command;
+  url: string;
+  uris: string[];
+  era: EraOption;
+  headers: Record<string, string>;
+  timeoutMs: number;
+  json: boolean;
+  read: boolean;
+  /** Undefined: reconnect for ever. */
+  maxAttempts: number | undefined;
+}
+
 /** Runs one command line (without the node and script arguments); resolves with the exit code. */
 export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args: [...argv],
-      allowPositionals: true,
-      options: {
-        era: { type: "string", default: "auto" },
-        header: { type: "string", multiple: true, default: [] },
-        json: { type: "boolean", default: false },
-        read: { type: "boolean", default: false },
-        help: { type: "boolean", default: false },
-      },
-    });
-  } catch (error) {
-    io.err(`${message(error)}\n\n${USAGE}`);
-    return EXIT_CODES.usage;
-  }
-  const { values, positionals } = parsed;
-  const [command, url, ...uris] = positionals;
-  if (values.help) {
+  const parsed = parseCommandLine(argv);
+  if (parsed.kind === "help") {
     io.out(USAGE);
     return EXIT_CODES.ok;
   }
-  const era = ERAS.find((candidate) => candidate === values.era);
-  const headers = parseHeaders(values.header);
-  if (url === undefined || era === undefined || headers === undefined || !["ls", "watch"].includes(command ?? "") || (command === "watch" && uris.length === 0)) {
-    io.err(USAGE);
+  if (parsed.kind === "usage") {
+    io.err(`mcp-broker-client: ${parsed.problem}\n\n${USAGE}`);
     return EXIT_CODES.usage;
   }
+  const { command, url, uris, era, headers, timeoutMs, maxAttempts } = parsed;
   let client: BrokerClient;
   try {
-    client = new BrokerClient({ url, era, headers, clientInfo: { name: "mcp-broker-client-cli", version: "0.1.0" } });
+    client = new BrokerClient({
+      url,
+      era,
+      headers,
+      requestTimeoutMs: timeoutMs,
+      ...(maxAttempts !== undefined && { reconnect: { maxAttempts } }),
+      clientInfo: { name: "mcp-broker-client-cli", version: "0.1.0" },
+    });
   } catch (error) {
     io.err(`mcp-broker-client: ${message(error)}`);
     return EXIT_CODES.usage;
@@ -114,7 +130,7 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
   const stop = (): void => void client.disconnect();
   signal?.addEventListener("abort", stop, { once: true });
   try {
-    const code = command === "ls" ? await list(client, url, values.json, io) : await watch(client, url, uris, values.read, io, signal);
+    const code = command === "ls" ? await list(client, url, parsed.json, io) : await watch(client, url, uris, parsed.read, io, signal);
     return stoppedCode(signal) ?? code;
   } catch (error) {
     const stopped = stoppedCode(signal);
@@ -125,6 +141,55 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     signal?.removeEventListener("abort", stop);
     await client.disconnect();
   }
+}
+
+/** Checks a command line; `usage` says what is wrong with it. */
+function parseCommandLine(argv: readonly string[]): CommandLine {
+  const usage = (problem: string): CommandLine => ({ kind: "usage", problem });
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: [...argv],
+      allowPositionals: true,
+      tokens: true,
+      options: {
+        era: { type: "string", default: "auto" },
+        header: { type: "string", multiple: true, default: [] },
+        timeout: { type: "string", default: String(DEFAULT_TIMEOUT_MS) },
+        json: { type: "boolean", default: false },
+        read: { type: "boolean", default: false },
+        "max-attempts": { type: "string" },
+        help: { type: "boolean", default: false },
+      },
+    });
+  } catch (error) {
+    return usage(message(error));
+  }
+  const { values, positionals, tokens } = parsed;
+  if (values.help) return { kind: "help" };
+  const [command, url, ...uris] = positionals;
+  if (command !== "ls" && command !== "watch") return usage(command === undefined ? "no command given" : `unknown command ${JSON.stringify(command)}`);
+  const given = new Set(tokens.flatMap((token) => (token.kind === "option" ? [token.name] : [])));
+  const other = command === "ls" ? "watch" : "ls";
+  const misplaced = COMMAND_OPTIONS[other].find((name) => given.has(name));
+  if (misplaced !== undefined) return usage(`--${misplaced} is an option of ${other}, not of ${command}`);
+  if (url === undefined) return usage(`${command} needs the server's URL`);
+  if (command === "ls" && uris.length > 0) return usage("ls takes one URL, no URIs");
+  if (command === "watch" && uris.length === 0) return usage("watch needs at least one resource URI");
+  const era = ERAS.find((candidate) => candidate === values.era);
+  if (era === undefined) return usage(`--era must be one of ${ERAS.join(", ")}`);
+  const headers = parseHeaders(values.header);
+  if (headers === undefined) return usage('--header must look like "Name: value"');
+  const timeoutMs = positiveInteger(values.timeout);
+  if (timeoutMs === undefined) return usage("--timeout must be a whole number of milliseconds > 0");
+  const maxAttempts = values["max-attempts"] === undefined ? undefined : positiveInteger(values["max-attempts"]);
+  if (values["max-attempts"] !== undefined && maxAttempts === undefined) return usage("--max-attempts must be a whole number > 0");
+  return { kind: "run", command, url, uris, era, headers, timeoutMs, json: values.json, read: values.read, maxAttempts };
+}
+
+function positiveInteger(text: string): number | undefined {
+  const value = Number(text);
+  return /^\d+$/.test(text) && Number.isSafeInteger(value) && value > 0 ? value : undefined;
 }
 
 /** The exit code of a command stopped through `signal`; undefined while it is not stopped. */
@@ -213,7 +278,9 @@ async function watch(client: BrokerClient, url: string, uris: readonly string[],
     if (signal?.aborted === true) return resolve(EXIT_CODES.ok);
     signal?.addEventListener("abort", () => resolve(EXIT_CODES.ok), { once: true });
     client.on("connectionChange", ({ state }) => {
-      if (state === "disconnected") resolve(EXIT_CODES.failure);
+      if (state !== "disconnected" || signal?.aborted === true) return;
+      io.err("mcp-broker-client: gave up reconnecting");
+      resolve(EXIT_CODES.failure);
     });
   });
 }

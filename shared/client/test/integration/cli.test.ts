@@ -1,7 +1,10 @@
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runCli, type CliIo } from "../../src/cli.js";
 import { startDemoBroker, tempFilesDir, type DemoBroker } from "../helpers/demo-broker.js";
+import { TestBackend } from "../helpers/test-backend.js";
 
 interface Captured {
   out: string[];
@@ -117,5 +120,37 @@ describe("mcp-broker-client CLI against the broker", () => {
     const { io, stop } = capture();
     stop("SIGINT");
     expect(await runCli(["ls", running.url], io)).toBe(130);
+  });
+});
+
+describe("mcp-broker-client CLI timeouts and reconnect limits", () => {
+  it("gives up on a server that never answers after --timeout, with 1", async () => {
+    const hung = createServer(() => undefined);
+    await new Promise<void>((resolve) => hung.listen(0, "127.0.0.1", resolve));
+    try {
+      const { err, io } = capture();
+      const started = Date.now();
+      expect(await runCli(["ls", `http://127.0.0.1:${(hung.address() as AddressInfo).port}/mcp`, "--timeout", "300"], io)).toBe(1);
+      expect(Date.now() - started).toBeLessThan(5_000);
+      expect(err.join("\n")).toMatch(/cannot connect .*timed out/);
+    } finally {
+      hung.closeAllConnections();
+      await new Promise<void>((resolve) => hung.close(() => resolve()));
+    }
+  });
+
+  // TestBackend over HTTP answers legacy requests statelessly (no resources/subscribe): modern only.
+  it("watch --max-attempts gives up reconnecting to a server that is gone, with 1", async () => {
+    const backend = new TestBackend();
+    backend.texts.set("test://one", "one");
+    const served = await backend.serveHttp();
+    const { err, io, until } = capture();
+    const run = runCli(["watch", served.url, "test://one", "--era", "modern", "--max-attempts", "2", "--timeout", "2000"], io);
+    await until(() => err.some((line) => line.includes("watching test://one")));
+    await served.close();
+    expect(await run).toBe(1);
+    const status = err.join("\n");
+    expect(status).toContain("reconnecting (attempt 1)");
+    expect(status).toContain("gave up reconnecting");
   });
 });

@@ -2,7 +2,7 @@ import { readdir, readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 import { describe, expect, it } from "vitest";
-import { EXIT_CODES } from "../../src/cli.js";
+import { EXIT_CODES, USAGE } from "../../src/cli.js";
 import { CLIENT_ERROR_CATALOG } from "../../src/index.js";
 
 const root = fileURLToPath(new URL("../../", import.meta.url));
@@ -20,6 +20,13 @@ describe("package contract", () => {
     const section = readme.slice(readme.indexOf("## CLI"), readme.indexOf("## Semantics"));
     const documented = [...section.matchAll(/^\| `(\d+)` \| /gm)].map(([, code]) => Number(code));
     expect(documented).toEqual(Object.values(EXIT_CODES));
+  });
+
+  it("shows the CLI's usage and options in the README as --help prints them", async () => {
+    const readme = await readFile(`${root}README.md`, "utf8");
+    const section = readme.slice(readme.indexOf("## CLI"), readme.indexOf("## Semantics"));
+    const block = /```text\n([\s\S]*?)\n```/.exec(section)?.[1];
+    expect(block).toBe(USAGE.slice(0, USAGE.indexOf("\n\n", USAGE.indexOf("Options:"))));
   });
 
   it("keeps Node-only modules out of the library (only the CLI may use them)", async () => {
