@@ -6,7 +6,9 @@ type AnyListener = EventListenerOrEventListenerObject | TypedEventListener<never
 /**
  * The standard `EventTarget` (Node 20 and browsers) with the event names and `detail` types of
  * `EventMap` checked at compile time. `on()` is a shorthand that hands the listener the detail
- * and returns the matching unsubscribe function.
+ * and returns the matching unsubscribe function; it takes the names of `EventMap` only, whereas
+ * `addEventListener` keeps the standard overload for any name with an untyped listener (so the
+ * class stays assignable to `EventTarget`), where a misspelt name compiles.
  *
  * Delivery is synchronous and in registration order. A listener that throws does not stop the
  * others or the emitter, but the runtime reports the exception as for any EventTarget: browsers

@@ -29,6 +29,15 @@ describe("package contract", () => {
     expect(block).toBe(USAGE.slice(0, USAGE.indexOf("\n\n", USAGE.indexOf("Options:"))));
   });
 
+  it("documents the untyped addEventListener fallback and the order of update events", async () => {
+    const readme = await readFile(`${root}README.md`, "utf8");
+    const api = readme.slice(readme.indexOf("### Methods"), readme.indexOf("## Events"));
+    expect(api).toMatch(/\| `addEventListener` \/ `removeEventListener` \|.*untyped overload.*Use `on\(\)` to have the names checked/);
+    const events = readme.slice(readme.indexOf("## Events"), readme.indexOf("## Content cache"));
+    expect(events).toContain("**Order of an update of cached content.**");
+    expect(events).toMatch(/`resourceUpdated` always comes before its\s+`resourceContentChange` events/);
+  });
+
   it("keeps Node-only modules out of the library (only the CLI may use them)", async () => {
     const files = (await readdir(`${root}src`, { recursive: true })).filter((name) => name.endsWith(".ts") && name !== "cli.ts");
     expect(files.length).toBeGreaterThan(15);

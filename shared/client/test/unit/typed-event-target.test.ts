@@ -21,4 +21,18 @@ describe("TypedEventTarget", () => {
     expect(seen).toEqual([1, 10]);
     expect(emitter).toBeInstanceOf(EventTarget);
   });
+
+  it("checks the names of on() and of typed addEventListener listeners; other names take the untyped standard overload", () => {
+    const emitter = new Emitter();
+    // @ts-expect-error -- on() takes the names of the event map only
+    emitter.on("pnig", () => undefined);
+    // @ts-expect-error -- a listener of the typed overload needs a name of the map
+    emitter.addEventListener("pnig", (event: CustomEvent<{ n: number }>) => void event.detail.n);
+    // The standard overload (kept so the class stays an EventTarget) takes any name with an
+    // untyped listener: a misspelt name compiles, and the listener never runs.
+    const seen: Event[] = [];
+    emitter.addEventListener("pnig", (event) => void seen.push(event));
+    emitter.fire(1);
+    expect(seen).toEqual([]);
+  });
 });
