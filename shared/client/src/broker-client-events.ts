@@ -10,22 +10,31 @@ import type { Prompt, Resource, ResourceTemplate, Tool } from "./lists/list-cata
  */
 export type ResourceUpdateReason = "notification" | "resync";
 
-/** A content change of a resource, from the direct cache or from one template's entry. */
-export type ResourceContentChange =
-  | {
-      readonly source: "resource";
-      readonly uri: string;
-      /** The new entry; null when the server answered a fetch with an error (the entry was dropped; see `error`). */
-      readonly entry: CachedResource | null;
-      readonly error?: unknown;
-    }
-  | {
-      readonly source: "template";
-      readonly uri: string;
-      readonly uriTemplate: string;
-      readonly entry: CachedTemplateResource | null;
-      readonly error?: unknown;
-    };
+/**
+ * Why cached resource content changed: a fetch of yours (`read`: `readResource`,
+ * `readResourceFromTemplate`), or the client's own re-read after an update of a subscribed URI
+ * (`update`, with that update's `reason`). An update reported this way fires no `resourceUpdated`.
+ */
+export type ResourceContentCause = { readonly cause: "read" } | { readonly cause: "update"; readonly reason: ResourceUpdateReason };
+
+/** A content change of a resource, from the direct cache or from one template's entry, and its cause. */
+export type ResourceContentChange = ResourceContentCause &
+  (
+    | {
+        readonly source: "resource";
+        readonly uri: string;
+        /** The new entry; null when the server answered a fetch with an error (the entry was dropped; see `error`). */
+        readonly entry: CachedResource | null;
+        readonly error?: unknown;
+      }
+    | {
+        readonly source: "template";
+        readonly uri: string;
+        readonly uriTemplate: string;
+        readonly entry: CachedTemplateResource | null;
+        readonly error?: unknown;
+      }
+  );
 
 /** The events of a `BrokerClient`, by name, with the `detail` each carries. */
 export interface BrokerClientEventMap {
@@ -42,12 +51,21 @@ export interface BrokerClientEventMap {
    */
   resourceSubscriptionsChange: { readonly uris: readonly string[]; readonly pending: readonly string[] };
   /**
-   * A subscribed resource (or a sub-resource of one) changed. `cached`: its content is in the
-   * cache, so the client re-reads it by itself and `resourceContentChange` follows; otherwise
-   * read it if you need it.
+   * A subscribed resource (or a sub-resource of one) changed, and no new content of it comes with
+   * the update: nothing of it is cached, or the client's re-read of its cached entries got no
+   * answer (the entries stay as they were; an `error` event "re-read <uri>" follows) or has
+   * nothing left to announce (every entry cleared or refetched meanwhile). Read it if you need it.
+   *
+   * Contract: each update of a subscribed URI fires either this, once, or `resourceContentChange`
+   * with `cause: "update"` once per cached entry still current when the re-read answers — never
+   * both, never neither (unless the URI was unsubscribed before its re-read ended).
    */
-  resourceUpdated: { readonly uri: string; readonly reason: ResourceUpdateReason; readonly cached: boolean };
-  /** Cached resource content changed: fetched by a read, or re-read after an update. */
+  resourceUpdated: { readonly uri: string; readonly reason: ResourceUpdateReason };
+  /**
+   * Cached resource content changed: fetched by a read (`cause: "read"`), or re-read by the client
+   * after an update of a subscribed URI whose content is cached (`cause: "update"`, in place of
+   * `resourceUpdated`; one event per entry, the direct entry first, then each template entry).
+   */
   resourceContentChange: ResourceContentChange;
   /** A prompt was fetched; `entry` is null when the server answered with an error (the entry was dropped; see `error`). */
   promptContentChange: { readonly name: string; readonly entry: CachedPrompt | null; readonly error?: unknown };

@@ -1,6 +1,6 @@
 import { ProtocolError, type CallToolResult, type Client, type GetPromptResult, type Implementation, type ProtocolEra, type ReadResourceResult, type ServerCapabilities } from "@modelcontextprotocol/client";
 import { UriTemplate, type UriTemplateVariables } from "@mcp-broker/shared";
-import type { BrokerClientEventMap, ResourceUpdateReason } from "./broker-client-events.js";
+import type { BrokerClientEventMap, ResourceContentChange, ResourceUpdateReason } from "./broker-client-events.js";
 import { resolveOptions, type BrokerClientOptions, type ResolvedOptions } from "./broker-client-options.js";
 import { ContentCache, frozenCopy, type CachedPrompt, type CachedResource, type CachedTemplateResource, type CachedToolCall, type ContentCacheView } from "./cache/content-cache.js";
 import type { FetchTicket, LatestEntryMap } from "./cache/latest-entry-map.js";
@@ -202,13 +202,13 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     const ticket = resources.begin(uri);
     let content: ReadResourceResult;
     try {
-      content = await connection.request((client, options) => client.readResource({ uri }, { ...options, cacheMode: "bypass" }));
+      content = await readFromServer(connection, uri);
     } catch (error) {
-      this.fetchFailed(resources, uri, ticket, error, () => this.emit("resourceContentChange", { source: "resource", uri, entry: null, error }));
+      this.fetchFailed(resources, uri, ticket, error, () => this.emit("resourceContentChange", { cause: "read", source: "resource", uri, entry: null, error }));
       throw error;
     }
     const entry: CachedResource = Object.freeze({ uri, content: frozenCopy(content), timestamp: this.now() });
-    if (resources.settle(uri, ticket, entry)) this.emit("resourceContentChange", { source: "resource", uri, entry });
+    if (resources.settle(uri, ticket, entry)) this.emit("resourceContentChange", { cause: "read", source: "resource", uri, entry });
     return content;
   }
 
@@ -224,13 +224,13 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     const ticket = templates.begin(uriTemplate);
     let content: ReadResourceResult;
     try {
-      content = await connection.request((client, options) => client.readResource({ uri }, { ...options, cacheMode: "bypass" }));
+      content = await readFromServer(connection, uri);
     } catch (error) {
-      this.fetchFailed(templates, uriTemplate, ticket, error, () => this.emit("resourceContentChange", { source: "template", uri, uriTemplate, entry: null, error }));
+      this.fetchFailed(templates, uriTemplate, ticket, error, () => this.emit("resourceContentChange", { cause: "read", source: "template", uri, uriTemplate, entry: null, error }));
       throw error;
     }
     const entry: CachedTemplateResource = Object.freeze({ uriTemplate, params: cachedParams, uri, content: frozenCopy(content), timestamp: this.now() });
-    if (templates.settle(uriTemplate, ticket, entry)) this.emit("resourceContentChange", { source: "template", uri, uriTemplate, entry });
+    if (templates.settle(uriTemplate, ticket, entry)) this.emit("resourceContentChange", { cause: "read", source: "template", uri, uriTemplate, entry });
     return content;
   }
 
@@ -380,50 +380,71 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
   }
 
   /**
-   * An update of `uri` (a subscribed URI or a sub-resource of one): announced, and where its
-   * content is cached re-read once, for the direct entry and every template entry that expanded
-   * to it. The re-reads are begun before the announcement, so a listener that clears an entry
-   * voids its re-read.
+   * An update of `uri` (a subscribed URI or a sub-resource of one). Where its content is cached
+   * (the direct entry, and every template entry that expanded to it) it is re-read once and the
+   * update is reported as the entries' new content; otherwise it is reported as `resourceUpdated`
+   * at once. The re-reads are begun here, as the update is handled, so that a later fetch or clear
+   * of an entry voids its re-read.
    */
   private resourceUpdated(connection: Connection, uri: string, reason: ResourceUpdateReason): void {
     if (!this.subscriptions.covers(uri)) return;
     const { resources, templates } = this.contents;
     const direct = resources.get(uri) === null ? undefined : resources.begin(uri);
     const viaTemplates = this.contents.templatesExpandingTo(uri).map(({ uriTemplate }) => ({ uriTemplate, ticket: templates.begin(uriTemplate) }));
-    const cached = direct !== undefined || viaTemplates.length > 0;
-    this.emit("resourceUpdated", { uri, reason, cached });
-    if (cached) void this.reread(connection, uri, direct, viaTemplates);
+    if (direct === undefined && viaTemplates.length === 0) this.emit("resourceUpdated", { uri, reason });
+    else void this.reread(connection, uri, reason, direct, viaTemplates);
   }
 
-  private async reread(connection: Connection, uri: string, direct: FetchTicket | undefined, viaTemplates: readonly { uriTemplate: string; ticket: FetchTicket }[]): Promise<void> {
+  /**
+   * Re-reads cached `uri` after an update and announces each entry's outcome (`cause: "update"`).
+   * An update is never swallowed: when no entry is announced — the read got no answer, or every
+   * entry was cleared or refetched meanwhile — it is reported as `resourceUpdated` instead (if
+   * `uri` is still subscribed), and a read without an answer also as an `error`.
+   */
+  private async reread(
+    connection: Connection,
+    uri: string,
+    reason: ResourceUpdateReason,
+    direct: FetchTicket | undefined,
+    viaTemplates: readonly { uriTemplate: string; ticket: FetchTicket }[],
+  ): Promise<void> {
     const { resources, templates } = this.contents;
-    let content: ReadResourceResult;
-    try {
-      content = await connection.request((client, options) => client.readResource({ uri }, { ...options, cacheMode: "bypass" }));
-    } catch (error) {
-      if (direct !== undefined) this.fetchFailed(resources, uri, direct, error, () => this.emit("resourceContentChange", { source: "resource", uri, entry: null, error }));
+    const cause = { cause: "update", reason } as const;
+    let announced = false;
+    const announce = (change: ResourceContentChange): void => {
+      announced = true;
+      this.emit("resourceContentChange", change);
+    };
+    const read = await readFromServer(connection, uri).then(
+      (content) => ({ content }),
+      (error: unknown) => ({ error }),
+    );
+    if ("content" in read) {
+      const frozen = frozenCopy(read.content);
+      const timestamp = this.now();
+      if (direct !== undefined) {
+        const entry: CachedResource = Object.freeze({ uri, content: frozen, timestamp });
+        if (resources.settle(uri, direct, entry)) announce({ ...cause, source: "resource", uri, entry });
+      }
       for (const { uriTemplate, ticket } of viaTemplates) {
-        this.fetchFailed(templates, uriTemplate, ticket, error, () => this.emit("resourceContentChange", { source: "template", uri, uriTemplate, entry: null, error }));
+        const previous = templates.get(uriTemplate);
+        if (previous === null) {
+          templates.abandon(uriTemplate, ticket);
+          continue;
+        }
+        const entry: CachedTemplateResource = Object.freeze({ ...previous, content: frozen, timestamp });
+        if (templates.settle(uriTemplate, ticket, entry)) announce({ ...cause, source: "template", uri, uriTemplate, entry });
       }
-      // Without an answer the entries stay and no content event says why; a reconnect re-reads them.
-      if (!(error instanceof ProtocolError)) this.emit("error", { operation: `re-read ${uri}`, error });
-      return;
-    }
-    const timestamp = this.now();
-    const frozen = frozenCopy(content);
-    if (direct !== undefined) {
-      const entry: CachedResource = Object.freeze({ uri, content: frozen, timestamp });
-      if (resources.settle(uri, direct, entry)) this.emit("resourceContentChange", { source: "resource", uri, entry });
-    }
-    for (const { uriTemplate, ticket } of viaTemplates) {
-      const previous = templates.get(uriTemplate);
-      if (previous === null) {
-        templates.abandon(uriTemplate, ticket);
-        continue;
+    } else {
+      const { error } = read;
+      if (direct !== undefined) this.fetchFailed(resources, uri, direct, error, () => announce({ ...cause, source: "resource", uri, entry: null, error }));
+      for (const { uriTemplate, ticket } of viaTemplates) {
+        this.fetchFailed(templates, uriTemplate, ticket, error, () => announce({ ...cause, source: "template", uri, uriTemplate, entry: null, error }));
       }
-      const entry: CachedTemplateResource = Object.freeze({ ...previous, content: frozen, timestamp });
-      if (templates.settle(uriTemplate, ticket, entry)) this.emit("resourceContentChange", { source: "template", uri, uriTemplate, entry });
     }
+    if (!announced && this.subscriptions.covers(uri)) this.emit("resourceUpdated", { uri, reason });
+    // Without an answer the entries stay as they were (maybe stale); a reconnect re-reads them.
+    if ("error" in read && !(read.error instanceof ProtocolError)) this.emit("error", { operation: `re-read ${uri}`, error: read.error });
   }
 
   private listReloaded(reload: ListReload): void {
@@ -456,6 +477,11 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     this.subscriptions.clear();
     this.contents.clearAll();
   }
+}
+
+/** Reads `uri` past the SDK's response cache: every fetch goes to the server (the cache here is for display). */
+function readFromServer(connection: Connection, uri: string): Promise<ReadResourceResult> {
+  return connection.request((client, options) => client.readResource({ uri }, { ...options, cacheMode: "bypass" }));
 }
 
 function toolError(name: string, result: CallToolResult): BrokerClientError {

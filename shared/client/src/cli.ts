@@ -247,15 +247,20 @@ async function list(client: BrokerClient, url: string, json: boolean, io: CliIo)
 async function watch(client: BrokerClient, url: string, uris: readonly string[], read: boolean, io: CliIo, signal: AbortSignal | undefined): Promise<number> {
   const line = (event: Record<string, unknown>): void => io.out(JSON.stringify({ ...event, at: new Date().toISOString() }));
   const contentFailed = (uri: string, error: unknown): void => line({ event: "content", uri, contents: null, error: message(error) });
-  client.on("resourceUpdated", ({ uri, reason, cached }) => {
+  // An update comes as resourceUpdated when no new content comes with it (nothing of the URI is
+  // cached, or the client's re-read got no answer): with --read it is read here. An update of
+  // cached content comes as its re-read content instead (watch caches no template entries, so
+  // that is one event), and prints its updated line first all the same.
+  client.on("resourceUpdated", ({ uri, reason }) => {
     line({ event: "updated", uri, reason });
-    // A cached resource is re-read by the client (its content arrives as resourceContentChange);
-    // otherwise read it here (a failure of a read that had nothing cached raises no event).
-    if (read && !cached) client.readResource(uri).catch((error: unknown) => contentFailed(uri, error));
+    if (read) client.readResource(uri).catch((error: unknown) => contentFailed(uri, error));
   });
-  client.on("resourceContentChange", ({ uri, entry, error }) => {
-    if (entry === null) contentFailed(uri, error);
-    else line({ event: "content", uri, contents: entry.content.contents });
+  client.on("resourceContentChange", (change) => {
+    const { uri, entry } = change;
+    if (change.cause === "update") line({ event: "updated", uri, reason: change.reason });
+    if (entry !== null) line({ event: "content", uri, contents: entry.content.contents });
+    // A failed read of watch's own is printed where it rejects (once, whether an entry was dropped or not).
+    else if (change.cause === "update") contentFailed(uri, change.error);
   });
   client.on("connectionChange", ({ state, error, attempt }) => {
     io.err(`mcp-broker-client: ${state}${attempt === undefined ? "" : ` (attempt ${attempt})`}${error === undefined ? "" : `: ${message(error)}`}`);

@@ -154,3 +154,42 @@ describe("mcp-broker-client CLI timeouts and reconnect limits", () => {
     expect(status).toContain("gave up reconnecting");
   });
 });
+
+// TestBackend over HTTP answers legacy requests statelessly (no resources/subscribe): modern only.
+describe("mcp-broker-client watch --read when a watched resource goes away and comes back", () => {
+  it("prints each update's updated line and then one content line, the failed reads included", async () => {
+    const backend = new TestBackend();
+    backend.texts.set("test://one", "one");
+    const served = await backend.serveHttp();
+    try {
+      const { out, io, until, stop } = capture();
+      const run = runCli(["watch", served.url, "test://one", "--era", "modern", "--read"], io);
+      await until(() => out.length === 1);
+      // Cached: the client's re-read is refused, and the entry dropped.
+      backend.texts.delete("test://one");
+      backend.updated("test://one");
+      await until(() => out.length === 3);
+      // Nothing cached any more: watch reads it itself, and that read is refused too.
+      backend.updated("test://one");
+      await until(() => out.length === 5);
+      backend.texts.set("test://one", "one again");
+      backend.updated("test://one");
+      await until(() => out.length === 7);
+      stop();
+      expect(await run).toBe(0);
+      const updated = { event: "updated", uri: "test://one", reason: "notification", at: expect.any(String) };
+      const refused = { event: "content", uri: "test://one", contents: null, error: expect.any(String), at: expect.any(String) };
+      expect(events(out)).toEqual([
+        { event: "content", uri: "test://one", contents: [expect.objectContaining({ text: "one" })], at: expect.any(String) },
+        updated,
+        refused,
+        updated,
+        refused,
+        updated,
+        { event: "content", uri: "test://one", contents: [expect.objectContaining({ text: "one again" })], at: expect.any(String) },
+      ]);
+    } finally {
+      await served.close();
+    }
+  });
+});

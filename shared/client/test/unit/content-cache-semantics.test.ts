@@ -25,7 +25,7 @@ describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
     const resourceChange = nextEvent(c, "resourceContentChange");
     const read = await c.readResource("test://one");
     expect(firstText(read)).toBe("one v1");
-    expect(await resourceChange).toMatchObject({ source: "resource", uri: "test://one", entry: { content: read } });
+    expect(await resourceChange).toMatchObject({ cause: "read", source: "resource", uri: "test://one", entry: { content: read } });
     expect(c.cache.getResource("test://one")).toEqual({ uri: "test://one", content: read, timestamp: clock.now() });
 
     const promptChange = nextEvent(c, "promptContentChange");
@@ -47,7 +47,7 @@ describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
     expect(firstText(read)).toBe("item a%20b");
     const entry = c.cache.getResourceTemplate("test://items/{id}");
     expect(entry).toMatchObject({ uriTemplate: "test://items/{id}", params: { id: "a b" }, uri: "test://items/a%20b", content: read });
-    expect(await change).toMatchObject({ source: "template", uri: "test://items/a%20b", uriTemplate: "test://items/{id}" });
+    expect(await change).toMatchObject({ cause: "read", source: "template", uri: "test://items/a%20b", uriTemplate: "test://items/{id}" });
     expect(c.cache.getResource("test://items/a%20b")).toBeNull();
   });
 
@@ -173,8 +173,8 @@ describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
 
     expect([c.cache.getResource("test://one"), c.cache.getResourceTemplate("test://items/{id}"), c.cache.getPrompt("greet")]).toEqual([null, null, null]);
     expect(contents).toEqual([
-      { source: "resource", uri: "test://one", entry: null, error: read },
-      { source: "template", uri: "test://items/2", uriTemplate: "test://items/{id}", entry: null, error: viaTemplate },
+      { cause: "read", source: "resource", uri: "test://one", entry: null, error: read },
+      { cause: "read", source: "template", uri: "test://items/2", uriTemplate: "test://items/{id}", entry: null, error: viaTemplate },
     ]);
     expect(prompts).toEqual([{ name: "greet", entry: null, error: prompt }]);
     // With nothing cached, a failed fetch changes nothing and says nothing.

@@ -1,9 +1,9 @@
 import { readdir, readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
-import { describe, expect, it } from "vitest";
+import { describe, expect, expectTypeOf, it } from "vitest";
 import { EXIT_CODES, USAGE } from "../../src/cli.js";
-import { CLIENT_ERROR_CATALOG } from "../../src/index.js";
+import { CLIENT_ERROR_CATALOG, type BrokerClientEventMap, type ResourceContentChange, type ResourceUpdateReason } from "../../src/index.js";
 
 const root = fileURLToPath(new URL("../../", import.meta.url));
 
@@ -29,13 +29,25 @@ describe("package contract", () => {
     expect(block).toBe(USAGE.slice(0, USAGE.indexOf("\n\n", USAGE.indexOf("Options:"))));
   });
 
-  it("documents the untyped addEventListener fallback and the order of update events", async () => {
+  it("documents the untyped addEventListener fallback", async () => {
     const readme = await readFile(`${root}README.md`, "utf8");
     const api = readme.slice(readme.indexOf("### Methods"), readme.indexOf("## Events"));
     expect(api).toMatch(/\| `addEventListener` \/ `removeEventListener` \|.*untyped overload.*Use `on\(\)` to have the names checked/);
+  });
+
+  it("documents the update events as typed, and that each update fires exactly one kind of them", async () => {
+    expectTypeOf<keyof BrokerClientEventMap["resourceUpdated"]>().toEqualTypeOf<"uri" | "reason">();
+    expectTypeOf<ResourceContentChange["cause"]>().toEqualTypeOf<"read" | "update">();
+    expectTypeOf<Extract<ResourceContentChange, { cause: "update" }>["reason"]>().toEqualTypeOf<ResourceUpdateReason>();
+    const readme = await readFile(`${root}README.md`, "utf8");
     const events = readme.slice(readme.indexOf("## Events"), readme.indexOf("## Content cache"));
-    expect(events).toContain("**Order of an update of cached content.**");
-    expect(events).toMatch(/`resourceUpdated` always comes before its\s+`resourceContentChange` events/);
+    const detail = (event: string): string | undefined => new RegExp(`^\\| \`${event}\` \\| (.+?) \\|`, "m").exec(events)?.[1];
+    expect(detail("resourceUpdated")).toBe("`{ uri, reason }`");
+    expect(detail("resourceContentChange")).toBe(
+      '`{ source: "resource", uri, entry, cause, reason?, error? }` or `{ source: "template", uri, uriTemplate, entry, cause, reason?, error? }`',
+    );
+    expect(events).toContain("**How an update is reported.**");
+    expect(events).toMatch(/fires either `resourceUpdated` once or `resourceContentChange` with `cause: "update"` — never\s+both, never neither/);
   });
 
   it("keeps Node-only modules out of the library (only the CLI may use them)", async () => {

@@ -75,13 +75,13 @@ describe("reconnect (legacy)", () => {
     expect((await tools).tools.map((t) => t.name)).toContain("new");
     expect(backend.legacySubscriptions()).toEqual([["test://one"]]);
     // Updates sent while away are lost: each restored subscription is reported updated once.
-    expect(await updated).toEqual({ uri: "test://one", reason: "resync", cached: false });
+    expect(await updated).toEqual({ uri: "test://one", reason: "resync" });
     expect(c.cache.getResource("test://two")).not.toBeNull();
 
     // And updates flow again.
     const next = nextEvent(c, "resourceUpdated");
     backend.updated("test://one");
-    expect(await next).toEqual({ uri: "test://one", reason: "notification", cached: false });
+    expect(await next).toEqual({ uri: "test://one", reason: "notification" });
   });
 
   it("gives up after maxAttempts and ends disconnected, cleared, with the error", async () => {
@@ -148,7 +148,7 @@ describe("reconnect (legacy)", () => {
     await clock.timerSet(100);
     await clock.advance(100);
     expect(await active).toEqual({ uris: ["test://one"], pending: [] });
-    expect(await updated).toEqual({ uri: "test://one", reason: "resync", cached: false });
+    expect(await updated).toEqual({ uri: "test://one", reason: "resync" });
     expect(backend.legacySubscriptions()).toEqual([["test://one"]]);
   });
 
@@ -173,7 +173,7 @@ describe("reconnect (legacy)", () => {
     backend.unknownUris.delete("test://one");
     const updated = nextEvent(c, "resourceUpdated");
     await clock.advance(1_500);
-    expect(await updated).toEqual({ uri: "test://one", reason: "resync", cached: false });
+    expect(await updated).toEqual({ uri: "test://one", reason: "resync" });
     expect(c.getPendingResourceSubscriptions()).toEqual([]);
     expect(backend.legacySubscriptions()).toEqual([["test://one"]]);
     // Nothing is pending any more: no further tries.
@@ -214,7 +214,7 @@ describe("reconnect (legacy)", () => {
     expect(backend.legacySubscriptions()).toEqual([["test://two"]]);
   });
 
-  it("keeps cached content whose re-read the dropped connection cut short, and re-reads it after the reconnect", async () => {
+  it("keeps cached content whose re-read the dropped connection cut short, reports the update as resourceUpdated, and re-reads it after the reconnect", async () => {
     const { backend, clock, client: c } = unitSetup("legacy");
     client = c;
     await c.connect();
@@ -223,20 +223,28 @@ describe("reconnect (legacy)", () => {
     const reads = backend.count("resources/read");
     backend.holdNext("resources/read");
     const contents = record(c, "resourceContentChange");
+    const order: string[] = [];
+    c.on("resourceUpdated", ({ uri, reason }) => order.push(`updated ${uri} ${reason}`));
+    c.on("error", ({ operation }) => order.push(`error ${operation}`));
     const failed = nextEvent(c, "error", (d) => d.operation === "re-read test://one");
     backend.updated("test://one");
     await backend.whenReceived("resources/read", reads + 1);
     await dropConnection(backend, c, "legacy");
-    // No answer, not a JSON-RPC error: the content may well be unchanged.
+    // No answer, not a JSON-RPC error: the content may well be unchanged, but the update is not lost.
     expect((await failed).error).not.toBeInstanceOf(ProtocolError);
+    expect(order).toEqual(["updated test://one notification", "error re-read test://one"]);
     expect(contents).toEqual([]);
     expect(firstText(c.cache.getResource("test://one")?.content)).toBe("one v1");
 
     backend.texts.set("test://one", "one v2");
     const reread = nextEvent(c, "resourceContentChange");
     await reconnect(c, clock);
-    expect(firstText((await reread).entry?.content)).toBe("one v2");
+    const detail = await reread;
+    expect(detail).toMatchObject({ cause: "update", reason: "resync", source: "resource", uri: "test://one" });
+    expect(firstText(detail.entry?.content)).toBe("one v2");
     expect(firstText(c.cache.getResource("test://one")?.content)).toBe("one v2");
+    // The resync of cached content came as its content alone.
+    expect(order).toEqual(["updated test://one notification", "error re-read test://one"]);
   });
 
   it("disconnect() while reconnecting stops the attempts", async () => {
@@ -389,7 +397,7 @@ describe("reconnect (modern)", () => {
     expect(backend.listenFilters.at(-1)?.resourceSubscriptions).toEqual(["test://one"]);
     const updated = nextEvent(c, "resourceUpdated", (d) => d.reason === "notification");
     backend.updated("test://one");
-    expect(await updated).toEqual({ uri: "test://one", reason: "notification", cached: false });
+    expect(await updated).toEqual({ uri: "test://one", reason: "notification" });
   });
 
   it("hears a list change made while the listen stream opens, on connect and on reconnect", async () => {
@@ -440,7 +448,7 @@ describe("reconnect (modern)", () => {
     backend.listChanged("resources");
     await clock.timerSet(100);
     await clock.advance(100);
-    expect(await updated).toEqual({ uri: "test://one", reason: "resync", cached: false });
+    expect(await updated).toEqual({ uri: "test://one", reason: "resync" });
     expect(c.getPendingResourceSubscriptions()).toEqual([]);
     expect(backend.listenFilters.at(-1)?.resourceSubscriptions).toEqual(["test://two", "test://one"]);
   });
@@ -484,12 +492,12 @@ describe("reconnect (modern)", () => {
     expect(backend.count("subscriptions/listen")).toBe(listens);
     await clock.advance(1);
     await backend.whenReceived("subscriptions/listen", listens + 1);
-    expect(await updated).toEqual({ uri: "test://one", reason: "resync", cached: false });
+    expect(await updated).toEqual({ uri: "test://one", reason: "resync" });
     expect(backend.listenFilters.at(-1)?.resourceSubscriptions).toEqual(["test://one"]);
     expect(c.state).toBe("connected");
     const next = nextEvent(c, "resourceUpdated");
     backend.updated("test://one");
-    expect(await next).toEqual({ uri: "test://one", reason: "notification", cached: false });
+    expect(await next).toEqual({ uri: "test://one", reason: "notification" });
   });
 
   it("backs off further while a broken listen stream cannot be reopened, its URIs pending meanwhile", async () => {
@@ -517,7 +525,7 @@ describe("reconnect (modern)", () => {
     await backend.whenReceived("subscriptions/listen", listens + 3);
     // The reopened stream reloads the lists, and the reload retries the pending URI.
     await clock.advance(100);
-    expect(await updated).toEqual({ uri: "test://one", reason: "resync", cached: false });
+    expect(await updated).toEqual({ uri: "test://one", reason: "resync" });
     expect(c.getPendingResourceSubscriptions()).toEqual([]);
     expect(backend.listenFilters.at(-1)?.resourceSubscriptions).toEqual(["test://one"]);
   });
@@ -539,11 +547,11 @@ describe("reconnect (modern)", () => {
     expect(c.getSubscribedResources()).toEqual(["test://one", "test://two"]);
     expect(c.getPendingResourceSubscriptions()).toEqual(["test://one"]);
     // Only what the stream still serves is resynced.
-    expect(await resync).toEqual({ uri: "test://two", reason: "resync", cached: false });
+    expect(await resync).toEqual({ uri: "test://two", reason: "resync" });
 
     const updated = nextEvent(c, "resourceUpdated", (d) => d.reason === "notification");
     backend.updated("test://two");
-    expect(await updated).toEqual({ uri: "test://two", reason: "notification", cached: false });
+    expect(await updated).toEqual({ uri: "test://two", reason: "notification" });
     backend.tools.set("new", { name: "new", run: () => ({ content: [] }) });
     await toolListChangeHeard({ backend, clock, client: c });
     expect(c.getTools().map((t) => t.name)).toContain("new");

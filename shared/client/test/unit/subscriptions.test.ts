@@ -6,7 +6,7 @@ import type { SubscriptionChannel } from "../../src/subscriptions/subscription-c
 import { firstText, nextEvent, record } from "../helpers/events.js";
 import { settle } from "../helpers/manual-clock.js";
 import type { TestBackend } from "../helpers/test-backend.js";
-import { breakListenStream, unitSetup } from "../helpers/unit-client.js";
+import { breakListenStream, unitSetup, type UnitSetup } from "../helpers/unit-client.js";
 
 /** What the server side holds for this client: legacy subscriptions, or the last listen filter's URIs. */
 function serverSide(backend: TestBackend, era: "legacy" | "modern"): string[] {
@@ -19,6 +19,16 @@ describe.each(["legacy", "modern"] as const)("resource subscriptions (%s)", (era
   afterEach(async () => {
     await client?.disconnect();
   });
+
+  /** A connected client that read `test://one` (so its content is cached) and subscribed to it. */
+  async function cachedAndSubscribed(): Promise<UnitSetup> {
+    const setup = unitSetup(era);
+    client = setup.client;
+    await setup.client.connect();
+    await setup.client.readResource("test://one");
+    await setup.client.subscribeToResource("test://one");
+    return setup;
+  }
 
   it("rejects with NOT_CONNECTED before connect", async () => {
     const { client: c } = unitSetup(era);
@@ -60,60 +70,87 @@ describe.each(["legacy", "modern"] as const)("resource subscriptions (%s)", (era
     expect(changes.map((change) => change.uris)).toEqual([["test://one"], ["test://one", "test://two"], ["test://two"]]);
   });
 
-  it("reports an update of an uncached resource as resourceUpdated, not cached", async () => {
+  it("reports an update of an uncached resource as resourceUpdated only", async () => {
     const { backend, client: c } = unitSetup(era);
     client = c;
     await c.connect();
     await c.subscribeToResource("test://one");
+    const contents = record(c, "resourceContentChange");
+    const reads = backend.count("resources/read");
     const updated = nextEvent(c, "resourceUpdated");
     backend.updated("test://one");
-    expect(await updated).toEqual({ uri: "test://one", reason: "notification", cached: false });
+    expect(await updated).toEqual({ uri: "test://one", reason: "notification" });
+    await settle();
+    expect(contents).toEqual([]);
+    expect(backend.count("resources/read")).toBe(reads);
   });
 
-  it("re-reads cached content on an update and announces the update, then the new content", async () => {
-    const { backend, client: c } = unitSetup(era);
-    client = c;
-    await c.connect();
-    await c.readResource("test://one");
-    await c.subscribeToResource("test://one");
-    const order: string[] = [];
-    c.on("resourceUpdated", (d) => order.push(`updated ${d.uri} cached=${d.cached}`));
-    c.on("resourceContentChange", (d) => order.push(`content ${firstText(d.entry?.content)}`));
+  it("reports an update of cached content as the re-read content (cause update), without resourceUpdated", async () => {
+    const { backend, client: c } = await cachedAndSubscribed();
+    const updates = record(c, "resourceUpdated");
     backend.texts.set("test://one", "one v2");
     const change = nextEvent(c, "resourceContentChange");
     backend.updated("test://one");
-    const { entry } = await change;
-    expect(firstText(entry?.content)).toBe("one v2");
+    const detail = await change;
+    expect(detail).toMatchObject({ cause: "update", reason: "notification", source: "resource", uri: "test://one" });
+    expect(firstText(detail.entry?.content)).toBe("one v2");
     expect(firstText(c.cache.getResource("test://one")?.content)).toBe("one v2");
-    expect(order).toEqual(["updated test://one cached=true", "content one v2"]);
+    await settle();
+    expect(updates).toEqual([]);
   });
 
-  it("re-reads a template entry whose expanded URI was updated", async () => {
+  it("re-reads every entry holding an updated URI once, the direct one first, each with cause update", async () => {
     const { backend, client: c } = unitSetup(era);
     client = c;
     await c.connect();
+    await c.readResource("test://items/5");
     await c.readResourceFromTemplate("test://items/{id}", { id: "5" });
     await c.subscribeToResource("test://items/5");
+    const updates = record(c, "resourceUpdated");
+    const contents = record(c, "resourceContentChange");
+    const reads = backend.count("resources/read");
     backend.templateText = () => "item 5, changed";
-    const change = nextEvent(c, "resourceContentChange");
+    const second = nextEvent(c, "resourceContentChange", (d) => d.source === "template");
     backend.updated("test://items/5");
-    expect(await change).toMatchObject({ source: "template", uriTemplate: "test://items/{id}", uri: "test://items/5" });
-    expect(firstText(c.cache.getResourceTemplate("test://items/{id}")?.content)).toBe("item 5, changed");
+    await second;
+    expect(contents.map(({ cause, source, uri }) => ({ cause, source, uri }))).toEqual([
+      { cause: "update", source: "resource", uri: "test://items/5" },
+      { cause: "update", source: "template", uri: "test://items/5" },
+    ]);
+    expect(contents.map((d) => firstText(d.entry?.content))).toEqual(["item 5, changed", "item 5, changed"]);
+    expect(backend.count("resources/read")).toBe(reads + 1);
     expect(c.cache.getResourceTemplate("test://items/{id}")?.params).toEqual({ id: "5" });
+    expect(updates).toEqual([]);
   });
 
-  it("drops cached content whose re-read the server answers with an error, and says why", async () => {
-    const { backend, client: c } = unitSetup(era);
-    client = c;
-    await c.connect();
-    await c.readResource("test://one");
-    await c.subscribeToResource("test://one");
+  it("drops cached content whose re-read the server answers with an error, and says why (cause update, no resourceUpdated)", async () => {
+    const { backend, client: c } = await cachedAndSubscribed();
+    const updates = record(c, "resourceUpdated");
+    const errors = record(c, "error");
     backend.texts.delete("test://one");
     const change = nextEvent(c, "resourceContentChange");
     backend.updated("test://one");
     const detail = await change;
-    expect(detail.entry).toBeNull();
+    expect(detail).toMatchObject({ cause: "update", reason: "notification", source: "resource", entry: null });
     expect(detail.error).toBeInstanceOf(ProtocolError);
+    expect(c.cache.getResource("test://one")).toBeNull();
+    await settle();
+    expect(updates).toEqual([]);
+    expect(errors).toEqual([]);
+  });
+
+  it("reports an update as resourceUpdated when its re-read has no entry left to announce (cleared meanwhile)", async () => {
+    const { backend, client: c } = await cachedAndSubscribed();
+    const contents = record(c, "resourceContentChange");
+    const reads = backend.count("resources/read");
+    const release = backend.holdNext("resources/read");
+    const updated = nextEvent(c, "resourceUpdated");
+    backend.updated("test://one");
+    await backend.whenReceived("resources/read", reads + 1);
+    c.cache.clearResource("test://one");
+    release();
+    expect(await updated).toEqual({ uri: "test://one", reason: "notification" });
+    expect(contents).toEqual([]);
     expect(c.cache.getResource("test://one")).toBeNull();
   });
 
@@ -132,7 +169,7 @@ describe.each(["legacy", "modern"] as const)("resource subscriptions (%s)", (era
     await nextEvent(c, "resourceUpdated");
     await delivered;
     await settle();
-    expect(updates).toEqual([{ uri: "test://two", reason: "notification", cached: false }]);
+    expect(updates).toEqual([{ uri: "test://two", reason: "notification" }]);
   });
 });
 
@@ -163,7 +200,7 @@ describe("legacy resource subscriptions", () => {
     const updates = record(c, "resourceUpdated");
     const changes = record(c, "resourceSubscriptionsChange");
     await c.subscribeToResource("test://one");
-    expect(updates).toEqual([{ uri: "test://one", reason: "notification", cached: false }]);
+    expect(updates).toEqual([{ uri: "test://one", reason: "notification" }]);
     // While it was being subscribed the URI was heard, not yet listed.
     expect(changes).toEqual([{ uris: ["test://one"], pending: [] }]);
   });
@@ -192,7 +229,7 @@ describe("modern resource subscriptions (one listen stream)", () => {
     const delivered = backend.delivered("notifications/resources/updated");
     backend.updated("test://two");
     await delivered;
-    expect(updates).toEqual([{ uri: "test://two", reason: "notification", cached: false }]);
+    expect(updates).toEqual([{ uri: "test://two", reason: "notification" }]);
     await settle();
     expect(subscribed).toBe(true);
     await subscribing;
