@@ -34,6 +34,10 @@ export const ERROR_CATALOG = {
     jsonRpc: -32011,
     summary: "The principal holds server.maxSessionsPerPrincipal sessions and listen streams already (data.max); end one first.",
   },
+  TOOL_HELD: {
+    jsonRpc: -32012,
+    summary: "The tool's definition changed, or the tool appeared, after its backend's tools were pinned (toolChanges: hold); it stays hidden until an operator pins its hash (data.backend, data.name, data.hash).",
+  },
   CAPABILITY_MISSING: {
     jsonRpc: -32601,
     summary: "The owning backend does not offer this capability (data.backend).",

@@ -107,7 +107,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
   });
   catalog.attach(pool);
   upstream.attach(pool);
-  router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize });
+  router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name) });
   const dispatcher = new Dispatcher(router, logger, { serverInfo, cacheScope: config.auth.apiKeys.length > 0 ? "private" : "public" });
   const sessions = new SessionHost({
     catalog: catalog.catalog,
@@ -162,7 +162,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     startBackends,
     async listen() {
       await startBackends();
-      http = createHttpServer({ endpoint, security, pool, catalog: catalog.catalog, logger, requestTimeoutMs: config.server.requestTimeoutMs });
+      http = createHttpServer({ endpoint, security, pool, catalog: catalog.catalog, heldTools: () => catalog.heldTools(), logger, requestTimeoutMs: config.server.requestTimeoutMs });
       const server = http;
       await new Promise<void>((resolve, reject) => {
         server.once("error", reject);

@@ -38,6 +38,10 @@ const backendCommon = {
   relistIntervalMs: positiveMs.optional(),
   /** HTTP backends: ping interval that detects a backend gone away between requests. */
   healthIntervalMs: positiveMs.default(15_000),
+  /** `hold`: a tool definition that changed (or a tool that appeared) after the first list is held until pinned. */
+  toolChanges: z.enum(["accept", "hold"]).default("accept"),
+  /** Tool name → canonical hash of the one definition to expose (implies `toolChanges: "hold"`; others are held). */
+  pinnedTools: z.record(z.string(), z.string().regex(/^[A-Za-z0-9_-]{22}$/, "must be a definition hash as logged (22 characters)")).optional(),
 };
 
 const stdioBackend = z

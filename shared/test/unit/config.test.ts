@@ -79,6 +79,14 @@ describe("config", () => {
     expect(dup.join("\n")).toContain("backends.1.id: duplicate backend id 'a'");
   });
 
+  it("takes toolChanges and pinnedTools, and refuses a pin that is not a logged hash", () => {
+    const held = parseConfig({ backends: [{ id: "a", command: "x", toolChanges: "hold", pinnedTools: { echo: "AbCdEfGhIjKlMnOpQrStUv" } }] }, "x.json");
+    expect(held.backends[0]).toMatchObject({ toolChanges: "hold", pinnedTools: { echo: "AbCdEfGhIjKlMnOpQrStUv" } });
+    expect(parseConfig({ backends: [{ id: "a", command: "x" }] }, "x.json").backends[0]?.toolChanges).toBe("accept");
+    expect(issuesOf(() => parseConfig({ backends: [{ id: "a", command: "x", pinnedTools: { echo: "sha256:abc" } }] }, "x.json")).join("\n")).toContain("backends.0.pinnedTools.echo");
+    expect(issuesOf(() => parseConfig({ backends: [{ id: "a", command: "x", toolChanges: "ask" }] }, "x.json")).join("\n")).toContain("backends.0");
+  });
+
   it("reports unreadable files and bad syntax as config errors", async () => {
     await expect(loadConfigFile("/nonexistent/broker.json")).rejects.toBeInstanceOf(ConfigError);
     const target = await file("broken.json", "{ not json");

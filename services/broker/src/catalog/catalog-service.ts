@@ -3,6 +3,7 @@ import type { Logger } from "../logger.js";
 import type { BackendConnection, ListKind } from "../upstream/backend-connection.js";
 import type { BackendPool } from "../upstream/backend-pool.js";
 import { Catalog, isEmptyDiff, type CatalogDiff, type CatalogKind } from "./catalog.js";
+import { ToolGate, type HeldTool } from "./tool-gate.js";
 
 /**
  * A reload job: re-list one client-visible list of one backend (for `resources`, its resources
@@ -50,6 +51,7 @@ interface RetryState {
  */
 export class CatalogService {
   readonly catalog: Catalog;
+  private readonly gate: ToolGate;
   private readonly relistTimers = new Map<string, TimerHandle>();
   private readonly generations = new Map<string, number>();
   /** Per reload key (`reloadKey`): lists whose last load failed. */
@@ -69,6 +71,7 @@ export class CatalogService {
     },
   ) {
     this.catalog = new Catalog(backends.map((b) => ({ id: b.id, prefix: b.prefix })));
+    this.gate = new ToolGate(backends, deps.logger);
     deps.jobs.process((_key, job) => this.reload(job));
   }
 
@@ -101,7 +104,18 @@ export class CatalogService {
     }
   }
 
+  /** Tools held back by `toolChanges: "hold"` / `pinnedTools`, for `/readyz`. */
+  heldTools(): HeldTool[] {
+    return this.gate.all();
+  }
+
+  /** The held tool a client-facing name refers to, if any. */
+  heldTool(exposedName: string): HeldTool | undefined {
+    return this.gate.all().find((held) => this.catalog.exposeName(held.backendId, held.name) === exposedName);
+  }
+
   backendDisconnected(backend: BackendConnection): void {
+    this.gate.clear(backend.id);
     this.nextGeneration(backend.id);
     this.stopRelist(backend.id);
     this.announce(backend.id, this.catalog.clearBackend(backend.id));
@@ -207,7 +221,7 @@ export class CatalogService {
       throw new Error(`backend '${backend.id}' dropped or reconnected while listing ${kind}`);
     }
     const hiddenBefore = new Set(this.catalog.collisions());
-    const diff = this.catalog.replace(kind, backend.id, items);
+    const diff = this.catalog.replace(kind, backend.id, kind === "tools" ? this.gate.admit(backend.id, items) : items);
     for (const collision of this.catalog.collisions()) {
       if (!hiddenBefore.has(collision)) {
         this.deps.logger.error({ backend: backend.id, kind, collision }, "name collision between unprefixed backends: set prefix: true on one of them");

@@ -174,6 +174,11 @@ export class Catalog {
     return this.naming(backendId, false) !== undefined;
   }
 
+  /** The client-facing name of a backend's tool or prompt. */
+  exposeName(backendId: string, name: string): string {
+    return this.naming(backendId).prefix ? prefixName(backendId, name) : name;
+  }
+
   /** The client-facing form of a backend URI. */
   exposeUri(backendId: string, uri: string): string {
     return this.naming(backendId).prefix ? prefixUri(backendId, uri) : uri;

@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Catalog } from "../catalog/catalog.js";
+import type { HeldTool } from "../catalog/tool-gate.js";
 import type { Logger } from "../logger.js";
 import type { BackendPool } from "../upstream/backend-pool.js";
 import type { EdgeSecurity } from "./edge-security.js";
@@ -15,6 +16,7 @@ export function createHttpServer(deps: {
   security: EdgeSecurity;
   pool: BackendPool;
   catalog: Catalog;
+  heldTools: () => readonly HeldTool[];
   logger: Logger;
   requestTimeoutMs: number;
   mcpPath?: string;
@@ -51,7 +53,13 @@ export function createHttpServer(deps: {
       }));
       const ready = deps.pool.ready();
       const collisions = deps.catalog.collisions();
-      sendJson(res, ready ? 200 : 503, { status: ready ? "ready" : "degraded", backends, ...(collisions.length > 0 && { collisions }) });
+      const heldTools = deps.heldTools();
+      sendJson(res, ready ? 200 : 503, {
+        status: ready ? "ready" : "degraded",
+        backends,
+        ...(collisions.length > 0 && { collisions }),
+        ...(heldTools.length > 0 && { heldTools }),
+      });
       return;
     }
     sendJson(res, 404, { error: `Not found: the MCP endpoint is ${mcpPath}` });

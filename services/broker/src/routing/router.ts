@@ -1,6 +1,7 @@
 import { ProtocolError, ProtocolErrorCode, ResourceNotFoundError } from "@modelcontextprotocol/client";
 import { BrokerError, META, NOTIFICATION, splitPrefixedName } from "@mcp-broker/shared";
 import type { Catalog, CatalogKind } from "../catalog/catalog.js";
+import type { HeldTool } from "../catalog/tool-gate.js";
 import type { BackendConnection } from "../upstream/backend-connection.js";
 import type { BackendPool } from "../upstream/backend-pool.js";
 import { levelAtLeast, type LogLevel, type RequestContext } from "./request-context.js";
@@ -33,7 +34,7 @@ export class Router {
   constructor(
     private readonly catalog: Catalog,
     private readonly pool: BackendPool,
-    private readonly options: { pageSize: number },
+    private readonly options: { pageSize: number; heldTool?: (name: string) => HeldTool | undefined },
   ) {}
 
   /**
@@ -67,6 +68,10 @@ export class Router {
     const name = requireString(params, "name");
     const item = this.catalog.get("tools", name);
     if (item === undefined) {
+      const held = this.options.heldTool?.(name);
+      if (held !== undefined) {
+        throw new BrokerError("TOOL_HELD", `Tool '${name}' is held: its definition changed (or it appeared) after backend '${held.backendId}' was pinned; an operator has to pin it before it can be called.`, { backend: held.backendId, name, hash: held.hash });
+      }
       throw this.unavailable(splitPrefixedName(name)?.backendId) ?? new BrokerError("UNKNOWN_TOOL", `Unknown tool '${name}'. Call tools/list for the available tools.`, { name });
     }
     const result = await this.forward(item.backendId, "tools/call", { ...params, name: item.key }, ctx);

@@ -116,7 +116,7 @@ describe("catalog service: debounced reloads on fake timers", () => {
         return { tools: snapshot };
       },
     } as unknown as BackendConnection;
-    service = new CatalogService([{ id: "a", command: "x", args: [], prefix: true, era: "auto", timeoutMs: 1000, reconnect: { initialDelayMs: 1, maxDelayMs: 1, multiplier: 1 }, healthIntervalMs: 1000 }], {
+    service = new CatalogService([{ id: "a", command: "x", args: [], prefix: true, era: "auto", timeoutMs: 1000, reconnect: { initialDelayMs: 1, maxDelayMs: 1, multiplier: 1 }, healthIntervalMs: 1000, toolChanges: "accept" }], {
       logger: pino({ level: "silent" }),
       clock,
       jobs: new MemoryJobQueue<ReloadJob>({ clock }),
@@ -236,7 +236,7 @@ describe("catalog service: failed list loads are retried with the backend's back
         return { tools: [...tools] };
       },
     };
-    service = new CatalogService([{ id: "a", command: "x", args: [], prefix: true, era: "auto", timeoutMs: 1000, reconnect, healthIntervalMs: 1000 }], {
+    service = new CatalogService([{ id: "a", command: "x", args: [], prefix: true, era: "auto", timeoutMs: 1000, reconnect, healthIntervalMs: 1000, toolChanges: "accept" }], {
       logger: pino({ level: "silent" }),
       clock,
       jobs: new MemoryJobQueue<ReloadJob>({ clock }),
