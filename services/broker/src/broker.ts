@@ -12,11 +12,13 @@ import {
   type Clock,
   type SubscriptionRegistry,
 } from "@mcp-broker/shared";
+import { CATALOG_KINDS } from "./catalog/catalog.js";
 import { CatalogService, type ReloadJob } from "./catalog/catalog-service.js";
 import { EdgeSecurity } from "./http/edge-security.js";
 import { createHttpServer } from "./http/http-server.js";
 import { McpEndpoint } from "./http/mcp-endpoint.js";
 import { createLogger, type Logger } from "./logger.js";
+import { createMetrics } from "./metrics.js";
 import { Dispatcher } from "./routing/dispatcher.js";
 import { Router } from "./routing/router.js";
 import { SessionHost } from "./session/session-host.js";
@@ -109,6 +111,18 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
   upstream.attach(pool);
   router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name) });
   const dispatcher = new Dispatcher(router, logger, { serverInfo, cacheScope: config.auth.apiKeys.length > 0 ? "private" : "public" });
+  // Read at scrape time only (the closures run after everything below exists).
+  const metrics = createMetrics({
+    sessions: () => ({ legacy: sessions.legacySessions().length, listen: sessions.listenCount() }),
+    backends: () => pool.all(),
+    upstreamSubscriptions: (backendId) => upstream.watched(backendId).length,
+    catalogItems: () => Object.fromEntries(CATALOG_KINDS.map((kind) => [kind, catalog.catalog.list(kind).length])),
+    heldTools: () => catalog.heldTools().length,
+    counts: () => {
+      const delivered = sessions.deliveries();
+      return { updatesIn: upstream.updatesReceived(), resourceDeliveries: delivered.resourceUpdated, listChangedDeliveries: delivered.listChanged, reloads: catalog.reloads() };
+    },
+  });
   const sessions = new SessionHost({
     catalog: catalog.catalog,
     subscriptionTarget: (uri) => router.subscriptionTarget(uri),
@@ -125,6 +139,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     idleTimeoutMs: config.server.sessionIdleMs,
     maxSessionsPerPrincipal: config.server.maxSessionsPerPrincipal,
     resumeHistory: config.server.resumeHistory,
+    onBusLatency: (ms) => metrics.observeBusLatency(ms),
     releaseGraceMs: config.subscriptions.releaseGraceMs,
   });
   const security = new EdgeSecurity({
@@ -162,7 +177,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     startBackends,
     async listen() {
       await startBackends();
-      http = createHttpServer({ endpoint, security, pool, catalog: catalog.catalog, heldTools: () => catalog.heldTools(), logger, requestTimeoutMs: config.server.requestTimeoutMs });
+      http = createHttpServer({ endpoint, security, pool, catalog: catalog.catalog, heldTools: () => catalog.heldTools(), metrics: metrics.registry, logger, requestTimeoutMs: config.server.requestTimeoutMs });
       const server = http;
       await new Promise<void>((resolve, reject) => {
         server.once("error", reject);

@@ -58,6 +58,7 @@ export class CatalogService {
   private readonly retries = new Map<string, RetryState>();
   private pool: BackendPool | undefined;
   private loads = 0;
+  private reloadsRun = 0;
 
   constructor(
     private readonly backends: readonly BackendConfig[],
@@ -146,9 +147,15 @@ export class CatalogService {
     });
   }
 
+  /** List reloads run since start (for metrics). */
+  reloads(): number {
+    return this.reloadsRun;
+  }
+
   private async reload({ backendId, list }: ReloadJob): Promise<void> {
     const backend = this.pool?.get(backendId);
     if (backend === undefined || backend.state !== "connected") return;
+    this.reloadsRun++;
     const diffs = new Map<CatalogKind, CatalogDiff>();
     await this.loadList(backend, list, this.generations.get(backendId) ?? 0, diffs, "list reload failed");
     this.announce(backendId, diffs);

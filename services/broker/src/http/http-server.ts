@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { Registry } from "prom-client";
 import type { Catalog } from "../catalog/catalog.js";
 import type { HeldTool } from "../catalog/tool-gate.js";
 import type { Logger } from "../logger.js";
@@ -9,7 +10,8 @@ import { sendJson } from "./mcp-endpoint.js";
 
 /**
  * The broker's HTTP face: `/mcp`, `/healthz` (process up, says nothing else), `/readyz` (every
- * backend connected; behind the Host check, as it names backends and their last failures).
+ * backend connected) and `/metrics` (Prometheus); the last two behind the Host check, as they
+ * name backends and their failures.
  */
 export function createHttpServer(deps: {
   endpoint: McpEndpoint;
@@ -17,6 +19,7 @@ export function createHttpServer(deps: {
   pool: BackendPool;
   catalog: Catalog;
   heldTools: () => readonly HeldTool[];
+  metrics: Registry;
   logger: Logger;
   requestTimeoutMs: number;
   mcpPath?: string;
@@ -37,6 +40,21 @@ export function createHttpServer(deps: {
     req.resume();
     if (path === "/healthz" && req.method === "GET") {
       sendJson(res, 200, { status: "ok" });
+      return;
+    }
+    if (path === "/metrics" && req.method === "GET") {
+      const host = deps.security.checkHost(req);
+      if (!host.ok) {
+        sendJson(res, host.status, { error: host.message });
+        return;
+      }
+      deps.metrics.metrics().then(
+        (text) => res.writeHead(200, { "content-type": deps.metrics.contentType }).end(text),
+        (error: unknown) => {
+          deps.logger.error({ err: error }, "metrics collection failed");
+          sendJson(res, 500, { error: "metrics collection failed" });
+        },
+      );
       return;
     }
     if (path === "/readyz" && req.method === "GET") {

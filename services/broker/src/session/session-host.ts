@@ -44,6 +44,8 @@ export interface SessionHostDeps {
   maxSessionsPerPrincipal: number;
   /** Events each legacy session keeps for Last-Event-ID resumption. */
   resumeHistory: number;
+  /** Hears, once per backend update, how long it took from arrival to this fan-out (ms). */
+  onBusLatency?: (ms: number) => void;
 }
 
 /** A modern listen stream as the host sees it. */
@@ -59,6 +61,8 @@ export interface ListenSink extends NotificationSink {
  */
 export class SessionHost {
   private readonly legacy = new Map<string, LegacySession>();
+  /** Notifications written to sessions and listen streams since start (for metrics). */
+  private readonly delivered = { resourceUpdated: 0, listChanged: 0 };
   private readonly listens = new Set<ListenSink>();
   /** The last update that was published under several keys (see `deliverOnce`). */
   private multiKeyUpdate: { id: string; notification: PreparedNotification; delivered: Set<NotificationSink> } | undefined;
@@ -366,6 +370,7 @@ export class SessionHost {
       if (delivered.has(sink)) continue;
       delivered.add(sink);
       sink.deliver(notification);
+      this.delivered.resourceUpdated++;
     }
   }
 
@@ -379,17 +384,29 @@ export class SessionHost {
       }
       const sinks = this.interest.of(channel);
       if (sinks === undefined || sinks.size === 0) return;
+      this.deps.onBusLatency?.(this.deps.clock.now() - message.at);
       if (message.keys > 1) {
         this.deliverOnce(message, sinks);
         return;
       }
       const notification = PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(message.backendId, message.uri));
       for (const sink of sinks) sink.deliver(notification);
+      this.delivered.resourceUpdated += sinks.size;
       return;
     }
     const notification = PreparedNotification.listChanged(message.list);
     for (const session of this.legacy.values()) session.deliver(notification);
+    this.delivered.listChanged += this.legacy.size;
     const flag: keyof ListenFlags = `${message.list}ListChanged`;
-    for (const listen of this.listens) if (listen.flags[flag]) listen.deliver(notification);
+    for (const listen of this.listens) {
+      if (!listen.flags[flag]) continue;
+      listen.deliver(notification);
+      this.delivered.listChanged++;
+    }
+  }
+
+  /** Notifications written since start, by kind. */
+  deliveries(): { resourceUpdated: number; listChanged: number } {
+    return { ...this.delivered };
   }
 }

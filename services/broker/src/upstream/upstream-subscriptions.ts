@@ -137,6 +137,11 @@ export class UpstreamSubscriptions implements UpstreamPort {
   }
 
   /** URIs of a backend currently watched upstream (for tests and the operator view). */
+  /** Backend updates of watched resources received since start (for metrics). */
+  updatesReceived(): number {
+    return this.updates;
+  }
+
   watched(backendId: string): string[] {
     return [...(this.slots.get(backendId)?.values() ?? [])].filter((slot) => slot.watch !== undefined).map((slot) => slot.uri);
   }
