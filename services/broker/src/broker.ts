@@ -145,6 +145,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
   const security = new EdgeSecurity({
     allowedHosts: config.server.allowedHosts,
     allowedOrigins: config.server.allowedOrigins,
+    corsOrigins: config.server.corsOrigins,
     apiKeys: config.auth.apiKeys,
   });
   const endpoint = new McpEndpoint({

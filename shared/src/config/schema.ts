@@ -84,6 +84,8 @@ export const brokerConfigSchema = z
         allowedOrigins: z.array(z.string()).default([]),
         /** Hostnames accepted in `Host`; localhost names are always accepted. */
         allowedHosts: z.array(z.string()).default([]),
+        /** Exact origins (`https://app.example.com:8443`) whose browser pages may call the broker (CORS); none by default. */
+        corsOrigins: z.array(z.url({ error: "must be an origin such as https://app.example.com" })).default([]),
         maxBodyBytes: z.number().int().positive().default(4 * 1024 * 1024),
         /** A legacy session with no open stream and no request for this long is ended. */
         sessionIdleMs: positiveMs.default(30 * 60_000),

@@ -14,10 +14,14 @@ export class EdgeSecurity {
   private readonly hosts: string[] | "any";
   private readonly origins: string[] | "any";
   private readonly keys: { digest: Buffer; principal: string }[];
+  /** Exact origins granted CORS (`server.corsOrigins`); their hostnames pass the Origin check too. */
+  private readonly cors: ReadonlySet<string>;
 
-  constructor(options: { allowedHosts: string[]; allowedOrigins: string[]; apiKeys: { key: string; principal: string }[] }) {
+  constructor(options: { allowedHosts: string[]; allowedOrigins: string[]; corsOrigins?: string[]; apiKeys: { key: string; principal: string }[] }) {
+    this.cors = new Set((options.corsOrigins ?? []).map((origin) => new URL(origin).origin));
+    const corsHosts = [...this.cors].map((origin) => new URL(origin).hostname);
     this.hosts = options.allowedHosts.includes("*") ? "any" : [...localhostAllowedHostnames(), ...options.allowedHosts];
-    this.origins = options.allowedOrigins.includes("*") ? "any" : [...localhostAllowedHostnames(), ...options.allowedOrigins];
+    this.origins = options.allowedOrigins.includes("*") ? "any" : [...localhostAllowedHostnames(), ...options.allowedOrigins, ...corsHosts];
     this.keys = options.apiKeys.map((k) => ({ digest: digest(k.key), principal: k.principal }));
   }
 
@@ -33,13 +37,14 @@ export class EdgeSecurity {
   }
 
   /**
-   * The request's `Origin` when it passes the Host and Origin checks: a browser page there may
-   * read the answers (CORS), its preflights are answered. Undefined without one, or when refused.
+   * The request's `Origin` when it is one of `server.corsOrigins` exactly (scheme, host and port)
+   * and the Host check passes: a browser page there may read the answers, its preflights are
+   * answered. CORS is opt-in: allowing an Origin (DNS-rebinding check) does not grant it.
    */
   corsOrigin(req: IncomingMessage): string | undefined {
     const origin = req.headers.origin;
-    if (origin === undefined || !this.checkHost(req).ok) return undefined;
-    return this.origins === "any" || validateOriginHeader(origin, this.origins).ok ? origin : undefined;
+    if (origin === undefined || !this.cors.has(origin) || !this.checkHost(req).ok) return undefined;
+    return origin;
   }
 
   check(req: IncomingMessage): EdgeVerdict {

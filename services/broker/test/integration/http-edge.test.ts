@@ -75,7 +75,7 @@ describe("HTTP edge", () => {
   beforeAll(async () => {
     running = await startBroker({
       backends: [],
-      server: { maxBodyBytes: 10_000, allowedOrigins: ["app.example.com"], requestTimeoutMs: 500 },
+      server: { maxBodyBytes: 10_000, allowedOrigins: ["app.example.com"], corsOrigins: ["https://app.example.com"], requestTimeoutMs: 500 },
       auth: { apiKeys: [{ key: KEY_A, principal: "team-a" }, { key: KEY_B, principal: "team-b" }] },
     });
   });
@@ -118,13 +118,20 @@ describe("HTTP edge", () => {
     expect((await raw(running.url, { body: initialize, headers: { ...auth(KEY_A), host: "attacker.example:80" } })).status).toBe(403);
   });
 
-  it("lets browser pages on allowed origins in (CORS): preflights answered, session id readable", async () => {
+  it("lets browser pages on the configured CORS origins in: preflights answered, session id readable", async () => {
     const preflight = await raw(running.url, { method: "OPTIONS", headers: { origin: "https://app.example.com", "access-control-request-method": "POST", "access-control-request-headers": "authorization, mcp-session-id" } });
     expect(preflight.status).toBe(204);
     expect(preflight.headers["access-control-allow-origin"]).toBe("https://app.example.com");
     expect(preflight.headers["access-control-allow-headers"]).toEqual(expect.stringContaining("mcp-session-id"));
     expect(preflight.headers["access-control-allow-methods"]).toBe("GET, POST, DELETE");
     expect((await raw(running.url, { method: "OPTIONS", headers: { origin: "http://evil.example", "access-control-request-method": "POST" } })).status).toBe(403);
+    // CORS is opt-in and exact: an Origin that merely passes the rebinding check (localhost, any
+    // port; the same host on another scheme) gets no CORS grant.
+    for (const origin of ["http://localhost:9999", "http://app.example.com"]) {
+      const other = await raw(running.url, { method: "OPTIONS", headers: { origin, "access-control-request-method": "POST" } });
+      expect(other.status).not.toBe(204);
+      expect(other.headers["access-control-allow-origin"]).toBeUndefined();
+    }
     const init = await raw(running.url, { body: initialize, headers: { ...auth(KEY_A), origin: "https://app.example.com" } });
     expect(init.status).toBe(200);
     expect(init.headers["access-control-allow-origin"]).toBe("https://app.example.com");
