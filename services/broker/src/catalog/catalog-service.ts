@@ -228,15 +228,18 @@ export class CatalogService {
       throw new Error(`backend '${backend.id}' dropped or reconnected while listing ${kind}`);
     }
     const hiddenBefore = new Set(this.catalog.collisions());
-    const diff = this.catalog.replace(kind, backend.id, kind === "tools" ? this.gate.admit(backend.id, items) : items);
+    if (kind === "tools") this.gate.admit(backend.id, items);
+    const { visible: diff, raw } = this.catalog.replaceDetailed(kind, backend.id, items, kind === "tools" ? this.gate.heldNames(backend.id) : undefined);
     for (const collision of this.catalog.collisions()) {
       if (!hiddenBefore.has(collision)) {
         this.deps.logger.error({ backend: backend.id, kind, collision }, "name collision between unprefixed backends: set prefix: true on one of them");
       }
     }
-    if (!isEmptyDiff(diff)) {
+    // What the backend changed is logged (hidden and held items included: list changes are
+    // untrusted); what clients see changed is what gets announced.
+    if (!isEmptyDiff(raw)) {
       this.deps.logger.info(
-        { backend: backend.id, kind, added: diff.added.length, removed: diff.removed.length, changed: diff.changed.length, diff },
+        { backend: backend.id, kind, added: raw.added.length, removed: raw.removed.length, changed: raw.changed.length, diff: raw, visible: diff },
         "catalog changed",
       );
     }

@@ -24,6 +24,11 @@ export interface CatalogItem {
   readonly hash: string;
   /** Parsed template, for `resourceTemplates` only. */
   readonly template?: UriTemplate;
+  /**
+   * A tool held back (see ToolGate): neither listed nor callable, but it keeps its name, so an
+   * unprefixed backend's twin of it does not take its place unnoticed.
+   */
+  readonly held?: true;
 }
 
 export interface CatalogDiff {
@@ -51,6 +56,8 @@ export interface ResolvedResource {
 
 /** Longer resource templates are left out of the catalog (no real one comes close). */
 export const MAX_TEMPLATE_LENGTH = 1_024;
+
+const NO_KEYS: ReadonlySet<string> = new Set();
 
 const KEY_FIELD: Record<CatalogKind, string> = { tools: "name", prompts: "name", resources: "uri", resourceTemplates: "uriTemplate" };
 
@@ -100,7 +107,17 @@ export class Catalog {
    * change to an item hidden by a name collision changes nothing visible; a removal that uncovers
    * a hidden item is a change).
    */
-  replace(kind: CatalogKind, backendId: string, definitions: readonly Record<string, unknown>[]): CatalogDiff {
+  replace(kind: CatalogKind, backendId: string, definitions: readonly Record<string, unknown>[], held: ReadonlySet<string> = NO_KEYS): CatalogDiff {
+    return this.replaceDetailed(kind, backendId, definitions, held).visible;
+  }
+
+  /** `replace`, also returning what changed in the backend's own items (`raw`), hidden ones included, for the log. */
+  replaceDetailed(
+    kind: CatalogKind,
+    backendId: string,
+    definitions: readonly Record<string, unknown>[],
+    held: ReadonlySet<string> = NO_KEYS,
+  ): { visible: CatalogDiff; raw: CatalogDiff } {
     const naming = this.naming(backendId);
     const previous = new Map((this.items.get(kind)?.get(backendId) ?? []).map((item) => [item.key, item]));
     const next: CatalogItem[] = [];
@@ -110,7 +127,7 @@ export class Catalog {
       if (typeof key !== "string" || seen.has(key)) continue;
       seen.add(key);
       const item = buildItem(kind, naming, key, definition);
-      if (item !== undefined) next.push(item);
+      if (item !== undefined) next.push(held.has(key) ? { ...item, hash: `${item.hash}:held`, held: true } : item);
     }
     const diff: CatalogDiff = { added: [], removed: [], changed: [] };
     for (const item of next) {
@@ -121,7 +138,7 @@ export class Catalog {
     }
     for (const old of previous.values()) diff.removed.push(old.exposedKey);
     const perBackend = this.items.get(kind);
-    if (perBackend === undefined || isEmptyDiff(diff)) return diff;
+    if (perBackend === undefined || isEmptyDiff(diff)) return { visible: diff, raw: diff };
     const touched = [...diff.added, ...diff.removed, ...diff.changed];
     const visibleBefore = new Map(touched.map((key) => [key, this.get(kind, key)]));
     if (next.length === 0) perBackend.delete(backendId);
@@ -135,7 +152,7 @@ export class Catalog {
       else if (before !== undefined && after !== undefined && (before.backendId !== after.backendId || before.hash !== after.hash)) visible.changed.push(key);
     }
     if (!isEmptyDiff(visible)) this.versions.set(kind, this.version(kind) + 1);
-    return visible;
+    return { visible, raw: diff };
   }
 
   /** Drops everything a backend contributed (it disconnected). */
@@ -219,13 +236,18 @@ export class Catalog {
   private rebuild(kind: CatalogKind): void {
     const list: CatalogItem[] = [];
     const byExposed = new Map<string, CatalogItem>();
+    const heldNames = new Map<string, CatalogItem>();
     const collisions: string[] = [];
     const perBackend = this.items.get(kind);
     for (const backend of this.backends) {
       for (const item of perBackend?.get(backend.id) ?? []) {
-        const winner = byExposed.get(item.exposedKey);
+        const winner = byExposed.get(item.exposedKey) ?? heldNames.get(item.exposedKey);
         if (winner !== undefined) {
-          collisions.push(`${kind} '${item.exposedKey}' of backend '${backend.id}' is hidden by backend '${winner.backendId}'`);
+          collisions.push(`${kind} '${item.exposedKey}' of backend '${backend.id}' is hidden by backend '${winner.backendId}'${winner.held === true ? " (whose own is held)" : ""}`);
+          continue;
+        }
+        if (item.held === true) {
+          heldNames.set(item.exposedKey, item);
           continue;
         }
         byExposed.set(item.exposedKey, item);

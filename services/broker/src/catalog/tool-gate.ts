@@ -50,8 +50,11 @@ export class ToolGate {
     if (gate === undefined) return [...tools];
     const admitted: Record<string, unknown>[] = [];
     const held = new Map<string, HeldTool>();
+    const seen = new Set<string>();
     for (const tool of tools) {
-      if (typeof tool.name !== "string") continue;
+      // The catalog keeps the first of a repeated name; so does the gate.
+      if (typeof tool.name !== "string" || seen.has(tool.name)) continue;
+      seen.add(tool.name);
       const hash = canonicalHash(tool);
       const pinned = gate.pins.get(tool.name);
       if (pinned === hash || (pinned === undefined && !gate.fixed && !gate.firstListSeen)) {
@@ -78,6 +81,11 @@ export class ToolGate {
   /** The backend dropped: its tools, held ones included, are gone until it lists them again. */
   clear(backendId: string): void {
     this.gates.get(backendId)?.held.clear();
+  }
+
+  /** Names of the backend's tools held right now. */
+  heldNames(backendId: string): ReadonlySet<string> {
+    return new Set(this.gates.get(backendId)?.held.keys());
   }
 
   held(backendId: string, name: string): HeldTool | undefined {

@@ -56,7 +56,7 @@ export const listenMachine = setup({
   },
 }).createMachine({
   id: "listen",
-  context: ({ input }) => ({ ...input, honored: {}, rejection: undefined }),
+  context: ({ input }) => ({ ...input, honored: Object.create(null) as Record<string, SubscriptionTarget>, rejection: undefined }),
   initial: "validating",
   states: {
     validating: {
@@ -76,7 +76,7 @@ export const listenMachine = setup({
         onDone: {
           target: "streaming",
           actions: enqueueActions(({ event, enqueue }) => {
-            const honored: Record<string, SubscriptionTarget> = {};
+            const honored = Object.create(null) as Record<string, SubscriptionTarget>; // a URI such as __proto__ is just a key
             for (const { uri, target } of event.output.honored) {
               honored[uri] = target;
               enqueue.emit({ type: "interest.add", uri, target });
@@ -99,7 +99,7 @@ export const listenMachine = setup({
     closing: {
       entry: enqueueActions(({ context, enqueue }) => {
         for (const [uri, target] of Object.entries(context.honored)) enqueue.emit({ type: "interest.remove", uri, target });
-        enqueue.assign({ honored: {} });
+        enqueue.assign({ honored: Object.create(null) as Record<string, SubscriptionTarget> });
       }),
       invoke: {
         src: "releaseAll",

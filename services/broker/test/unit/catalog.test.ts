@@ -45,6 +45,20 @@ describe("catalog", () => {
     expect(cat.collisions()).toEqual([]);
   });
 
+  it("keeps a held tool's name: it is not listed or found, and an unprefixed twin does not take its place", () => {
+    const cat = catalog();
+    cat.replace("tools", "c", [{ name: "shared", description: "from c" }]);
+    expect(cat.get("tools", "shared")?.backendId).toBe("c");
+    const diff = cat.replace("tools", "b", [{ name: "shared", description: "from b, changed" }, { name: "fine" }], new Set(["shared"]));
+    expect(diff).toEqual({ added: ["fine"], removed: ["shared"], changed: [] }); // for clients, c's twin went away
+    expect(cat.get("tools", "shared")).toBeUndefined();
+    expect(cat.list("tools").map((t) => t.exposedKey)).toEqual(["fine"]);
+    expect(cat.collisions()).toEqual(["tools 'shared' of backend 'c' is hidden by backend 'b' (whose own is held)"]);
+    // Pinned again: back in the list, still ahead of the twin.
+    cat.replace("tools", "b", [{ name: "shared", description: "from b, changed" }, { name: "fine" }]);
+    expect(cat.get("tools", "shared")?.backendId).toBe("b");
+  });
+
   it("resolves listed resources, template matches, sub-resources and bare prefixes", () => {
     const cat = catalog();
     cat.replace("resources", "a", [{ uri: "file:///docs", name: "docs" }]);

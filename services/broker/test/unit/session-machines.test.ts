@@ -252,6 +252,17 @@ describe("listen actor", () => {
     expect(w.calls.filter((c) => c.startsWith("reserve"))).toEqual([]);
   });
 
+  it("honors URIs named like Object.prototype members as plain keys, and removes their interest on close", async () => {
+    const w = world();
+    const { actor, events } = start(w, ["__proto__", "toString"]);
+    await vi.waitFor(() => expect(events.some((e) => e.type === "listen.acknowledged")).toBe(true));
+    const ack = events.find((e) => e.type === "listen.acknowledged") as Extract<ListenEmitted, { type: "listen.acknowledged" }>;
+    expect(ack.honored).toEqual(["__proto__", "toString"]);
+    actor.send({ type: "stream.closed" });
+    await waitFor(actor, (s) => s.status === "done");
+    expect(events.filter((e) => e.type === "interest.remove").map((e) => "uri" in e && e.uri)).toEqual(["__proto__", "toString"]);
+  });
+
   it("releases everything when the stream closes", async () => {
     const w = world();
     const { actor, events } = start(w, ["u1"]);
