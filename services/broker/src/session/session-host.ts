@@ -105,7 +105,13 @@ export class SessionHost {
     this.flow = subscriptionFlow.provide({
       actors: {
         validate: fromPromise(async ({ input }) => this.validate(input.uri)),
-        reserve: fromPromise(async ({ input }) => deps.registry.add(input, deps.limits)),
+        reserve: fromPromise(async ({ input, signal }) => {
+          const outcome = await deps.registry.add(input, deps.limits);
+          // The session ended while this was on its way (its releaseAll may have run already):
+          // nobody will release this reservation but us.
+          if (signal.aborted && outcome.status === "added") await this.release(input);
+          return outcome;
+        }),
         ensureUpstream: fromPromise(async ({ input }) => deps.upstream.ensure(input.backendId, input.uri)),
         release: fromPromise(async ({ input }) => this.release(input)),
       },

@@ -105,3 +105,21 @@ describe("session host: a listen stream closed while its subscriptions are being
     sessions.close();
   });
 });
+
+describe("session host: a legacy session closed while a subscribe is being made", () => {
+  it("releases the reservation that lands after the close", async () => {
+    const registry = new SlowRegistry();
+    const released: string[] = [];
+    const { sessions } = host(registry, released);
+    await sessions.start();
+    const session = sessions.createLegacySession("p");
+    const subscribing = session.subscribe("b+x://1");
+    await vi.waitFor(() => expect(registry.waiting()).toBe(1));
+    session.close("test");
+    await expect(subscribing).rejects.toBeDefined();
+    registry.openAll();
+    await vi.waitFor(() => expect(released).toEqual(["x://1"]));
+    expect(await registry.count("b", "x://1")).toBe(0);
+    sessions.close();
+  });
+});
