@@ -42,10 +42,8 @@ export function checkModernRequest(
   method: string,
   params: unknown,
 ): HeaderRejection | undefined {
-  if (revision !== MODERN_PROTOCOL_VERSION) {
-    const error = new UnsupportedProtocolVersionError({ supported: [MODERN_PROTOCOL_VERSION], requested: revision ?? "unknown" });
-    return { status: 400, code: error.code, message: error.message, data: error.data };
-  }
+  const unsupported = unsupportedRevision(revision);
+  if (unsupported !== undefined) return unsupported;
   if (headers.protocolVersion === undefined) return mismatch(`The MCP-Protocol-Version header is required (${MODERN_PROTOCOL_VERSION}).`);
   if (headers.mcpMethod === undefined) return mismatch(`The Mcp-Method header is required; the body names '${method}'.`);
   const field = Object.hasOwn(NAME_SOURCE, method) ? NAME_SOURCE[method] : undefined;
@@ -61,6 +59,13 @@ export function checkModernRequest(
     return mismatch(`The Mcp-Name header names '${decoded}' but the body's params.${field} is '${bodyValue}'.`);
   }
   return undefined;
+}
+
+/** A modern request naming a revision this broker does not speak (HTTP and stdio alike). */
+export function unsupportedRevision(revision: string | undefined): HeaderRejection | undefined {
+  if (revision === MODERN_PROTOCOL_VERSION) return undefined;
+  const error = new UnsupportedProtocolVersionError({ supported: [MODERN_PROTOCOL_VERSION], requested: revision ?? "unknown" });
+  return { status: 400, code: error.code, message: error.message, data: error.data };
 }
 
 /** A header value as sent, or the UTF-8 text of its `=?base64?…?=` form; undefined when that form is malformed. */

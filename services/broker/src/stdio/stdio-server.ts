@@ -4,6 +4,7 @@ import { classifyInboundRequest } from "@modelcontextprotocol/server";
 import { META, NOTIFICATION } from "@mcp-broker/shared";
 import type { Broker } from "../broker.js";
 import type { JsonRpcRequest } from "../routing/dispatcher.js";
+import { unsupportedRevision } from "../http/modern-headers.js";
 import { nestsTooDeep, TOO_DEEP_MESSAGE } from "../routing/message-depth.js";
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
 import type { LegacySession } from "../session/legacy-session.js";
@@ -121,6 +122,11 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
     if (id === null) return; // other notifications need no answer
     const request = message as unknown as JsonRpcRequest;
     if (route.kind === "modern") {
+      const unsupported = unsupportedRevision(route.classification.revision);
+      if (unsupported !== undefined) {
+        send({ jsonrpc: "2.0", id, error: { code: unsupported.code, message: unsupported.message, data: unsupported.data } });
+        return;
+      }
       if (request.method === "subscriptions/listen") listen(request);
       else void run("modern", request);
       return;

@@ -110,7 +110,9 @@ describe("stdio mode", () => {
     child.stdin.write(`${"x".repeat(150_000)}"}}\n`);
     child.stdin.write(`${JSON.stringify({ jsonrpc: "2.0", id: 9, method: "ping" })}\n`);
     child.stdin.write(`{"jsonrpc":"2.0","id":10,"method":"ping","params":{"a":${"[".repeat(5_000)}${"]".repeat(5_000)}}}\n`);
-    await eventually(() => received.length === 6, "six answers");
+    const future = { "io.modelcontextprotocol/protocolVersion": "2099-01-01", "io.modelcontextprotocol/clientCapabilities": {} };
+    child.stdin.write(`${JSON.stringify({ jsonrpc: "2.0", id: 11, method: "tools/list", params: { _meta: future } })}\n`);
+    await eventually(() => received.length === 7, "seven answers");
     expect(received).toEqual([
       expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32700 }) }),
       expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32600 }) }),
@@ -118,6 +120,7 @@ describe("stdio mode", () => {
       expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32600, message: expect.stringContaining("too large") }) }),
       expect.objectContaining({ id: 9, error: expect.objectContaining({ message: expect.stringContaining("initialize first") }) }),
       expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32600, message: expect.stringContaining("deeper than 100") }) }),
+      expect.objectContaining({ id: 11, error: expect.objectContaining({ message: expect.stringContaining("2099-01-01") }) }),
     ]);
     const exited = new Promise<number | null>((done) => child.once("exit", (code) => done(code)));
     child.stdin.end();
