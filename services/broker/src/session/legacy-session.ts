@@ -56,6 +56,7 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   settle(replyTo: number, error: BrokerError | undefined): void {
     const waiter = this.replies?.get(replyTo);
     this.replies?.delete(replyTo);
+    if (this.replies?.size === 0) this.replies = undefined; // idle sessions hold no empty maps
     if (error === undefined) waiter?.resolve();
     else waiter?.reject(error);
   }
@@ -75,7 +76,10 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   trackRequest(requestId: string | number, abort: AbortController): () => void {
     const inflight = (this.inflight ??= new Map());
     inflight.set(requestId, abort);
-    return () => inflight.delete(requestId);
+    return () => {
+      inflight.delete(requestId);
+      if (inflight.size === 0 && this.inflight === inflight) this.inflight = undefined;
+    };
   }
 
   /** The client sent `notifications/cancelled` for a request. */
