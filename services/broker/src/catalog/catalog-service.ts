@@ -228,8 +228,8 @@ export class CatalogService {
       throw new Error(`backend '${backend.id}' dropped or reconnected while listing ${kind}`);
     }
     const hiddenBefore = new Set(this.catalog.collisions());
-    if (kind === "tools") this.gate.admit(backend.id, items);
-    const { visible: diff, raw } = this.catalog.replaceDetailed(kind, backend.id, items, kind === "tools" ? this.gate.heldNames(backend.id) : undefined);
+    const held = kind === "tools" ? this.gate.admit(backend.id, items) : undefined;
+    const { visible: diff, raw } = this.catalog.replaceDetailed(kind, backend.id, items, held);
     for (const collision of this.catalog.collisions()) {
       if (!hiddenBefore.has(collision)) {
         this.deps.logger.error({ backend: backend.id, kind, collision }, "name collision between unprefixed backends: set prefix: true on one of them");

@@ -2,6 +2,8 @@ import type { BackendConfig } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
 import { canonicalHash } from "./canonical-hash.js";
 
+const NONE: ReadonlySet<string> = new Set();
+
 /** A tool definition the broker does not expose until an operator pins it. */
 export interface HeldTool {
   backendId: string;
@@ -44,11 +46,10 @@ export class ToolGate {
     }
   }
 
-  /** The tools of one complete list that may be exposed; the rest are held (and logged once each). */
-  admit(backendId: string, tools: readonly Record<string, unknown>[]): Record<string, unknown>[] {
+  /** Names of the tools of one complete list that are held (each logged once); the rest may be exposed. */
+  admit(backendId: string, tools: readonly Record<string, unknown>[]): ReadonlySet<string> {
     const gate = this.gates.get(backendId);
-    if (gate === undefined) return [...tools];
-    const admitted: Record<string, unknown>[] = [];
+    if (gate === undefined) return NONE;
     const held = new Map<string, HeldTool>();
     const seen = new Set<string>();
     for (const tool of tools) {
@@ -59,7 +60,6 @@ export class ToolGate {
       const pinned = gate.pins.get(tool.name);
       if (pinned === hash || (pinned === undefined && !gate.fixed && !gate.firstListSeen)) {
         gate.pins.set(tool.name, hash);
-        admitted.push(tool);
         continue;
       }
       const entry: HeldTool = { backendId, name: tool.name, hash, ...(pinned !== undefined && { pinned }) };
@@ -75,21 +75,12 @@ export class ToolGate {
     }
     gate.firstListSeen = true;
     gate.held = held;
-    return admitted;
+    return new Set(held.keys());
   }
 
   /** The backend dropped: its tools, held ones included, are gone until it lists them again. */
   clear(backendId: string): void {
     this.gates.get(backendId)?.held.clear();
-  }
-
-  /** Names of the backend's tools held right now. */
-  heldNames(backendId: string): ReadonlySet<string> {
-    return new Set(this.gates.get(backendId)?.held.keys());
-  }
-
-  held(backendId: string, name: string): HeldTool | undefined {
-    return this.gates.get(backendId)?.held.get(name);
   }
 
   all(): HeldTool[] {

@@ -42,12 +42,15 @@ export function createHttpServer(deps: {
       sendJson(res, 200, { status: "ok" });
       return;
     }
-    if (path === "/metrics" && req.method === "GET") {
+    if (path === "/metrics" || path === "/readyz") {
+      // They name backends and their failures: not for a rebinding page to read.
       const host = deps.security.checkHost(req);
       if (!host.ok) {
         sendJson(res, host.status, { error: host.message });
         return;
       }
+    }
+    if (path === "/metrics" && req.method === "GET") {
       deps.metrics.metrics().then(
         (text) => res.writeHead(200, { "content-type": deps.metrics.contentType }).end(text),
         (error: unknown) => {
@@ -58,11 +61,6 @@ export function createHttpServer(deps: {
       return;
     }
     if (path === "/readyz" && req.method === "GET") {
-      const host = deps.security.checkHost(req);
-      if (!host.ok) {
-        sendJson(res, host.status, { error: host.message });
-        return;
-      }
       const backends = deps.pool.all().map((b) => ({
         id: b.id,
         state: b.state,

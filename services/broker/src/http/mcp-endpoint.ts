@@ -21,7 +21,7 @@ import { checkModernRequest } from "./modern-headers.js";
 import { KeepAlive, SseStream, encodeEvent } from "./sse-stream.js";
 
 const SESSION_HEADER = "mcp-session-id";
-/** What a browser page on an allowed origin may send and read (CORS). */
+/** What a browser page on a `server.corsOrigins` origin may send and read. */
 const CORS_ALLOWED = "authorization, content-type, accept, last-event-id, mcp-session-id, mcp-protocol-version, mcp-method, mcp-name";
 const CORS_EXPOSED = "mcp-session-id, www-authenticate";
 
@@ -63,7 +63,7 @@ export class McpEndpoint {
       res.setHeader("access-control-expose-headers", CORS_EXPOSED);
       res.setHeader("vary", "Origin");
       if (req.method === "OPTIONS") {
-        // A preflight carries no credentials: it is answered for an allowed origin, nothing else.
+        // A preflight carries no credentials: it is answered for a CORS origin, nothing else.
         req.resume();
         res.writeHead(204, { "access-control-allow-methods": "GET, POST, DELETE", "access-control-allow-headers": CORS_ALLOWED, "access-control-max-age": "600" }).end();
         return;
