@@ -25,8 +25,8 @@ describe("metrics", () => {
     await backend?.close();
   });
 
-  const scrape = async (headers: Record<string, string> = {}): Promise<{ status: number; text: string }> => {
-    const response = await fetch(new URL("/metrics", running.url), { headers });
+  const scrape = async (): Promise<{ status: number; text: string }> => {
+    const response = await fetch(new URL("/metrics", running.url));
     return { status: response.status, text: await response.text() };
   };
   const value = (text: string, series: string): number | undefined => {

@@ -98,7 +98,11 @@ describe("upstream: the listen stream towards a modern backend", () => {
     proxy.refuseListens(0);
     await eventually(() => received.includes("mod+test://static/a"), "static/a re-notified after the gap");
     await eventually(() => honored().join() === "test://static/a", "a reopened stream without static/b");
+    received.length = 0;
     server.emitUpdate("test://static/b"); // sent to no stream: nobody asked for it upstream now
+    server.emitUpdate("test://static/a"); // a barrier: static/b, had it been sent, would be here by now
+    await eventually(() => received.includes("mod+test://static/a"), "the barrier update");
+    expect(received).not.toContain("mod+test://static/b");
     received.length = 0;
 
     proxy.narrowListens(undefined);
