@@ -1,7 +1,7 @@
 import type { FetchLike, Implementation, Transport } from "@modelcontextprotocol/client";
 import { systemClock, type BackoffPolicy, type Clock, type ListName } from "@mcp-broker/shared";
 import type { ReconnectPolicy } from "./connection/connection-supervisor.js";
-import type { ConnectionSettings, EraOption } from "./connection/connection.js";
+import { ERAS, type ConnectionSettings, type EraOption } from "./connection/connection.js";
 import { createHttpTransport } from "./connection/http-transport.js";
 import { BrokerClientError } from "./errors.js";
 
@@ -111,8 +111,6 @@ function transportFactory(options: BrokerClientOptions, clock: Clock): Connectio
   const url = new URL(options.url ?? "");
   return (hooks) => createHttpTransport({ url, headers: options.headers, fetch: options.fetch, clock }, hooks);
 }
-
-const ERAS: readonly EraOption[] = ["auto", "legacy", "modern"];
 
 function validate(options: BrokerClientOptions): void {
   if (typeof options !== "object" || options === null) invalid("options", "must be an object", options);

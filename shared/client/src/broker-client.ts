@@ -207,7 +207,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
       this.fetchFailed(resources, uri, ticket, error, () => this.emit("resourceContentChange", { cause: "read", source: "resource", uri, entry: null, error }));
       throw error;
     }
-    const entry: CachedResource = Object.freeze({ uri, content: frozenCopy(content), timestamp: this.now() });
+    const entry: CachedResource = { uri, content: frozenCopy(content), timestamp: this.now() };
     if (resources.settle(uri, ticket, entry)) this.emit("resourceContentChange", { cause: "read", source: "resource", uri, entry });
     return content;
   }
@@ -229,7 +229,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
       this.fetchFailed(templates, uriTemplate, ticket, error, () => this.emit("resourceContentChange", { cause: "read", source: "template", uri, uriTemplate, entry: null, error }));
       throw error;
     }
-    const entry: CachedTemplateResource = Object.freeze({ uriTemplate, params: cachedParams, uri, content: frozenCopy(content), timestamp: this.now() });
+    const entry: CachedTemplateResource = { uriTemplate, params: cachedParams, uri, content: frozenCopy(content), timestamp: this.now() };
     if (templates.settle(uriTemplate, ticket, entry)) this.emit("resourceContentChange", { cause: "read", source: "template", uri, uriTemplate, entry });
     return content;
   }
@@ -247,7 +247,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
       this.fetchFailed(prompts, name, ticket, error, () => this.emit("promptContentChange", { name, entry: null, error }));
       throw error;
     }
-    const entry: CachedPrompt = Object.freeze({ name, params: cachedParams, result: frozenCopy(result), timestamp: this.now() });
+    const entry: CachedPrompt = { name, params: cachedParams, result: frozenCopy(result), timestamp: this.now() };
     if (prompts.settle(name, ticket, entry)) this.emit("promptContentChange", { name, entry });
     return result;
   }
@@ -279,8 +279,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
   }
 
   private storeToolCall(name: string, ticket: FetchTicket, entry: CachedToolCall): void {
-    const frozen = Object.freeze(entry);
-    if (this.contents.toolCalls.settle(name, ticket, frozen)) this.emit("toolCallResultChange", { name, entry: frozen });
+    if (this.contents.toolCalls.settle(name, ticket, entry)) this.emit("toolCallResultChange", { name, entry });
   }
 
   /**
@@ -423,7 +422,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
       const frozen = frozenCopy(read.content);
       const timestamp = this.now();
       if (direct !== undefined) {
-        const entry: CachedResource = Object.freeze({ uri, content: frozen, timestamp });
+        const entry: CachedResource = { uri, content: frozen, timestamp };
         if (resources.settle(uri, direct, entry)) announce({ ...cause, source: "resource", uri, entry });
       }
       for (const { uriTemplate, ticket } of viaTemplates) {
@@ -432,7 +431,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
           templates.abandon(uriTemplate, ticket);
           continue;
         }
-        const entry: CachedTemplateResource = Object.freeze({ ...previous, content: frozen, timestamp });
+        const entry: CachedTemplateResource = { ...previous, content: frozen, timestamp };
         if (templates.settle(uriTemplate, ticket, entry)) announce({ ...cause, source: "template", uri, uriTemplate, entry });
       }
     } else {
@@ -470,9 +469,8 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     }
   }
 
-  /** Back to a blank state: no lists, no subscriptions, no cached content, no retries. */
+  /** Back to a blank state: no lists, no subscriptions, no cached content (retries are stopped by the caller). */
   private reset(): void {
-    this.pendingRetry.stop();
     this.lists.clear();
     this.subscriptions.clear();
     this.contents.clearAll();

@@ -14,7 +14,7 @@ import { realpathSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import { BrokerClient } from "./broker-client.js";
-import type { EraOption } from "./connection/connection.js";
+import { ERAS, type EraOption } from "./connection/connection.js";
 import type { Prompt, Resource, ResourceTemplate, Tool } from "./lists/list-catalog.js";
 
 export interface CliIo {
@@ -74,7 +74,6 @@ watch prints one JSON line per event:
 Exit codes: 0 done, 1 failure (unreachable, timed out, a list or URI refused, gave up
 reconnecting), 2 bad arguments, 130 after SIGINT (Ctrl-C), 143 after SIGTERM.`;
 
-const ERAS: readonly EraOption[] = ["auto", "legacy", "modern"];
 
 /** The options of one command only; the others (era, header, timeout, help) apply to both. */
 const COMMAND_OPTIONS = { ls: ["json"], watch: ["read", "max-attempts"] } as const;

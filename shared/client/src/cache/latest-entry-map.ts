@@ -35,7 +35,7 @@ export class LatestEntryMap<T> {
     if (this.newest.get(key) !== ticket) return false;
     this.newest.delete(key);
     if (entry === null) this.entries.delete(key);
-    else this.entries.set(key, entry);
+    else this.entries.set(key, Object.freeze(entry)); // entries are read-only, however they were made
     return true;
   }
 

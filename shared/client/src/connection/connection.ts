@@ -17,6 +17,7 @@ import type { SubscriptionChannel } from "../subscriptions/subscription-channel.
 
 /** Which era to speak: `auto` lets the SDK probe `server/discover` and fall back to `initialize`. */
 export type EraOption = "auto" | "legacy" | "modern";
+export const ERAS: readonly EraOption[] = ["auto", "legacy", "modern"];
 
 export const LIST_KINDS: readonly ListName[] = ["tools", "prompts", "resources"];
 
