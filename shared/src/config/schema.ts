@@ -129,7 +129,19 @@ export const brokerConfigSchema = z
       .object({ level: z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]).default("info") })
       .strict()
       .prefault({}),
+    /** Set (or REDIS_URL): the Redis engine; every instance with the same Redis and key prefix is one cluster. */
     redisUrl: z.string().optional(),
+    redis: z
+      .object({
+        /** Prefix of every Redis key and channel: clusters sharing one Redis need different prefixes. */
+        keyPrefix: z.string().min(1).max(64).regex(/^[^\s{}]+$/, "no whitespace or braces").default("mcp-broker:"),
+        /** How long a backend's watcher lease lasts without renewal (renewed every third of it). */
+        leaseTtlMs: z.number().int().min(1_000).max(MAX_TIMER_MS, TOO_LONG).default(10_000),
+        /** How long a subscribe waits for the backend's watcher on another instance. */
+        watcherTimeoutMs: positiveMs.default(15_000),
+      })
+      .strict()
+      .prefault({}),
   })
   .strict()
   .superRefine((config, ctx) => {

@@ -25,13 +25,25 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
     update: z.number().int().nonnegative(),
     keys: z.number().int().min(1),
   }),
+  /** To a backend's watcher (the instance holding its lease): watch (backend, uri) upstream and answer on `replyTo`. */
   z.object({
-    kind: z.literal("list.changed"),
+    kind: z.literal("watch.ensure"),
     v: z.literal(1),
     origin: z.string(),
-    list: z.enum(["tools", "prompts", "resources"]),
-    /** The catalog version the change produced. */
-    version: z.number(),
+    id: z.number().int(),
+    replyTo: z.string(),
+    backendId: z.string(),
+    uri: z.string(),
+  }),
+  /** To a backend's watcher: the cluster-wide count for (backend, uri) reached zero. */
+  z.object({ kind: z.literal("watch.release"), v: z.literal(1), origin: z.string(), backendId: z.string(), uri: z.string() }),
+  /** The watcher's answer to `watch.ensure`. */
+  z.object({
+    kind: z.literal("watch.result"),
+    v: z.literal(1),
+    origin: z.string(),
+    id: z.number().int(),
+    error: z.object({ code: z.string(), message: z.string(), data: z.record(z.string(), z.unknown()).optional() }).optional(),
   }),
 ]);
 
@@ -39,7 +51,8 @@ export type BusMessage = z.infer<typeof busMessageSchema>;
 export type ResourceUpdatedMessage = Extract<BusMessage, { kind: "resource.updated" }>;
 
 /**
- * Publish/subscribe between processes, one channel per subscription key plus a `lists` channel.
+ * Publish/subscribe between processes: one channel per subscription key, one per backend watcher
+ * and one reply channel per instance.
  *
  * Delivery guarantee: at-most-once per subscribed process, in publish order per channel; a
  * subscriber that is not subscribed when a message is published does not get it. A handler
@@ -59,11 +72,22 @@ export interface Bus {
    * and logs and drops what does not parse, so receivers never validate again.
    */
   onMessage(handler: (channel: string, message: BusMessage) => void): void;
+  /**
+   * Adds a handler for "messages may have been lost": the bus lost its connection and has
+   * resubscribed. Receivers make up for it (an extra `updated` is harmless, a missed one is not).
+   */
+  onGap(handler: () => void): void;
   close(): Promise<void>;
 }
 
 /** Channel names; the Redis engine prefixes them (see keys.ts). */
 export const CHANNEL = {
   resource: (backendId: string, key: string) => `res:${backendId}:${key}`,
-  lists: "lists",
+  /** Requests to whichever instance holds the backend's watcher lease. */
+  watcher: (backendId: string) => `watch:${backendId}`,
+  /** Answers to one instance. */
+  replies: (instanceId: string) => `reply:${instanceId}`,
 } as const;
+
+/** The lease whose holder watches a backend upstream for the whole cluster. */
+export const watcherLease = (backendId: string) => `watcher:${backendId}`;

@@ -3,7 +3,6 @@ import type { Bus, BusMessage } from "../../src/engine/bus.js";
 import type { JobQueue } from "../../src/engine/jobs.js";
 import type { Leases } from "../../src/engine/leases.js";
 import type { SubscriptionRegistry } from "../../src/engine/registry.js";
-import type { Clock } from "../../src/clock.js";
 
 /**
  * The interface contracts. Each suite takes factories so that the Redis engine can run the same
@@ -100,19 +99,21 @@ export function registryContract(name: string, make: () => Promise<SubscriptionR
   });
 }
 
-export function leasesContract(name: string, make: (clock: Clock) => Promise<Leases>): void {
+/** `make` returns the leases and a way to let time pass (a fake clock, or real time for Redis). */
+export function leasesContract(name: string, make: () => Promise<{ leases: Leases; elapse: (ms: number) => Promise<void> }>): void {
   describe(`Leases contract: ${name}`, () => {
     it("grants one holder at a time until expiry or release", async () => {
-      let now = 1_000;
-      const clock: Clock = { now: () => now, setTimeout, clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };
-      const leases = await make(clock);
-      expect(await leases.acquire("backend:a", "w1", 100)).toBe(true);
-      expect(await leases.acquire("backend:a", "w2", 100)).toBe(false);
-      expect(await leases.renew("backend:a", "w1", 100)).toBe(true);
+      const { leases, elapse } = await make();
+      expect(await leases.acquire("backend:a", "w1", 200)).toBe(true);
+      expect(await leases.acquire("backend:a", "w2", 200)).toBe(false);
+      expect(await leases.acquire("backend:a", "w1", 200)).toBe(true);
+      expect(await leases.renew("backend:a", "w1", 200)).toBe(true);
+      expect(await leases.renew("backend:a", "w2", 200)).toBe(false);
       expect(await leases.holder("backend:a")).toBe("w1");
-      now += 101;
-      expect(await leases.renew("backend:a", "w1", 100)).toBe(false);
-      expect(await leases.acquire("backend:a", "w2", 100)).toBe(true);
+      await elapse(300);
+      expect(await leases.holder("backend:a")).toBeUndefined();
+      expect(await leases.renew("backend:a", "w1", 200)).toBe(false);
+      expect(await leases.acquire("backend:a", "w2", 200)).toBe(true);
       await leases.release("backend:a", "w1");
       expect(await leases.holder("backend:a")).toBe("w2");
       await leases.release("backend:a", "w2");

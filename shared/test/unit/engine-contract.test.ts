@@ -11,7 +11,16 @@ busContract("memory", async () => {
   return [new MemoryBus(hub), new MemoryBus(hub)];
 });
 registryContract("memory", async () => new MemoryRegistry());
-leasesContract("memory", async (clock) => new MemoryLeases(clock));
+leasesContract("memory", async () => {
+  let now = 1_000;
+  const clock: Clock = { now: () => now, setTimeout, clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };
+  return {
+    leases: new MemoryLeases(clock),
+    elapse: async (ms) => {
+      now += ms;
+    },
+  };
+});
 
 describe("memory job queue on fake timers", () => {
   afterEach(() => {

@@ -45,6 +45,9 @@ export class MemoryBus implements Bus {
     this.handler = handler;
   }
 
+  /** An in-process bus loses nothing. */
+  onGap(): void {}
+
   /** @internal called by the hub */
   receive(channel: string, message: BusMessage): void {
     if (this.channels.has(channel)) this.handler?.(channel, message);

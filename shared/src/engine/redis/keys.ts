@@ -1,0 +1,43 @@
+/**
+ * Every Redis key and channel name of the Redis engine, in one place. All carry the configured
+ * prefix (clusters sharing one Redis use different prefixes); keys that hold client state carry the
+ * principal.
+ */
+export class RedisKeys {
+  constructor(readonly prefix: string) {}
+
+  /** A bus channel (see `CHANNEL`). */
+  channel(name: string): string {
+    return `${this.prefix}ch:${name}`;
+  }
+
+  /** The bus channel name back from a Redis channel, or undefined when it is not ours. */
+  channelName(redisChannel: string): string | undefined {
+    const head = `${this.prefix}ch:`;
+    return redisChannel.startsWith(head) ? redisChannel.slice(head.length) : undefined;
+  }
+
+  /** Set of `backendId NUL uri` one session holds. */
+  session(principal: string, sessionId: string): string {
+    return `${this.prefix}sub:${encodeURIComponent(principal)}:${encodeURIComponent(sessionId)}`;
+  }
+
+  /** Hash principal → subscriptions held. */
+  principalCounts(): string {
+    return `${this.prefix}sub-count:principal`;
+  }
+
+  /** Subscriptions held cluster-wide. */
+  total(): string {
+    return `${this.prefix}sub-count:total`;
+  }
+
+  /** Hash uri → subscriber count, one per backend: the desired upstream set. */
+  refcounts(backendId: string): string {
+    return `${this.prefix}refs:${backendId}`;
+  }
+
+  lease(name: string): string {
+    return `${this.prefix}lease:${name}`;
+  }
+}

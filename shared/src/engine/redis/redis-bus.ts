@@ -1,0 +1,84 @@
+import type { Redis } from "ioredis";
+import { busMessageSchema, type Bus, type BusMessage } from "../bus.js";
+import type { RedisKeys } from "./keys.js";
+
+/**
+ * The bus on Redis pub/sub, one Redis channel per bus channel. Publishing uses the shared command
+ * connection; receiving needs a connection of its own (a subscribed connection runs no commands).
+ * Messages are JSON, decoded with `busMessageSchema` on arrival; what does not decode is reported
+ * to `onInvalid` and dropped. While the subscriber connection is down, messages are lost (pub/sub
+ * keeps nothing): when it is back and resubscribed, `onGap` handlers run so receivers can make up
+ * for what they may have missed.
+ */
+export class RedisBus implements Bus {
+  private readonly channels = new Set<string>();
+  private handler: ((channel: string, message: BusMessage) => void) | undefined;
+  private readonly gapHandlers: (() => void)[] = [];
+  private wasReady = false;
+
+  constructor(
+    private readonly publisher: Redis,
+    private readonly subscriber: Redis,
+    private readonly keys: RedisKeys,
+    private readonly onInvalid: (channel: string, reason: string) => void,
+  ) {
+    subscriber.on("message", (redisChannel: string, payload: string) => this.receive(redisChannel, payload));
+    subscriber.on("ready", () => {
+      if (this.wasReady) for (const handler of this.gapHandlers) handler();
+      this.wasReady = true;
+    });
+    if (subscriber.status === "ready") this.wasReady = true;
+  }
+
+  async publish(channel: string, message: BusMessage): Promise<void> {
+    await this.publisher.publish(this.keys.channel(channel), JSON.stringify(message));
+  }
+
+  async subscribe(channel: string): Promise<void> {
+    if (this.channels.has(channel)) return;
+    this.channels.add(channel);
+    try {
+      await this.subscriber.subscribe(this.keys.channel(channel));
+    } catch (error) {
+      this.channels.delete(channel);
+      throw error;
+    }
+  }
+
+  async unsubscribe(channel: string): Promise<void> {
+    if (!this.channels.delete(channel)) return;
+    await this.subscriber.unsubscribe(this.keys.channel(channel));
+  }
+
+  onMessage(handler: (channel: string, message: BusMessage) => void): void {
+    this.handler = handler;
+  }
+
+  onGap(handler: () => void): void {
+    this.gapHandlers.push(handler);
+  }
+
+  /** The connections belong to whoever made them (see `RedisEngine`). */
+  async close(): Promise<void> {
+    this.channels.clear();
+    this.handler = undefined;
+  }
+
+  private receive(redisChannel: string, payload: string): void {
+    const channel = this.keys.channelName(redisChannel);
+    if (channel === undefined || !this.channels.has(channel)) return;
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(payload);
+    } catch {
+      this.onInvalid(channel, "not JSON");
+      return;
+    }
+    const decoded = busMessageSchema.safeParse(parsed);
+    if (!decoded.success) {
+      this.onInvalid(channel, decoded.error.issues.map((issue) => `${issue.path.join(".")}: ${issue.message}`).join("; "));
+      return;
+    }
+    this.handler?.(channel, decoded.data);
+  }
+}

@@ -1,0 +1,73 @@
+import { Redis } from "ioredis";
+import { RedisBus } from "./redis-bus.js";
+import { RedisKeys } from "./keys.js";
+import { RedisLeases } from "./redis-leases.js";
+import { RedisRegistry } from "./redis-registry.js";
+
+export interface RedisEngineOptions {
+  url: string;
+  keyPrefix: string;
+  /** Names the connections in Redis's CLIENT LIST (`mcp-broker:<name>:commands|subscriber`). */
+  name: string;
+  /** A command that gets no answer in this time fails (Redis down): callers get an error, never a hang. */
+  commandTimeoutMs?: number;
+  onInvalidMessage: (channel: string, reason: string) => void;
+  onConnectionError: (role: "commands" | "subscriber", error: Error) => void;
+}
+
+/** The Redis engine's parts over two connections: one for commands and publishing, one subscribed. */
+export interface RedisEngine {
+  readonly keys: RedisKeys;
+  readonly bus: RedisBus;
+  readonly registry: RedisRegistry;
+  readonly leases: RedisLeases;
+  /** The command connection, for operator tools and tests. */
+  readonly redis: Redis;
+  /** Resolves once both connections are ready; rejects when Redis cannot be reached. */
+  connect(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
+  const connection = {
+    lazyConnect: true,
+    commandTimeout: options.commandTimeoutMs ?? 5_000,
+    // Fail a command after one retry rather than queueing it for minutes while Redis is down.
+    maxRetriesPerRequest: 1,
+    retryStrategy: (attempt: number) => Math.min(100 * 2 ** attempt, 5_000),
+  };
+  const redis = new Redis(options.url, { ...connection, connectionName: `mcp-broker:${options.name}:commands` });
+  const subscriber = new Redis(options.url, { ...connection, connectionName: `mcp-broker:${options.name}:subscriber`, commandTimeout: undefined });
+  let lastError: Error | undefined;
+  redis.on("error", (error: Error) => {
+    lastError = error;
+    options.onConnectionError("commands", error);
+  });
+  subscriber.on("error", (error: Error) => {
+    lastError = error;
+    options.onConnectionError("subscriber", error);
+  });
+  const keys = new RedisKeys(options.keyPrefix);
+  const bus = new RedisBus(redis, subscriber, keys, options.onInvalidMessage);
+  return {
+    keys,
+    bus,
+    registry: new RedisRegistry(redis, keys),
+    leases: new RedisLeases(redis, keys),
+    redis,
+    async connect() {
+      try {
+        await Promise.all([redis.connect(), subscriber.connect()]);
+      } catch (error) {
+        // ioredis rejects with "Connection is closed"; the cause is the last connection error.
+        throw lastError ?? error;
+      }
+    },
+    async close() {
+      await bus.close();
+      await Promise.allSettled([redis.quit(), subscriber.quit()]);
+      redis.disconnect();
+      subscriber.disconnect();
+    },
+  };
+}

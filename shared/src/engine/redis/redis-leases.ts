@@ -1,0 +1,59 @@
+import type { Redis } from "ioredis";
+import type { Leases } from "../leases.js";
+import type { RedisKeys } from "./keys.js";
+
+/** Takes the lease when it is free or already ours (then extends it). */
+const ACQUIRE = `
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
+if holder then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`;
+
+const RENEW = `
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
+return 0
+`;
+
+const RELEASE = `
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+`;
+
+type LeaseCommands = {
+  leaseAcquire(key: string, owner: string, ttlMs: number): Promise<number>;
+  leaseRenew(key: string, owner: string, ttlMs: number): Promise<number>;
+  leaseRelease(key: string, owner: string): Promise<number>;
+};
+
+/** Leases as keys with a TTL in Redis: Redis's clock decides expiry, so instances need no clock agreement. */
+export class RedisLeases implements Leases {
+  private readonly redis: Redis & LeaseCommands;
+
+  constructor(redis: Redis, private readonly keys: RedisKeys) {
+    redis.defineCommand("leaseAcquire", { numberOfKeys: 1, lua: ACQUIRE });
+    redis.defineCommand("leaseRenew", { numberOfKeys: 1, lua: RENEW });
+    redis.defineCommand("leaseRelease", { numberOfKeys: 1, lua: RELEASE });
+    this.redis = redis as Redis & LeaseCommands;
+  }
+
+  async acquire(name: string, owner: string, ttlMs: number): Promise<boolean> {
+    return (await this.redis.leaseAcquire(this.keys.lease(name), owner, ttlMs)) === 1;
+  }
+
+  async renew(name: string, owner: string, ttlMs: number): Promise<boolean> {
+    return (await this.redis.leaseRenew(this.keys.lease(name), owner, ttlMs)) === 1;
+  }
+
+  async release(name: string, owner: string): Promise<void> {
+    await this.redis.leaseRelease(this.keys.lease(name), owner);
+  }
+
+  async holder(name: string): Promise<string | undefined> {
+    return (await this.redis.get(this.keys.lease(name))) ?? undefined;
+  }
+
+  /** The connection belongs to whoever made it (see `RedisEngine`). */
+  async close(): Promise<void> {}
+}

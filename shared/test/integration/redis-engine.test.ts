@@ -1,0 +1,117 @@
+import { afterAll, describe, expect, it, vi } from "vitest";
+import { createRedisEngine, type RedisEngine } from "../../src/engine/redis/redis-engine.js";
+import { deleteKeys, testRedisUrl, uniquePrefix } from "../../src/testing/test-redis.js";
+import type { BusMessage } from "../../src/engine/bus.js";
+import { busContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
+
+const url = await testRedisUrl();
+const prefixes: string[] = [];
+const engines: RedisEngine[] = [];
+
+/** Engines sharing one fresh prefix: one cluster, as separate processes would see it. */
+async function cluster(n: number, onInvalid: (channel: string, reason: string) => void = () => undefined): Promise<RedisEngine[]> {
+  const keyPrefix = uniquePrefix("engine");
+  prefixes.push(keyPrefix);
+  const made = Array.from({ length: n }, (_, i) => createRedisEngine({ url, keyPrefix, name: `${keyPrefix}${i}`, onInvalidMessage: onInvalid, onConnectionError: () => undefined }));
+  await Promise.all(made.map((engine) => engine.connect()));
+  engines.push(...made);
+  return made;
+}
+
+afterAll(async () => {
+  await Promise.all(engines.map((engine) => engine.close()));
+  for (const prefix of prefixes) await deleteKeys(url, prefix);
+});
+
+busContract("redis", async () => {
+  const [a, b] = await cluster(2);
+  return [a!.bus, b!.bus];
+});
+registryContract("redis", async () => (await cluster(1))[0]!.registry);
+leasesContract("redis", async () => ({
+  leases: (await cluster(1))[0]!.leases,
+  elapse: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+}));
+
+const update: BusMessage = { kind: "resource.updated", v: 1, origin: "t", backendId: "b", key: "u", uri: "u", at: 1, update: 1, keys: 1 };
+
+describe("Redis engine", () => {
+  it("drops and reports messages that do not decode, and keeps delivering", async () => {
+    const invalid: string[] = [];
+    const [a, b] = await cluster(2, (_channel, reason) => invalid.push(reason));
+    const got: BusMessage[] = [];
+    b!.bus.onMessage((_channel, message) => got.push(message));
+    await b!.bus.subscribe("ch");
+    await a!.redis.publish(a!.keys.channel("ch"), "{not json");
+    await a!.redis.publish(a!.keys.channel("ch"), JSON.stringify({ kind: "resource.updated", v: 1 }));
+    await a!.bus.publish("ch", update);
+    await vi.waitFor(() => expect(got).toEqual([update]));
+    expect(invalid).toHaveLength(2);
+    expect(invalid[0]).toBe("not JSON");
+  });
+
+  it("keeps clusters with different prefixes apart", async () => {
+    const [a] = await cluster(1);
+    const [b] = await cluster(1);
+    const got: BusMessage[] = [];
+    b!.bus.onMessage((_channel, message) => got.push(message));
+    await b!.bus.subscribe("ch");
+    await a!.bus.publish("ch", update);
+    await a!.registry.add({ principal: "p", sessionId: "s", backendId: "b", uri: "u" }, { perSession: 1, perPrincipal: 1, total: 1 });
+    await b!.bus.publish("ch", { ...update, uri: "mine" });
+    await vi.waitFor(() => expect(got).toHaveLength(1));
+    expect(got[0]).toMatchObject({ uri: "mine" });
+    expect(await b!.registry.wanted("b")).toEqual([]);
+  });
+
+  it("holds limits exactly when several instances add at once, and reports first to one of them", async () => {
+    const members = await cluster(3);
+    const limits = { perSession: 1_000, perPrincipal: 7, total: 1_000 };
+    const outcomes = await Promise.all(
+      Array.from({ length: 30 }, (_, i) => members[i % 3]!.registry.add({ principal: "p", sessionId: `s${i}`, backendId: "b", uri: "u" }, limits)),
+    );
+    expect(outcomes.filter((o) => o.status === "added")).toHaveLength(7);
+    expect(outcomes.filter((o) => o.status === "added" && o.first)).toHaveLength(1);
+    expect(outcomes.filter((o) => o.status === "limit")).toHaveLength(23);
+    expect(await members[0]!.registry.count("b", "u")).toBe(7);
+    const removals = await Promise.all(
+      outcomes.flatMap((o, i) => (o.status === "added" ? [members[(i + 1) % 3]!.registry.remove({ principal: "p", sessionId: `s${i}`, backendId: "b", uri: "u" })] : [])),
+    );
+    expect(removals.filter((r) => r.last)).toHaveLength(1);
+    expect(await members[0]!.registry.wanted("b")).toEqual([]);
+  });
+
+  it("stores URIs with any characters, and keeps each session's keys under its principal", async () => {
+    const [engine] = await cluster(1);
+    const uri = "file:///a b/ü/\u0000?x=1#frag";
+    const ref = { principal: "user:a/b", sessionId: "s:1", backendId: "b", uri };
+    expect(await engine!.registry.add(ref, { perSession: 5, perPrincipal: 5, total: 5 })).toEqual({ status: "added", first: true });
+    expect(await engine!.registry.ofSession("user:a/b", "s:1")).toEqual([ref]);
+    expect(await engine!.registry.ofSession("user:a", "b:s:1")).toEqual([]);
+    expect(await engine!.registry.wanted("b")).toEqual([uri]);
+    expect(engine!.keys.session("user:a/b", "s:1")).toContain(encodeURIComponent("user:a/b"));
+  });
+
+  it("reports a gap after the subscriber connection was lost, and delivers again after it", async () => {
+    const [a, b] = await cluster(2);
+    const got: BusMessage[] = [];
+    let gaps = 0;
+    b!.bus.onMessage((_channel, message) => got.push(message));
+    b!.bus.onGap(() => gaps++);
+    await b!.bus.subscribe("ch");
+    // Kill engine b's subscriber connection, found by its name.
+    const list = String(await a!.redis.client("LIST"));
+    const line = list.split("\n").find((l) => l.includes(`name=mcp-broker:${prefixes.at(-1)}1:subscriber `));
+    const id = /id=(\d+)/.exec(line ?? "")?.[1];
+    expect(id).toBeDefined();
+    await a!.redis.client("KILL", "ID", id as string);
+    await vi.waitFor(() => expect(gaps).toBe(1), { timeout: 5_000 });
+    await vi.waitFor(
+      async () => {
+        await a!.bus.publish("ch", update);
+        expect(got.length).toBeGreaterThan(0);
+      },
+      { timeout: 5_000, interval: 100 },
+    );
+  });
+});
