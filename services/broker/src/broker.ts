@@ -2,16 +2,18 @@ import { randomUUID } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import type { Server } from "node:http";
 import {
-  CHANNEL,
   MemoryBus,
   MemoryJobQueue,
+  MemoryLeases,
   MemoryRegistry,
   systemClock,
   type BrokerConfig,
   type Bus,
   type Clock,
+  type Leases,
   type SubscriptionRegistry,
 } from "@mcp-broker/shared";
+import { createRedisEngine } from "@mcp-broker/shared/node";
 import { CATALOG_KINDS } from "./catalog/catalog.js";
 import { CatalogService, type ReloadJob } from "./catalog/catalog-service.js";
 import { EdgeSecurity } from "./http/edge-security.js";
@@ -23,15 +25,18 @@ import { Dispatcher } from "./routing/dispatcher.js";
 import { Router } from "./routing/router.js";
 import { SessionHost } from "./session/session-host.js";
 import { BackendPool } from "./upstream/backend-pool.js";
+import { BackendWatchers } from "./upstream/backend-watchers.js";
 import { UpstreamSubscriptions } from "./upstream/upstream-subscriptions.js";
 import { BROKER_VERSION } from "./version.js";
 
 export interface BrokerDeps {
   logger?: Logger;
   clock?: Clock;
-  /** Engine parts; the memory engine is used for any not given. */
-  bus?: Bus;
-  registry?: SubscriptionRegistry;
+  /**
+   * Engine parts (tests share memory parts between brokers to model a cluster in one process).
+   * Without them: the Redis engine when `config.redisUrl` is set, else the memory engine.
+   */
+  engine?: { bus: Bus; registry: SubscriptionRegistry; leases: Leases };
   instanceId?: string;
 }
 
@@ -41,6 +46,9 @@ export interface Broker {
   readonly catalog: CatalogService;
   readonly sessions: SessionHost;
   readonly upstream: UpstreamSubscriptions;
+  readonly watchers: BackendWatchers;
+  /** "memory" or "redis". */
+  readonly engine: string;
   readonly dispatcher: Dispatcher;
   readonly router: Router;
   readonly logger: Logger;
@@ -58,8 +66,18 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
   const logger = deps.logger ?? createLogger(config.logging.level);
   const clock = deps.clock ?? systemClock;
   const instanceId = deps.instanceId ?? randomUUID();
-  const bus = deps.bus ?? new MemoryBus();
-  const registry = deps.registry ?? new MemoryRegistry();
+  const redis =
+    deps.engine === undefined && config.redisUrl !== undefined
+      ? createRedisEngine({
+          url: config.redisUrl,
+          keyPrefix: config.redis.keyPrefix,
+          name: instanceId,
+          onInvalidMessage: (channel, reason) => logger.warn({ channel, reason }, "undecodable bus message dropped"),
+          onConnectionError: (role, error) => logger.warn({ role, err: error.message }, "Redis connection error"),
+        })
+      : undefined;
+  const { bus, registry, leases } = deps.engine ?? redis ?? { bus: new MemoryBus(), registry: new MemoryRegistry(), leases: new MemoryLeases(clock) };
+  const engineName = deps.engine !== undefined ? "custom" : redis !== undefined ? "redis" : "memory";
   const serverInfo = { name: "mcp-broker", version: BROKER_VERSION };
   const jobs = new MemoryJobQueue<ReloadJob>({
     clock,
@@ -72,11 +90,8 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     jobs,
     debounceMs: config.lists.debounceMs,
     relistIntervalMs: config.lists.relistIntervalMs,
-    onListChanged: (list) => {
-      void bus
-        .publish(CHANNEL.lists, { kind: "list.changed", v: 1, origin: instanceId, list, version: Date.now() })
-        .catch((error: unknown) => logger.warn({ err: (error as Error).message }, "publish failed"));
-    },
+    // Each instance lists its backends itself: its list changes go to its own sessions.
+    onListChanged: (list) => sessions.listChanged(list),
   });
   const upstream = new UpstreamSubscriptions({
     registry,
@@ -88,6 +103,18 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     pollIntervalMs: config.subscriptions.pollIntervalMs,
   });
   let router: Router | undefined = undefined;
+  const watchers = new BackendWatchers({
+    local: upstream,
+    leases,
+    bus,
+    clock,
+    logger,
+    instanceId,
+    backendIds: config.backends.map((backend) => backend.id),
+    connected: (backendId) => pool.get(backendId).state === "connected",
+    leaseTtlMs: config.redis.leaseTtlMs,
+    watcherTimeoutMs: config.redis.watcherTimeoutMs,
+  });
   const pool = new BackendPool(config.backends, {
     logger,
     clock,
@@ -95,10 +122,10 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     listener: {
       connected: (backend) => {
         router?.backendConnected(backend);
-        void catalog.backendConnected(backend).then(() => upstream.backendConnected(backend));
+        void catalog.backendConnected(backend).then(() => watchers.backendConnected(backend.id));
       },
       disconnected: (backend) => {
-        upstream.backendDisconnected(backend);
+        watchers.backendDisconnected(backend.id);
         catalog.backendDisconnected(backend);
       },
       resourceUpdated: (backend, uri) => upstream.resourceUpdated(backend.id, uri),
@@ -127,7 +154,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     catalog: catalog.catalog,
     subscriptionTarget: (uri) => router.subscriptionTarget(uri),
     registry,
-    upstream,
+    upstream: watchers,
     bus,
     clock,
     logger,
@@ -156,13 +183,25 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     logger,
     options: { maxBodyBytes: config.server.maxBodyBytes, keepAliveMs: config.server.keepAliveMs, serverInfo },
   });
+  bus.onMessage((channel, message) => {
+    if (message.kind === "resource.updated") sessions.receive(channel, message);
+    else watchers.receive(message);
+  });
+  bus.onGap(() => sessions.busGap());
   let http: Server | undefined;
   let backendsStarted = false;
 
   const startBackends = async (): Promise<void> => {
     if (backendsStarted) return;
     backendsStarted = true;
-    await sessions.start();
+    if (redis !== undefined) {
+      try {
+        await redis.connect();
+      } catch (error) {
+        throw new Error(`Redis at ${redactUrl(config.redisUrl ?? "")} cannot be reached: ${(error as Error).message}`, { cause: error });
+      }
+    }
+    await watchers.start();
     pool.start();
   };
 
@@ -172,6 +211,8 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     catalog,
     sessions,
     upstream,
+    watchers,
+    engine: engineName,
     dispatcher,
     router,
     logger,
@@ -196,7 +237,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     async whenReady(timeoutMs = 30_000) {
       const deadline = Date.now() + timeoutMs;
       while (Date.now() < deadline) {
-        if (pool.ready() && (await jobs.pending()).length === 0 && catalog.loading() === 0) return true;
+        if (pool.ready() && (await jobs.pending()).length === 0 && catalog.loading() === 0 && watchers.settled()) return true;
         await new Promise((r) => setTimeout(r, 25));
       }
       return false;
@@ -209,12 +250,20 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
         server.closeAllConnections();
         await new Promise<void>((resolve) => server.close(() => resolve()));
       }
+      await watchers.close();
       upstream.close();
       catalog.close();
       await jobs.close();
       await pool.close();
       await bus.close();
       await registry.close();
+      await leases.close();
+      await redis?.close();
     },
   };
+}
+
+/** A Redis URL without its password, for messages and logs. */
+export function redactUrl(url: string): string {
+  return url.replace(/\/\/[^@/]*@/, "//***@");
 }

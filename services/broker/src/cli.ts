@@ -2,7 +2,7 @@
 import { parseArgs } from "node:util";
 import { ConfigError, parsePort } from "@mcp-broker/shared";
 import { loadConfigFile } from "@mcp-broker/shared/node";
-import { createBroker, type Broker } from "./broker.js";
+import { createBroker, redactUrl, type Broker } from "./broker.js";
 import { createLogger, type Logger } from "./logger.js";
 import { serveStdio } from "./stdio/stdio-server.js";
 
@@ -63,12 +63,6 @@ async function main(argv: string[]): Promise<number> {
     throw error;
   }
   const logger = createLogger(config.logging.level);
-  if (config.redisUrl !== undefined) {
-    logger.warn(
-      { redisUrl: config.redisUrl.replace(/\/\/[^@/]*@/, "//***@") },
-      "REDIS_URL is set, but this version has only the memory engine: this broker shares no state with other instances",
-    );
-  }
   const broker = createBroker(config, { logger });
   let stopping = false;
   const stop = async (signal: string) => {
@@ -82,7 +76,13 @@ async function main(argv: string[]): Promise<number> {
   process.on("SIGINT", () => void stop("SIGINT"));
 
   if (values.stdio) {
-    await broker.startBackends();
+    try {
+      await broker.startBackends();
+    } catch (error) {
+      logger.fatal({ err: (error as Error).message }, "cannot start");
+      await broker.close();
+      return 1;
+    }
     await waitForBackends(broker, logger); // stdin waits meanwhile; nothing is lost
     await serveStdio(broker, { input: process.stdin, output: process.stdout });
     await stop("stdin closed");
@@ -92,7 +92,8 @@ async function main(argv: string[]): Promise<number> {
     await broker.startBackends();
     await waitForBackends(broker, logger);
     const url = await broker.listen();
-    process.stderr.write(`mcp-broker ready: ${url}\n`);
+    const engine = config.redisUrl === undefined ? "memory engine" : `Redis engine at ${redactUrl(config.redisUrl)}, key prefix ${config.redis.keyPrefix}`;
+    process.stderr.write(`mcp-broker ready: ${url} (${engine})\n`);
   } catch (error) {
     logger.fatal({ err: (error as Error).message }, "cannot listen");
     await broker.close();

@@ -1,5 +1,6 @@
-import type { Bus, Clock, TimerHandle } from "@mcp-broker/shared";
+import { CHANNEL, type Bus, type Clock, type TimerHandle } from "@mcp-broker/shared";
 import type { PreparedNotification } from "./prepared-notification.js";
+import type { SubscriptionTarget } from "./subscription-flow.js";
 
 /** Something notifications can be written to: a legacy session or a modern listen stream. */
 export interface NotificationSink {
@@ -7,58 +8,70 @@ export interface NotificationSink {
   deliver(notification: PreparedNotification): void;
 }
 
+interface Interest {
+  readonly target: SubscriptionTarget;
+  readonly sinks: Set<NotificationSink>;
+}
+
 /**
- * This instance's interest: bus channel → local sinks. The bus channel is subscribed when the
+ * This instance's interest: bus channel → the subscribed target and its local sinks. The bus channel is subscribed when the
  * first local sink arrives and unsubscribed a grace period after the last one leaves (so a quick
  * unsubscribe/subscribe does not churn the bus).
  */
 export class InterestTable {
-  private readonly sinks = new Map<string, Set<NotificationSink>>();
+  private readonly interests = new Map<string, Interest>();
   private readonly graceTimers = new Map<string, TimerHandle>();
 
   constructor(private readonly deps: { bus: Bus; clock: Clock; graceMs: number; onError: (error: unknown) => void }) {}
 
-  add(channel: string, sink: NotificationSink): void {
+  add(target: SubscriptionTarget, sink: NotificationSink): void {
+    const channel = CHANNEL.resource(target.backendId, target.uri);
     const timer = this.graceTimers.get(channel);
     if (timer !== undefined) {
       this.deps.clock.clearTimeout(timer);
       this.graceTimers.delete(channel);
     }
-    let set = this.sinks.get(channel);
-    if (set === undefined) {
-      set = new Set();
-      this.sinks.set(channel, set);
+    let interest = this.interests.get(channel);
+    if (interest === undefined) {
+      interest = { target: { backendId: target.backendId, uri: target.uri }, sinks: new Set() };
+      this.interests.set(channel, interest);
       void this.deps.bus.subscribe(channel).catch(this.deps.onError);
     }
-    set.add(sink);
+    interest.sinks.add(sink);
   }
 
-  remove(channel: string, sink: NotificationSink): void {
-    const set = this.sinks.get(channel);
-    if (set?.delete(sink) !== true || set.size > 0) return;
-    this.sinks.delete(channel);
+  remove(target: SubscriptionTarget, sink: NotificationSink): void {
+    const channel = CHANNEL.resource(target.backendId, target.uri);
+    const interest = this.interests.get(channel);
+    if (interest?.sinks.delete(sink) !== true || interest.sinks.size > 0) return;
+    this.interests.delete(channel);
     const timer = this.deps.clock.setTimeout(() => {
       this.graceTimers.delete(channel);
-      if (!this.sinks.has(channel)) void this.deps.bus.unsubscribe(channel).catch(this.deps.onError);
+      if (!this.interests.has(channel)) void this.deps.bus.unsubscribe(channel).catch(this.deps.onError);
     }, this.deps.graceMs);
     timer.unref?.();
     this.graceTimers.set(channel, timer);
   }
 
   of(channel: string): ReadonlySet<NotificationSink> | undefined {
-    return this.sinks.get(channel);
+    return this.interests.get(channel)?.sinks;
+  }
+
+  /** Every subscribed target with its sinks. */
+  all(): IterableIterator<Interest> {
+    return this.interests.values();
   }
 
   /** Number of (channel, sink) pairs, for metrics and tests. */
   size(): number {
     let n = 0;
-    for (const set of this.sinks.values()) n += set.size;
+    for (const { sinks } of this.interests.values()) n += sinks.size;
     return n;
   }
 
   close(): void {
     for (const timer of this.graceTimers.values()) this.deps.clock.clearTimeout(timer);
     this.graceTimers.clear();
-    this.sinks.clear();
+    this.interests.clear();
   }
 }

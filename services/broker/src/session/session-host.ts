@@ -1,9 +1,8 @@
 import { randomUUID } from "node:crypto";
 import {
   BrokerError,
-  CHANNEL,
   type Bus,
-  type BusMessage,
+  type ResourceUpdatedMessage,
   type Clock,
   type SubscriptionLimits,
   type SubscriptionRef,
@@ -151,11 +150,6 @@ export class SessionHost {
         releaseAll,
       },
     });
-    deps.bus.onMessage((channel, message) => this.onBusMessage(channel, message));
-  }
-
-  async start(): Promise<void> {
-    await this.deps.bus.subscribe(CHANNEL.lists);
   }
 
   /**
@@ -179,10 +173,10 @@ export class SessionHost {
           session.settle(effect.replyTo, effect.error);
           break;
         case "interest.add":
-          this.interest.add(CHANNEL.resource(effect.target.backendId, effect.target.uri), session);
+          this.interest.add(effect.target, session);
           break;
         case "interest.remove":
-          this.interest.remove(CHANNEL.resource(effect.target.backendId, effect.target.uri), session);
+          this.interest.remove(effect.target, session);
           break;
         case "idle.arm":
           this.armIdle(id, effect.ms, () => actor.send({ type: "session.idle" }));
@@ -198,7 +192,7 @@ export class SessionHost {
     });
     this.failureCleanups.set(id, () => {
       for (const target of Object.values(actor.getSnapshot().context.subscriptions)) {
-        this.interest.remove(CHANNEL.resource(target.backendId, target.uri), session);
+        this.interest.remove(target, session);
       }
       session.failPending(new BrokerError("INTERNAL", "The session failed inside the broker; initialize a new one."));
       this.forgetLegacy(session);
@@ -257,10 +251,10 @@ export class SessionHost {
     actor.on("*", (effect) => {
       switch (effect.type) {
         case "interest.add":
-          this.interest.add(CHANNEL.resource(effect.target.backendId, effect.target.uri), sink);
+          this.interest.add(effect.target, sink);
           break;
         case "interest.remove":
-          this.interest.remove(CHANNEL.resource(effect.target.backendId, effect.target.uri), sink);
+          this.interest.remove(effect.target, sink);
           break;
         case "listen.subscriptions.refused": {
           const sample = effect.refused.slice(0, 5).map(({ uri, error }) => ({ uri, code: error.code }));
@@ -282,7 +276,7 @@ export class SessionHost {
     });
     this.failureCleanups.set(id, () => {
       for (const target of Object.values(actor.getSnapshot().context.honored)) {
-        this.interest.remove(CHANNEL.resource(target.backendId, target.uri), sink);
+        this.interest.remove(target, sink);
       }
       if (acknowledged) sink.end?.();
       else onOutcome({ type: "listen.rejected", error: new BrokerError("INTERNAL", "The listen failed inside the broker; open a new one.") });
@@ -365,7 +359,7 @@ export class SessionHost {
    * arrives once per key: a sink subscribed to more than one of them gets it once. Its messages
    * arrive together, so remembering the last such update is enough.
    */
-  private deliverOnce(message: Extract<BusMessage, { kind: "resource.updated" }>, sinks: ReadonlySet<NotificationSink>): void {
+  private deliverOnce(message: ResourceUpdatedMessage, sinks: ReadonlySet<NotificationSink>): void {
     const id = `${message.origin}\u0000${message.update}`;
     if (this.multiKeyUpdate?.id !== id) {
       const notification = PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(message.backendId, message.uri));
@@ -380,30 +374,49 @@ export class SessionHost {
     }
   }
 
-  /** `message` is decoded and valid (the Bus contract); the hot path does not validate it again. */
-  private onBusMessage(channel: string, message: BusMessage): void {
-    if (message.kind === "resource.updated") {
-      if (!this.deps.catalog.hasBackend(message.backendId)) {
-        // Another instance configured with a backend this one does not know: not ours to deliver.
-        this.deps.logger.warn({ channel, backend: message.backendId }, "bus message for an unknown backend dropped");
-        return;
-      }
-      const sinks = this.interest.of(channel);
-      if (sinks === undefined || sinks.size === 0) return;
-      this.deps.onBusLatency?.(this.deps.clock.now() - message.at);
-      if (message.keys > 1) {
-        this.deliverOnce(message, sinks);
-        return;
-      }
-      const notification = PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(message.backendId, message.uri));
-      for (const sink of sinks) sink.deliver(notification);
-      this.delivered.resourceUpdated += sinks.size;
+  /**
+   * A resource update from the bus, for the sinks interested in `channel`. `message` is decoded and
+   * valid (the Bus contract); the hot path does not validate it again.
+   */
+  receive(channel: string, message: ResourceUpdatedMessage): void {
+    if (!this.deps.catalog.hasBackend(message.backendId)) {
+      // Another instance configured with a backend this one does not know: not ours to deliver.
+      this.deps.logger.warn({ channel, backend: message.backendId }, "bus message for an unknown backend dropped");
       return;
     }
-    const notification = PreparedNotification.listChanged(message.list);
+    const sinks = this.interest.of(channel);
+    if (sinks === undefined || sinks.size === 0) return;
+    this.deps.onBusLatency?.(this.deps.clock.now() - message.at);
+    if (message.keys > 1) {
+      this.deliverOnce(message, sinks);
+      return;
+    }
+    const notification = PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(message.backendId, message.uri));
+    for (const sink of sinks) sink.deliver(notification);
+    this.delivered.resourceUpdated += sinks.size;
+  }
+
+  /**
+   * The bus may have lost messages (it reconnected): every subscribed resource counts as updated
+   * once, for every local subscriber. An extra `updated` is harmless, a missed one is not.
+   */
+  busGap(): void {
+    let targets = 0;
+    for (const { target, sinks } of this.interest.all()) {
+      const notification = PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(target.backendId, target.uri));
+      for (const sink of sinks) sink.deliver(notification);
+      this.delivered.resourceUpdated += sinks.size;
+      targets++;
+    }
+    this.deps.logger.warn({ resources: targets }, "the bus reconnected: subscribed resources re-announced as updated");
+  }
+
+  /** This instance's catalog announced a change to `list`: every session and listen stream that asked for it hears it. */
+  listChanged(list: "tools" | "prompts" | "resources"): void {
+    const notification = PreparedNotification.listChanged(list);
     for (const session of this.legacy.values()) session.deliver(notification);
     this.delivered.listChanged += this.legacy.size;
-    const flag: keyof ListenFlags = `${message.list}ListChanged`;
+    const flag: keyof ListenFlags = `${list}ListChanged`;
     for (const listen of this.listens) {
       if (!listen.flags[flag]) continue;
       listen.deliver(notification);

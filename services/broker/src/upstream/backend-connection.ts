@@ -43,6 +43,8 @@ export interface BackendRequestOptions {
 
 const MODERN_REVISION = "2026-07-28";
 const CONNECT_TIMEOUT_MS = 20_000;
+/** How long a shutdown waits for an HTTP backend to acknowledge the end of its session. */
+const TERMINATE_TIMEOUT_MS = 2_000;
 /** Reopen attempts of a legacy backend's notification stream before the connection counts as dropped. */
 const NOTIFICATION_STREAM_ATTEMPTS = 5;
 const LIST_KINDS: readonly ListKind[] = ["tools", "prompts", "resources"];
@@ -125,6 +127,12 @@ export class BackendConnection {
     this.streamWatch?.dispose();
     this.streamWatch = undefined;
     await listen?.dispose();
+    // An HTTP backend's session ends with us (DELETE), so it drops its subscriptions for it now
+    // instead of when it expires the session; bounded, since the backend may be the thing that is down.
+    const transport = client?.transport;
+    if (transport instanceof StreamableHTTPClientTransport && transport.sessionId !== undefined) {
+      await Promise.race([transport.terminateSession().catch(() => undefined), new Promise((resolve) => setTimeout(resolve, TERMINATE_TIMEOUT_MS).unref())]);
+    }
     await client?.close().catch(() => undefined);
   }
 

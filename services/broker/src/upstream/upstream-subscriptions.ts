@@ -136,12 +136,12 @@ export class UpstreamSubscriptions implements UpstreamPort {
     slot.grace = timer;
   }
 
-  /** URIs of a backend currently watched upstream (for tests and the operator view). */
   /** Backend updates of watched resources received since start (for metrics). */
   updatesReceived(): number {
     return this.updates;
   }
 
+  /** URIs of a backend currently watched upstream (for tests and the operator view). */
   watched(backendId: string): string[] {
     return [...(this.slots.get(backendId)?.values() ?? [])].filter((slot) => slot.watch !== undefined).map((slot) => slot.uri);
   }
@@ -173,6 +173,51 @@ export class UpstreamSubscriptions implements UpstreamPort {
       slot.joinable = undefined;
       this.forgetIfIdle(slot);
     }
+  }
+
+  /**
+   * Another instance watches the backend from now on (this one lost or gave up its lease): every
+   * upstream watch here ends, so updates are not published twice.
+   */
+  relinquish(backendId: string): void {
+    const dropped = [...(this.slots.get(backendId)?.values() ?? [])].flatMap((slot) => (slot.watch === undefined ? [] : [{ uri: slot.uri, mode: slot.watch.mode }]));
+    this.backendDisconnected({ id: backendId });
+    const backend = this.backends?.get(backendId);
+    if (backend?.state !== "connected") return;
+    for (const { uri, mode } of dropped) {
+      if (mode === "listen") backend.unwatchListen(uri);
+      if (mode !== "subscribe") continue;
+      void backend.request("resources/unsubscribe", { uri }).catch((error: unknown) => {
+        this.deps.logger.warn({ backend: backendId, uri, err: (error as Error).message }, "upstream unsubscribe failed");
+      });
+    }
+  }
+
+  /**
+   * Desired against actual: watches what the registry wants and is not watched (counting it as
+   * updated once: its updates may have been missed) and releases what is watched and no longer
+   * wanted. The watcher runs it periodically, which repairs watch requests and releases lost on
+   * the way from other instances. Never rejects.
+   */
+  async reconcile(backendId: string): Promise<void> {
+    const epoch = this.epoch(backendId);
+    let wanted: string[];
+    try {
+      wanted = await this.deps.registry.wanted(backendId);
+    } catch (error) {
+      this.deps.logger.warn({ backend: backendId, err: (error as Error).message }, "reconcile: cannot read the wanted set");
+      return;
+    }
+    const slots = this.slots.get(backendId);
+    const wantedSet = new Set(wanted);
+    for (const slot of [...(slots?.values() ?? [])]) {
+      if (slot.watch !== undefined && slot.ops === 0 && !wantedSet.has(slot.uri)) this.release(backendId, slot.uri);
+    }
+    const missing = wanted.filter((uri) => {
+      const slot = slots?.get(uri);
+      return slot === undefined || (slot.watch === undefined && slot.ops === 0);
+    });
+    if (missing.length > 0) await this.resubscribe(backendId, epoch, missing);
   }
 
   /** An update from a backend: published once per watched key it falls under (itself and its ancestors). */

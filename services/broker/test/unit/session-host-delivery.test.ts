@@ -21,6 +21,9 @@ function host(registry = new MemoryRegistry(), released: string[] = []) {
     maxSessionsPerPrincipal: 10,
     resumeHistory: 64,
   });
+  bus.onMessage((channel, message) => {
+    if (message.kind === "resource.updated") sessions.receive(channel, message);
+  });
   return { bus, sessions };
 }
 
@@ -34,7 +37,6 @@ const update = (key: string, uri: string, update: number, keys: number): BusMess
 describe("session host: delivery of one backend update published under several keys", () => {
   it("gives a session subscribed to a resource and a sub-resource of it the update once", async () => {
     const { bus, sessions } = host();
-    await sessions.start();
     const both = sessions.createLegacySession("p");
     const ancestorOnly = sessions.createLegacySession("p");
     const [w1, w2] = [writer(), writer()];
@@ -55,10 +57,27 @@ describe("session host: delivery of one backend update published under several k
   });
 });
 
+describe("session host: a gap on the bus", () => {
+  it("re-announces every subscribed resource once to each local subscriber", async () => {
+    const { sessions } = host();
+    const one = sessions.createLegacySession("p");
+    const two = sessions.createLegacySession("p");
+    const [w1, w2] = [writer(), writer()];
+    one.attachStream(w1, undefined);
+    two.attachStream(w2, undefined);
+    await one.subscribe("b+x://a");
+    await one.subscribe("b+x://b");
+    await two.subscribe("b+x://a");
+    sessions.busGap();
+    expect(w1.uris.sort()).toEqual([expect.stringContaining("b+x://a"), expect.stringContaining("b+x://b")]);
+    expect(w2.uris).toEqual([expect.stringContaining("b+x://a")]);
+    sessions.close();
+  });
+});
+
 describe("session host: a session actor that fails", () => {
   it("releases what it held, frees its slot and rejects whoever waits", async () => {
     const { sessions } = host();
-    await sessions.start();
     const session = sessions.createLegacySession("p");
     await session.subscribe("b+x://a");
     const waiting = session.subscribe("b+x://b"); // answered by nobody once the actor has failed
@@ -94,7 +113,6 @@ describe("session host: a listen stream closed while its subscriptions are being
     const registry = new SlowRegistry();
     const released: string[] = [];
     const { sessions } = host(registry, released);
-    await sessions.start();
     const listen = sessions.openListen("p", { toolsListChanged: false, promptsListChanged: false, resourcesListChanged: false }, ["b+x://1", "b+x://2", "b+x://3"], () => ({ write: () => undefined }) as never, () => undefined);
     await vi.waitFor(() => expect(registry.waiting()).toBe(3));
     listen.close();
@@ -111,7 +129,6 @@ describe("session host: a legacy session closed while a subscribe is being made"
     const registry = new SlowRegistry();
     const released: string[] = [];
     const { sessions } = host(registry, released);
-    await sessions.start();
     const session = sessions.createLegacySession("p");
     const subscribing = session.subscribe("b+x://1");
     await vi.waitFor(() => expect(registry.waiting()).toBe(1));

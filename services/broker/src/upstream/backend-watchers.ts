@@ -1,0 +1,248 @@
+import { BrokerError, CHANNEL, ERROR_CATALOG, type BrokerErrorCode, watcherLease, type Bus, type BusMessage, type Clock, type Leases, type TimerHandle } from "@mcp-broker/shared";
+import type { Logger } from "../logger.js";
+import type { UpstreamPort, UpstreamSubscriptions } from "./upstream-subscriptions.js";
+
+type WatchMessage = Extract<BusMessage, { kind: `watch.${string}` }>;
+
+interface PendingEnsure {
+  resolve(): void;
+  reject(error: BrokerError): void;
+  timer: TimerHandle;
+}
+
+export interface BackendWatchersDeps {
+  /** This instance's watcher role (upstream subscriptions on its own backend connections). */
+  local: UpstreamSubscriptions;
+  leases: Leases;
+  bus: Bus;
+  clock: Clock;
+  logger: Logger;
+  instanceId: string;
+  backendIds: readonly string[];
+  /** Whether this instance's connection to the backend is up (only then may it watch). */
+  connected(backendId: string): boolean;
+  leaseTtlMs: number;
+  /** How long an ensure waits for the watcher on another instance. */
+  watcherTimeoutMs: number;
+}
+
+/**
+ * One watcher per backend for the whole cluster: the instance holding the backend's lease makes
+ * every upstream subscription to it, so there is one per (backend, URI) however many instances
+ * have subscribers. The other instances send their `ensure`s (and answers come back) and releases
+ * over the bus. An instance competes for a lease only while its own connection to that backend is
+ * up, and gives it up when the connection drops, so a watcher can always reach its backend. When a
+ * holder dies its lease expires and another instance takes over: it watches the registry's wanted
+ * set (counting each URI as updated once, since updates may have been missed). The holder also
+ * reconciles desired against actual every renewal, which repairs messages lost on the bus.
+ *
+ * With the memory engine there is one instance and it holds every lease of a connected backend.
+ */
+export class BackendWatchers implements UpstreamPort {
+  private readonly held = new Set<string>();
+  private readonly pending = new Map<number, PendingEnsure>();
+  /** Backends whose lease is being acquired, renewed or given up right now (one at a time each). */
+  private readonly busy = new Map<string, Promise<void>>();
+  private nextId = 0;
+  private timer: TimerHandle | undefined;
+  private closed = false;
+
+  constructor(private readonly deps: BackendWatchersDeps) {}
+
+  /** Starts hearing answers and competing for leases (renewed every third of their TTL). */
+  async start(): Promise<void> {
+    await this.deps.bus.subscribe(CHANNEL.replies(this.deps.instanceId));
+    this.schedule();
+  }
+
+  /** Whether this instance watches the backend now. */
+  holds(backendId: string): boolean {
+    return this.held.has(backendId);
+  }
+
+  /** Backends this instance watches (for /readyz and metrics). */
+  heldBackends(): string[] {
+    return [...this.held];
+  }
+
+  /** No lease change is in flight (readiness: a subscribe right after it finds its watcher). */
+  settled(): boolean {
+    return this.busy.size === 0;
+  }
+
+  /** This instance's connection to the backend came up: compete for its lease now. */
+  backendConnected(backendId: string): Promise<void> {
+    return this.step(backendId);
+  }
+
+  /** This instance's connection dropped: its subscriptions there are gone; let another instance watch. */
+  backendDisconnected(backendId: string): void {
+    this.deps.local.backendDisconnected({ id: backendId });
+    void this.step(backendId);
+  }
+
+  async ensure(backendId: string, uri: string): Promise<void> {
+    if (this.held.has(backendId)) return this.deps.local.ensure(backendId, uri);
+    const name = watcherLease(backendId);
+    let holder = await this.deps.leases.holder(name);
+    // Nobody watches it, or this instance is taking over right now: finish that step (it takes a free lease).
+    if ((holder === undefined && this.deps.connected(backendId)) || holder === this.deps.instanceId) {
+      await this.step(backendId);
+      if (this.held.has(backendId)) return this.deps.local.ensure(backendId, uri);
+      holder = await this.deps.leases.holder(name);
+    }
+    if (holder === undefined || holder === this.deps.instanceId) {
+      throw new BrokerError("BACKEND_UNAVAILABLE", `Backend '${backendId}' is not connected to any broker instance; retry later.`, { backend: backendId });
+    }
+    const id = ++this.nextId;
+    const answered = new Promise<void>((resolve, reject) => {
+      const timer = this.deps.clock.setTimeout(() => {
+        this.pending.delete(id);
+        reject(new BrokerError("BACKEND_UNAVAILABLE", `Backend '${backendId}': its watcher (another broker instance) did not answer; retry later.`, { backend: backendId }));
+      }, this.deps.watcherTimeoutMs);
+      this.pending.set(id, { resolve, reject, timer });
+    });
+    try {
+      await this.deps.bus.publish(CHANNEL.watcher(backendId), {
+        kind: "watch.ensure",
+        v: 1,
+        origin: this.deps.instanceId,
+        id,
+        replyTo: CHANNEL.replies(this.deps.instanceId),
+        backendId,
+        uri,
+      });
+    } catch (error) {
+      this.settle(id, { code: "BACKEND_UNAVAILABLE", message: `Backend '${backendId}': cannot reach its watcher: ${(error as Error).message}` });
+    }
+    return answered;
+  }
+
+  release(backendId: string, uri: string): void {
+    if (this.held.has(backendId)) {
+      this.deps.local.release(backendId, uri);
+      return;
+    }
+    // Nobody watching: the next watcher starts from the registry, where this is gone already.
+    void this.deps.bus
+      .publish(CHANNEL.watcher(backendId), { kind: "watch.release", v: 1, origin: this.deps.instanceId, backendId, uri })
+      .catch((error: unknown) => this.deps.logger.warn({ backend: backendId, uri, err: (error as Error).message }, "cannot send a release to the watcher; its reconcile will release it"));
+  }
+
+  /** A `watch.*` bus message (decoded by the bus). */
+  receive(message: WatchMessage): void {
+    switch (message.kind) {
+      case "watch.result":
+        this.settle(message.id, message.error);
+        return;
+      case "watch.release":
+        if (this.held.has(message.backendId)) this.deps.local.release(message.backendId, message.uri);
+        return;
+      case "watch.ensure":
+        void this.answer(message);
+    }
+  }
+
+  /** Gives up every lease (graceful shutdown: the others take over at once, not after the TTL). */
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.timer !== undefined) this.deps.clock.clearTimeout(this.timer);
+    for (const [id] of this.pending) this.settle(id, { code: "BACKEND_UNAVAILABLE", message: "The broker instance is shutting down." });
+    await Promise.allSettled([...this.busy.values()]);
+    await Promise.allSettled([...this.held].map((backendId) => this.deps.leases.release(watcherLease(backendId), this.deps.instanceId)));
+    this.held.clear();
+  }
+
+  private async answer(message: Extract<WatchMessage, { kind: "watch.ensure" }>): Promise<void> {
+    let error: { code: string; message: string; data?: Record<string, unknown> } | undefined;
+    if (!this.held.has(message.backendId)) {
+      error = { code: "BACKEND_UNAVAILABLE", message: `Backend '${message.backendId}': its watcher changed; retry.`, data: { backend: message.backendId } };
+    } else {
+      try {
+        await this.deps.local.ensure(message.backendId, message.uri);
+      } catch (failure) {
+        const known = failure instanceof BrokerError ? failure : new BrokerError("INTERNAL", (failure as Error).message);
+        error = { code: known.code, message: known.message, ...(known.data !== undefined && { data: known.data }) };
+      }
+    }
+    await this.deps.bus
+      .publish(message.replyTo, { kind: "watch.result", v: 1, origin: this.deps.instanceId, id: message.id, ...(error !== undefined && { error }) })
+      .catch((failure: unknown) => this.deps.logger.warn({ backend: message.backendId, err: (failure as Error).message }, "cannot answer a watch request"));
+  }
+
+  private settle(id: number, error: { code: string; message: string; data?: Record<string, unknown> } | undefined): void {
+    const pending = this.pending.get(id);
+    if (pending === undefined) return;
+    this.pending.delete(id);
+    this.deps.clock.clearTimeout(pending.timer);
+    if (error === undefined) pending.resolve();
+    else pending.reject(new BrokerError(isBrokerCode(error.code) ? error.code : "INTERNAL", error.message, error.data));
+  }
+
+  private schedule(): void {
+    if (this.closed) return;
+    this.timer = this.deps.clock.setTimeout(() => {
+      this.timer = undefined;
+      void Promise.allSettled(this.deps.backendIds.map((backendId) => this.step(backendId, true))).then(() => this.schedule());
+    }, Math.max(100, Math.floor(this.deps.leaseTtlMs / 3)));
+    this.timer.unref?.();
+  }
+
+  /** One lease step for a backend, never two at once: acquire, renew or give up; `periodic` also reconciles. */
+  private step(backendId: string, periodic = false): Promise<void> {
+    const previous = this.busy.get(backendId) ?? Promise.resolve();
+    const next = previous.then(() => this.leaseStep(backendId, periodic));
+    const tracked = next.catch((error: unknown) => this.deps.logger.warn({ backend: backendId, err: (error as Error).message }, "watcher lease step failed"));
+    this.busy.set(backendId, tracked);
+    void tracked.then(() => {
+      if (this.busy.get(backendId) === tracked) this.busy.delete(backendId);
+    });
+    return tracked;
+  }
+
+  private async leaseStep(backendId: string, periodic: boolean): Promise<void> {
+    if (this.closed) return;
+    const name = watcherLease(backendId);
+    const { instanceId, leaseTtlMs } = this.deps;
+    if (!this.deps.connected(backendId)) {
+      if (this.held.delete(backendId)) {
+        await this.unsubscribeRequests(backendId);
+        await this.deps.leases.release(name, instanceId);
+        this.deps.logger.info({ backend: backendId }, "gave up watching the backend (connection down)");
+      }
+      return;
+    }
+    if (this.held.has(backendId)) {
+      let renewed: boolean;
+      try {
+        renewed = await this.deps.leases.renew(name, instanceId, leaseTtlMs);
+      } catch (error) {
+        // Cannot tell: keep watching (a second watcher for a moment beats none).
+        this.deps.logger.warn({ backend: backendId, err: (error as Error).message }, "cannot renew the watcher lease");
+        return;
+      }
+      if (!renewed) {
+        this.held.delete(backendId);
+        await this.unsubscribeRequests(backendId);
+        this.deps.local.relinquish(backendId);
+        this.deps.logger.warn({ backend: backendId }, "lost the watcher lease; another instance watches the backend");
+        return;
+      }
+      if (periodic) await this.deps.local.reconcile(backendId);
+      return;
+    }
+    if (!(await this.deps.leases.acquire(name, instanceId, leaseTtlMs))) return;
+    this.held.add(backendId);
+    await this.deps.bus.subscribe(CHANNEL.watcher(backendId));
+    this.deps.logger.info({ backend: backendId }, "watching the backend for the cluster");
+    await this.deps.local.backendConnected({ id: backendId });
+  }
+
+  private async unsubscribeRequests(backendId: string): Promise<void> {
+    await this.deps.bus.unsubscribe(CHANNEL.watcher(backendId)).catch(() => undefined);
+  }
+}
+
+function isBrokerCode(code: string): code is BrokerErrorCode {
+  return Object.hasOwn(ERROR_CATALOG, code);
+}

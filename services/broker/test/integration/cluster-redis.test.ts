@@ -1,0 +1,138 @@
+import type { Client } from "@modelcontextprotocol/client";
+import { deleteKeys, testRedisUrl, uniquePrefix } from "@mcp-broker/shared/testing";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
+import { startLegacyHttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
+import { createTestServer, type TestServer } from "../fixtures/test-server.js";
+import { collectUpdates, connectClient, eventually, startBroker, type Era, type RunningBroker } from "../helpers/harness.js";
+
+const URI = "test://static/a";
+const EXPOSED = `leg+${URI}`;
+
+/**
+ * Two broker instances on the Redis engine (one Redis, one key prefix) in front of one HTTP
+ * backend: the cluster guarantees, end to end, with real Redis pub/sub and Lua.
+ */
+describe("cluster on the Redis engine: two broker instances", () => {
+  let redisUrl: string;
+  let prefix: string;
+  let server: TestServer;
+  let backend: LegacyHttpBackend;
+  let brokers: RunningBroker[] = [];
+  let clients: Client[] = [];
+
+  const config = (limits: { maxPerPrincipal?: number } = {}) => ({
+    backends: [{ id: "leg", url: backend.url, era: "legacy" as const, reconnect: { initialDelayMs: 50, maxDelayMs: 200 }, healthIntervalMs: 200 }],
+    subscriptions: { releaseGraceMs: 0, ...limits },
+    redisUrl,
+    redis: { keyPrefix: prefix, leaseTtlMs: 1_000, watcherTimeoutMs: 3_000 },
+  });
+
+  /** A fresh backend (its stats count this test only) and two brokers in front of it. */
+  async function cluster(limits: { maxPerPrincipal?: number } = {}): Promise<[RunningBroker, RunningBroker]> {
+    prefix = uniquePrefix("cluster");
+    server = createTestServer({ name: "shared-backend" });
+    backend = await startLegacyHttpBackend(server);
+    const a = await startBroker(config(limits));
+    const b = await startBroker(config(limits));
+    brokers.push(a, b);
+    await eventually(() => a.broker.watchers.holds("leg") !== b.broker.watchers.holds("leg"), "one watcher for the backend");
+    return [a, b];
+  }
+
+  async function client(running: RunningBroker, era: Era): Promise<Client> {
+    const c = await connectClient(running.url, era);
+    clients.push(c);
+    return c;
+  }
+
+  beforeAll(async () => {
+    redisUrl = await testRedisUrl();
+  });
+
+  afterEach(async () => {
+    await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
+    await Promise.all(brokers.map((b) => b.close().catch(() => undefined)));
+    await backend.close();
+    await deleteKeys(redisUrl, prefix);
+    clients = [];
+    brokers = [];
+  });
+
+  it("delivers an update to subscribers on both instances, through one upstream subscription, and to nobody else", async () => {
+    const [a, b] = await cluster();
+    const onA = await client(a, "legacy");
+    const onB = await client(b, "legacy");
+    const modernOnB = await client(b, "modern");
+    const bystander = await client(b, "legacy");
+    const [gotA, gotB, gotModern, gotBystander] = [collectUpdates(onA), collectUpdates(onB), collectUpdates(modernOnB), collectUpdates(bystander)];
+    await onA.subscribeResource({ uri: EXPOSED });
+    await onB.subscribeResource({ uri: EXPOSED });
+    await modernOnB.listen({ resourceSubscriptions: [EXPOSED] });
+    await bystander.subscribeResource({ uri: "leg+test://static/b" });
+    expect(server.stats.subscribeCount(URI)).toBe(1);
+    expect(server.stats.activeSubscriptions.get(URI)).toBe(1);
+
+    server.emitUpdate(URI);
+    await eventually(() => gotA.length === 1 && gotB.length === 1 && gotModern.length === 1, "the update on both instances");
+    expect([gotA, gotB, gotModern]).toEqual([[EXPOSED], [EXPOSED], [EXPOSED]]);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(gotA.length + gotB.length + gotModern.length).toBe(3);
+    expect(gotBystander).toEqual([]);
+  });
+
+  it("releases the upstream subscription once, when the last subscriber on any instance leaves", async () => {
+    const [a, b] = await cluster();
+    const watcher = a.broker.watchers.holds("leg") ? a : b;
+    const other = watcher === a ? b : a;
+    const onWatcher = await client(watcher, "legacy");
+    const onOther = await client(other, "legacy");
+    await onWatcher.subscribeResource({ uri: EXPOSED });
+    await onOther.subscribeResource({ uri: EXPOSED });
+    await onWatcher.unsubscribeResource({ uri: EXPOSED });
+    await new Promise((r) => setTimeout(r, 200));
+    expect(server.stats.activeSubscriptions.get(URI)).toBe(1);
+    // The last one leaves on the instance that does not watch: its release travels to the watcher.
+    await onOther.unsubscribeResource({ uri: EXPOSED });
+    await eventually(() => server.stats.activeSubscriptions.get(URI) === undefined, "the upstream unsubscribe");
+    expect(server.stats.unsubscribeCount(URI)).toBe(1);
+    expect(watcher.broker.watchers.holds("leg")).toBe(true);
+    expect(watcher.broker.upstream.watched("leg")).toEqual([]);
+  });
+
+  it("holds the per-principal limit exactly across instances", async () => {
+    const [a, b] = await cluster({ maxPerPrincipal: 3 });
+    const sessions = await Promise.all([client(a, "legacy"), client(b, "legacy"), client(a, "legacy"), client(b, "legacy")]);
+    const outcomes = await Promise.allSettled(sessions.flatMap((c, i) => [0, 1].map((j) => c.subscribeResource({ uri: `leg+test://items/${i}-${j}` }))));
+    expect(outcomes.filter((o) => o.status === "fulfilled")).toHaveLength(3);
+    const refused = outcomes.filter((o): o is PromiseRejectedResult => o.status === "rejected");
+    expect(refused).toHaveLength(5);
+    for (const r of refused) expect(r.reason).toMatchObject({ code: -32010 });
+  });
+
+  it("hands the backend to the other instance when the watcher stops, which re-subscribes what is wanted", async () => {
+    const [a, b] = await cluster();
+    const watcher = a.broker.watchers.holds("leg") ? a : b;
+    const survivor = watcher === a ? b : a;
+    const c = await client(survivor, "legacy");
+    const got = collectUpdates(c);
+    await c.subscribeResource({ uri: EXPOSED });
+    const subscribes = server.stats.subscribeCount(URI);
+    await watcher.close();
+    await eventually(() => survivor.broker.watchers.holds("leg"), "the takeover", 5_000);
+    await eventually(() => server.stats.subscribeCount(URI) === subscribes + 1, "the re-subscribe by the new watcher");
+    // Updates may have been missed during the handover: the new watcher counts it as updated once.
+    await eventually(() => got.length === 1, "the conservative update after the takeover");
+    server.emitUpdate(URI);
+    await eventually(() => got.length === 2, "an update through the new watcher");
+    expect(server.stats.activeSubscriptions.get(URI)).toBe(1);
+  });
+
+  it("answers a subscribe on a backend no instance reaches with -32000", async () => {
+    const [a] = await cluster();
+    await backend.close();
+    await eventually(() => brokers.every((r) => r.broker.pool.get("leg").state !== "connected"), "both instances to see the backend down");
+    await eventually(() => brokers.every((r) => !r.broker.watchers.holds("leg")), "both to give up the watcher lease");
+    const c = await client(a, "legacy");
+    await expect(c.subscribeResource({ uri: EXPOSED })).rejects.toMatchObject({ code: -32000 });
+  });
+});
