@@ -10,6 +10,12 @@ export interface BackendCounters {
   toolsListReloads: number;
 }
 
+/** The backend's MCP connections (one per broker: its stdio, or its HTTP session) and what each subscribed. */
+export interface BackendCensus {
+  /** Subscribed resource URIs per connection, in the order the connections were opened. */
+  subscriptions: number[];
+}
+
 export interface ListStormOutcome {
   emitted: number;
   firstMicros: number;
@@ -18,13 +24,36 @@ export interface ListStormOutcome {
   finalVersion: number;
 }
 
-/** The bench backend's control API (JSON lines over TCP; its stdio carries MCP). */
+/** The bench backend's control API (JSON lines over TCP; MCP is on its stdio or its HTTP port). */
 export type BackendApi = {
   /** Emits `resources/updated` for the plan's sub-resources at the plan's rate; resolves when all are sent. */
   emit(plan: EmitPlan): Promise<PacedResult>;
   /** `count` tool-list changes, each followed by `tools/list_changed`, spread over `durationMs`. */
   listStorm(params: { count: number; durationMs: number }): Promise<ListStormOutcome>;
   counters(params: Record<string, never>): BackendCounters;
+  census(params: Record<string, never>): BackendCensus;
   resetCounters(params: Record<string, never>): void;
   usage(params: { gc: boolean }): ProcessUsage;
+};
+
+/** How the bench backend serves MCP: to its one broker over stdio, or to any number of brokers over Streamable HTTP. */
+export type BackendTransport = "stdio" | "http";
+
+/** Environment variables of the bench backend process. */
+export const BACKEND_ENV = {
+  /** The orchestrator's control port (BackendControlServer), in both modes. */
+  controlPort: "BENCH_CONTROL_PORT",
+  /** `http` for the HTTP mode; stdio otherwise. */
+  transport: "BENCH_BACKEND_TRANSPORT",
+} as const;
+
+/**
+ * What an HTTP-mode bench backend serves over IPC to the orchestrator that forked it (the scenario
+ * API stays on the control socket, as in stdio mode).
+ */
+export type HttpBackendProcessApi = {
+  /** Listens on 127.0.0.1 (a free port) and resolves with the MCP endpoint, `http://127.0.0.1:<port>/mcp`. */
+  listen(params: Record<string, never>): Promise<{ url: string }>;
+  /** Ends every session and closes the server, then the process exits. */
+  stop(params: Record<string, never>): Promise<void>;
 };

@@ -1,0 +1,137 @@
+/**
+ * The MCP side of the bench backend, the same over stdio and HTTP: one McpServer per connection
+ * (stdio: the one broker; HTTP: one per broker session), each serving `bench://r/{id}` (a template,
+ * so any id can be subscribed) and one tool whose description carries a list version. Every
+ * connection keeps its own subscriptions, and an update of `bench://r/<k>/…` goes to exactly the
+ * connections subscribed to `bench://r/<k>`: a connection that never subscribed gets nothing.
+ */
+import { McpServer, ResourceTemplate, type RegisteredTool, type Transport } from "@modelcontextprotocol/server";
+import { backendUri, keyOf, LIST_VERSION_TOOL, listVersionMarker, RESOURCE_TEMPLATE, updateUri, type EmitPlan } from "../core/bench-uris.js";
+import { nowMicros } from "../core/clock.js";
+import { pacedLoop, type Backpressure } from "../core/paced-loop.js";
+import { sampleUsage } from "../core/process-usage.js";
+import type { BackendApi, BackendCounters } from "./backend-api.js";
+
+/** List changes are announced by the storm loop itself, exactly once per change. */
+class QuietMcpServer extends McpServer {
+  override sendToolListChanged(): void {}
+  override sendResourceListChanged(): void {}
+  override sendPromptListChanged(): void {}
+}
+
+interface Connection {
+  readonly mcp: QuietMcpServer;
+  readonly versionTool: RegisteredTool;
+  /** Resource URIs this connection subscribed to. */
+  readonly subscribed: Set<string>;
+}
+
+export class BenchMcp {
+  private readonly counters: BackendCounters = { subscribe: 0, unsubscribe: 0, toolsListReloads: 0 };
+  private listVersion = 0;
+  private readonly connections = new Set<Connection>();
+  /** Resource URI → the connections subscribed to it. */
+  private readonly subscribers = new Map<string, Set<Connection>>();
+
+  /**
+   * Serves a new connection on `transport` (its own McpServer). `onClose` runs once the connection
+   * is over (transport closed, HTTP session deleted); its subscriptions are gone by then.
+   */
+  async connect(transport: Transport, onClose: () => void): Promise<McpServer> {
+    const mcp = new QuietMcpServer(
+      { name: "bench-backend", version: "1.0.0" },
+      { capabilities: { resources: { subscribe: true, listChanged: true }, tools: { listChanged: true } } },
+    );
+    mcp.registerResource("r", new ResourceTemplate(RESOURCE_TEMPLATE, { list: undefined }), { mimeType: "text/plain" }, (uri) => ({
+      contents: [{ uri: uri.href, mimeType: "text/plain", text: "bench" }],
+    }));
+    const versionTool = mcp.registerTool(LIST_VERSION_TOOL, { description: listVersionMarker(this.listVersion) }, () => ({
+      content: [{ type: "text", text: listVersionMarker(this.listVersion) }],
+    }));
+    const connection: Connection = { mcp, versionTool, subscribed: new Set() };
+    mcp.server.setRequestHandler("resources/subscribe", (request) => {
+      this.counters.subscribe++;
+      this.subscribe(connection, request.params.uri);
+      return {};
+    });
+    mcp.server.setRequestHandler("resources/unsubscribe", (request) => {
+      this.counters.unsubscribe++;
+      this.unsubscribe(connection, request.params.uri);
+      return {};
+    });
+    mcp.server.onclose = () => {
+      this.connections.delete(connection);
+      for (const uri of [...connection.subscribed]) this.unsubscribe(connection, uri);
+      onClose();
+    };
+    this.connections.add(connection);
+    await mcp.connect(transport);
+    // Count list reloads as they arrive (McpServer owns the tools/list handler).
+    const deliver = transport.onmessage;
+    transport.onmessage = (message, extra) => {
+      if ("method" in message && message.method === "tools/list" && "id" in message && message.params?.cursor === undefined) this.counters.toolsListReloads++;
+      deliver?.(message, extra);
+    };
+    return mcp;
+  }
+
+  /** The control API; emission waits while `backpressure` says the connections' sink is full. */
+  api(backpressure: Backpressure): BackendApi {
+    return {
+      emit: (plan: EmitPlan) => pacedLoop(plan.rate, plan.count, (i) => this.emitUpdate(backendUri(keyOf(plan, i)), plan.step, i), backpressure),
+      listStorm: async ({ count, durationMs }) => {
+        let firstMicros = 0;
+        let lastMicros = 0;
+        const result = await pacedLoop(
+          (count * 1000) / durationMs,
+          count,
+          () => {
+            this.listVersion++;
+            for (const { versionTool } of this.connections) versionTool.update({ description: listVersionMarker(this.listVersion) });
+            lastMicros = nowMicros();
+            if (firstMicros === 0) firstMicros = lastMicros;
+            for (const { mcp } of this.connections) mcp.server.sendToolListChanged().catch(() => undefined);
+          },
+          backpressure,
+        );
+        return { emitted: result.emitted, firstMicros, lastMicros, finalVersion: this.listVersion };
+      },
+      counters: () => ({ ...this.counters }),
+      census: () => ({ subscriptions: [...this.connections].map((c) => c.subscribed.size) }),
+      resetCounters: () => {
+        this.counters.subscribe = this.counters.unsubscribe = this.counters.toolsListReloads = 0;
+      },
+      usage: ({ gc }) => sampleUsage(gc),
+    };
+  }
+
+  /** Ends every connection. */
+  async close(): Promise<void> {
+    await Promise.all([...this.connections].map(({ mcp }) => mcp.close().catch(() => undefined)));
+  }
+
+  /** `resources/updated` for a sub-resource of `base` (the URI carries step, seq and emit time), to the subscribers of `base`. */
+  private emitUpdate(base: string, step: number, seq: number): void {
+    const targets = this.subscribers.get(base);
+    if (targets === undefined) return;
+    const uri = updateUri(base, step, seq, nowMicros());
+    for (const { mcp } of targets) mcp.server.sendResourceUpdated({ uri }).catch(() => undefined);
+  }
+
+  private subscribe(connection: Connection, uri: string): void {
+    connection.subscribed.add(uri);
+    let set = this.subscribers.get(uri);
+    if (set === undefined) {
+      set = new Set();
+      this.subscribers.set(uri, set);
+    }
+    set.add(connection);
+  }
+
+  private unsubscribe(connection: Connection, uri: string): void {
+    connection.subscribed.delete(uri);
+    const set = this.subscribers.get(uri);
+    set?.delete(connection);
+    if (set?.size === 0) this.subscribers.delete(uri);
+  }
+}
