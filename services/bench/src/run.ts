@@ -82,19 +82,22 @@ async function main(): Promise<number> {
   process.once("exit", () => group.killAllNow());
 
   const stepProfiles: string[] = [];
-  const memory = new MemoryEngine({
+  const engineDeps = {
     group,
     control,
     diagnostics: { cpuProfDir: options.cpuProf ? resultsDir : undefined, heapSnapshotDir: options.heapSnapshot ? resultsDir : undefined, stepProfiles },
-  });
+  };
+  const redisUnavailable = await redisProblem(redisUrl);
+  const memory = new MemoryEngine(engineDeps);
+  const redis = new RedisEngine({ ...engineDeps, redisUrl, redisUnavailable });
   const ctx: BenchContext = {
     plan,
     group,
     control,
-    engines: [memory, new RedisEngine()],
+    engines: [memory, redis],
     memory,
     redisUrl,
-    redisUnavailable: await redisProblem(redisUrl),
+    redisUnavailable,
     log,
   };
   const results: BenchResults = {
@@ -104,8 +107,12 @@ async function main(): Promise<number> {
     wallSeconds: 0,
     machine: { cpus: cpus().length, node: process.version, platform: `${process.platform} ${process.arch}`, cpuModel: cpus()[0]?.model ?? "unknown" },
     setup: [
-      "Broker: @mcp-broker/broker (createBroker) in its own process, memory engine, log level warn, default keep-alive (15 s) and list debounce (1 s), upstream release grace 1 s, subscription limits raised (all sessions are one anonymous principal).",
-      "Backend: the bench backend (SDK v2 McpServer, legacy era 2025-11-25) started by the broker over **stdio**; the orchestrator drives it over a TCP control socket.",
+      "Broker: @mcp-broker/broker (createBroker), each instance in its own process, log level warn, default keep-alive (15 s) and list debounce (1 s), upstream release grace 1 s, subscription limits raised (all sessions are one anonymous principal). " +
+        `Memory engine (every scenario): ${memory.description}. ` +
+        `Redis engine (scenarios 1–3): ${redis.unavailableReason === undefined ? `${redis.description}; Redis at ${redisUrl}` : `not run: ${redis.unavailableReason}`}.`,
+      "Backend: the bench backend (SDK v2 McpServer, legacy era 2025-11-25), one McpServer per connection, each sent only the updates of what it subscribed; " +
+        "memory engine: started by the broker over **stdio**; Redis engine: one process started by the orchestrator, serving **Streamable HTTP** on 127.0.0.1, one session per broker. " +
+        "The orchestrator drives it over a TCP control socket.",
       `Load: ${plan.generators} load-generator processes per target, raw node:http + a minimal SSE parser; their CPU is reported with each step (100 % = one core).`,
       `Baselines: ${ctx.redisUnavailable ?? `Redis at ${redisUrl}`} (ioredis publisher process → plain Node SSE server process → the same readers).`,
       ...(options.cpuProf ? ["Broker children ran under --cpu-prof (and per-step inspector profiles): figures include profiler overhead."] : []),
@@ -113,7 +120,7 @@ async function main(): Promise<number> {
     ],
     scenarios: [],
   };
-  if (ctx.redisUnavailable !== undefined) log(`warning: ${ctx.redisUnavailable}; Redis baselines will be reported as not run`);
+  if (ctx.redisUnavailable !== undefined) log(`warning: ${ctx.redisUnavailable}; Redis baselines and the Redis engine will be reported as not run`);
 
   const selected = SCENARIO_IDS.filter((id) => options.only.length === 0 || options.only.includes(id));
   let failures = 0;

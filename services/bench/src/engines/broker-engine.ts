@@ -36,13 +36,15 @@ export interface BrokerDeployment {
 }
 
 /**
- * How brokers are deployed for a scenario. The memory engine is one process; a Redis engine is
- * two broker processes sharing a Redis (sessions spread over both): adding it means returning
- * both URLs from `deploy` and a backend both instances reach (see README, "Adding the Redis engine").
+ * How brokers are deployed for a scenario: the memory engine is one broker process (its own stdio
+ * backend); the Redis engine is two broker processes sharing a Redis, one HTTP backend both reach,
+ * sessions spread over both (see README, "Engines").
  */
 export interface BrokerEngine {
   readonly name: EngineName;
-  /** Why this engine cannot run in this version, or undefined when it can. */
+  /** How it deploys brokers and their backend, for the report ("2 broker processes …"). */
+  readonly description: string;
+  /** Why this engine cannot run here (e.g. Redis unreachable), or undefined when it can. */
   readonly unavailableReason: string | undefined;
   deploy(label: string, options?: { debounceMs?: number }): Promise<BrokerDeployment>;
 }

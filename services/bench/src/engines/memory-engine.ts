@@ -1,54 +1,30 @@
-import { join } from "node:path";
-import type { BackendControlServer } from "../backend/backend-control-server.js";
-import type { BrokerChildApi } from "../broker/broker-child-api.js";
-import type { ProcessGroup } from "../core/process-group.js";
+import type { BackendApi } from "../backend/backend-api.js";
+import type { RpcClient } from "../core/rpc.js";
 import { benchBrokerConfig } from "./bench-broker-config.js";
-import type { BrokerDeployment, BrokerEngine, Diagnostics } from "./broker-engine.js";
+import type { BrokerDeployment, BrokerEngine } from "./broker-engine.js";
+import { brokerDeployment, startBrokerProcess, stopBrokerProcess, type EngineDeps } from "./broker-processes.js";
 
 /** One broker process on the in-process memory engine; it starts its own bench backend over stdio. */
 export class MemoryEngine implements BrokerEngine {
   readonly name = "memory";
+  readonly description = "one broker process, which starts the bench backend as its stdio backend";
   readonly unavailableReason = undefined;
 
-  constructor(
-    private readonly deps: { group: ProcessGroup; control: BackendControlServer; diagnostics: Diagnostics },
-  ) {}
+  constructor(private readonly deps: EngineDeps) {}
 
   async deploy(label: string, options: { debounceMs?: number } = {}): Promise<BrokerDeployment> {
-    const { group, control } = this.deps;
-    const { cpuProfDir, heapSnapshotDir, stepProfiles } = this.deps.diagnostics;
-    const execArgv = ["--expose-gc"];
-    if (cpuProfDir !== undefined) execArgv.push("--cpu-prof", `--cpu-prof-dir=${cpuProfDir}`, `--cpu-prof-name=broker-${label}.cpuprofile`);
-    const child = group.fork<BrokerChildApi>(new URL("../broker/broker-child.js", import.meta.url), `broker-${label}`, { execArgv });
+    const { control } = this.deps;
+    // The broker starts the backend, which then calls in on the control port.
+    const backendArrives = control.next(60_000);
+    backendArrives.catch(() => undefined);
+    const broker = await startBrokerProcess(this.deps, label, benchBrokerConfig({ controlPort: control.port }, options));
+    let backend: RpcClient<BackendApi>;
     try {
-      const backendArrives = control.next(60_000);
-      const { url } = await child.rpc.call("start", { config: benchBrokerConfig(control.port, options) });
-      const backend = await backendArrives;
-      return {
-        engine: "memory",
-        urls: [url],
-        backend,
-        usage: async (gc) => [await child.rpc.call("usage", { gc })],
-        census: async () => [await child.rpc.call("census", {})],
-        profiled: async (name, run) => {
-          if (cpuProfDir === undefined) return run();
-          await child.rpc.call("profileStart", { intervalMicros: 250 });
-          try {
-            return await run();
-          } finally {
-            const file = join(cpuProfDir, `broker-${label}-${name}.cpuprofile`);
-            await child.rpc.call("profileStop", { file });
-            stepProfiles.push(file);
-          }
-        },
-        heapSnapshot: async (name) => {
-          if (heapSnapshotDir !== undefined) await child.rpc.call("heapSnapshot", { file: join(heapSnapshotDir, `broker-${label}-${name}.heapsnapshot`) });
-        },
-        stop: () => child.stop(() => child.rpc.call("stop", {})),
-      };
+      backend = await backendArrives;
     } catch (error) {
-      await child.stop();
+      await stopBrokerProcess(broker);
       throw error;
     }
+    return brokerDeployment("memory", [broker], backend, this.deps.diagnostics);
   }
 }
