@@ -1,7 +1,8 @@
 /**
- * Why the broker falls short where it does, from profiling this version (step profiles of
- * `npm run bench -- --cpu-prof`, heap snapshots of `--heap-snapshot`; see README, Profiling).
- * Appended to a scenario's findings when one of its targets is missed, so the results say why
+ * Why the broker falls short where it does, from profiling this version on the memory engine (step
+ * profiles of `npm run bench -- --cpu-prof`, heap snapshots of `--heap-snapshot`; see README,
+ * Profiling). Appended to a scenario's findings when a memory-engine target is missed (the Redis
+ * deployment has not been profiled), so the results say why
  * and not only by how much. Re-check with a profiled run after broker changes: a run's own
  * profile tables (under --cpu-prof) are authoritative, this text is the last analysis.
  */

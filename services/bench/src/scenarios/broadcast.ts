@@ -2,7 +2,7 @@ import { exposedUri } from "../core/bench-uris.js";
 import { fmt, quantileOf } from "../report/format.js";
 import { notRun, ratio, type ResultRow, type ScenarioResult } from "../report/result-model.js";
 import type { BenchContext } from "./bench-context.js";
-import { startBrokerPath, startRawPath, type RunningPath } from "./delivery-paths.js";
+import { describeEngines, startBrokerPath, startRawPath, upstreamNote, type RunningPath } from "./delivery-paths.js";
 import { describeCpu, describeLoadCpu, runInterleaved, type StepOutcome } from "./rate-step.js";
 
 const SCENARIO = "3. Broadcast";
@@ -68,7 +68,13 @@ export async function runBroadcast(ctx: BenchContext): Promise<ScenarioResult> {
       const p99 = quantileOf(b.lastReceiverMs, 0.99);
       const rawP99 = rawOutcome === undefined ? null : quantileOf(rawOutcome.lastReceiverMs, 0.99);
       const rt = ratio(p99, rawP99);
-      const note = `${b.incomplete} of ${b.emitted} updates did not reach every session${ctx.redisUnavailable !== undefined ? `; baseline not run: ${ctx.redisUnavailable}` : ""}`;
+      const note = [
+        `${b.incomplete} of ${b.emitted} updates did not reach every session`,
+        ctx.redisUnavailable !== undefined ? `baseline not run: ${ctx.redisUnavailable}` : "",
+        upstreamNote(broker),
+      ]
+        .filter((s) => s !== "")
+        .join("; ");
       rows.push({ scenario: SCENARIO, engine: engine.name, measure: `time to last of ${n}, p99`, unit: "ms", broker: p99, baseline: rawP99, ratio: rt, target: `≤ ${TARGET_RATIO}× raw`, met: rt === null ? null : rt <= TARGET_RATIO && b.incomplete === 0, status: "measured", note, cpu: describeLoadCpu(b.cpu) });
       const p50 = quantileOf(b.lastReceiverMs, 0.5);
       const rawP50 = rawOutcome === undefined ? null : quantileOf(rawOutcome.lastReceiverMs, 0.5);
@@ -83,7 +89,8 @@ export async function runBroadcast(ctx: BenchContext): Promise<ScenarioResult> {
     title: SCENARIO,
     method:
       `${sessions} legacy sessions (over ${ctx.plan.generators} generator processes) subscribed to bench+bench://r/0; ${updates} single updates ${intervalMs} ms apart, in ${slices} slices alternating with the baseline. ` +
-      `Per update: time from emission until the last session read it; reported as p50/p99 over the updates. Baseline: Redis → plain Node SSE server writing one pre-encoded frame to all ${sessions} streams.`,
+      `Per update: time from emission until the last session read it; reported as p50/p99 over the updates. Baseline: Redis → plain Node SSE server writing one pre-encoded frame to all ${sessions} streams. ` +
+      describeEngines(ctx),
     rows,
     details: [
       {

@@ -1,3 +1,4 @@
+import type { BackendCensus } from "../backend/backend-api.js";
 import type { RawPublisherApi, RawServerApi } from "../baseline/raw-api.js";
 import type { ProcessUsage } from "../core/process-usage.js";
 import type { BrokerDeployment, BrokerEngine } from "../engines/broker-engine.js";
@@ -14,6 +15,8 @@ export interface RunningPath extends DeliveryPath {
 
 export interface BrokerPath extends RunningPath {
   readonly deployment: BrokerDeployment;
+  /** What the backend's connections had subscribed once every session was open. */
+  readonly upstream: BackendCensus;
 }
 
 export interface RawPath extends RunningPath {
@@ -38,6 +41,7 @@ export async function startBrokerPath(ctx: BenchContext, engine: BrokerEngine, l
       deployment,
       fleet,
       openMs,
+      upstream: await backend.call("census", {}),
       source: { emit: (plan) => backend.call("emit", plan), usage: () => backend.call("usage", { gc: false }) },
       serverUsage: () => deployment.usage(false),
       profiled: (name, run) => deployment.profiled(name, run),
@@ -47,6 +51,30 @@ export async function startBrokerPath(ctx: BenchContext, engine: BrokerEngine, l
     await stop();
     throw error;
   }
+}
+
+/**
+ * For a deployment of several brokers, which of them subscribed upstream, as the backend counted
+ * it: one when they share subscriptions (the lease holder subscribes for the cluster), each of
+ * them when they do not. Empty for a single broker.
+ */
+export function upstreamNote(path: BrokerPath): string {
+  const { subscriptions } = path.upstream;
+  if (path.deployment.urls.length < 2) return "";
+  const subscribing = subscriptions.filter((n) => n > 0).length;
+  const who =
+    subscribing === 1
+      ? "one broker subscribed upstream for the cluster"
+      : `${subscribing} brokers subscribed upstream themselves (not shared: a URI both brokers' sessions hold is sent by the backend to each)`;
+  return `backend: ${subscriptions.length} MCP sessions holding ${subscriptions.join(" + ")} subscriptions: ${who}`;
+}
+
+/**
+ * The broker deployments of a scenario that runs on every engine, for its method text, e.g.
+ * "Brokers: memory engine: one broker process …; redis engine: 2 broker processes …".
+ */
+export function describeEngines(ctx: BenchContext): string {
+  return `Brokers: ${ctx.engines.map((e) => `${e.name} engine: ${e.description}${e.unavailableReason === undefined ? "" : ` (not run: ${e.unavailableReason})`}`).join("; ")}.`;
 }
 
 /** The baseline server, optionally fed from Redis by the raw publisher, with one stream per key. */

@@ -2,7 +2,7 @@ import { exposedUri } from "../core/bench-uris.js";
 import { fmt } from "../report/format.js";
 import { notRun, ratio, type ChartSeries, type DetailTable, type ResultRow, type ScenarioResult } from "../report/result-model.js";
 import type { BenchContext } from "./bench-context.js";
-import { startBrokerPath, startRawPath, type RunningPath } from "./delivery-paths.js";
+import { describeEngines, startBrokerPath, startRawPath, upstreamNote, type RunningPath } from "./delivery-paths.js";
 import { describeCpu, describeLoadCpu, runInterleaved, type StepOutcome } from "./rate-step.js";
 
 const SCENARIO = "2. Hot URI";
@@ -100,6 +100,7 @@ export async function runHotUri(ctx: BenchContext): Promise<ScenarioResult> {
           rawTopped ? `raw was still climbing at the top of the ladder (${rates.at(-1)}/s): its figure is a lower bound, so the ratio is an upper bound` : "",
           brokerLadder.fails < FAILS_TO_STOP ? "the broker was still climbing at the top of the ladder: its figure is a lower bound" : "",
           ctx.redisUnavailable !== undefined ? `baseline not run: ${ctx.redisUnavailable}` : "",
+          upstreamNote(broker),
         ]
           .filter((s) => s !== "")
           .join("; "),
@@ -119,7 +120,8 @@ export async function runHotUri(ctx: BenchContext): Promise<ScenarioResult> {
     title: SCENARIO,
     method:
       `${sessions} legacy sessions subscribed to bench+bench://r/0; the backend emits updates of bench://r/0/… at rising rates (updates/s × ${sessions} = offered deliveries/s), ${stepSeconds} s per step in ${slices} slices alternating with the baseline. ` +
-      `Figure: the best delivered/s of a step with p99 ≤ ${p99LimitMs} ms and loss ≤ ${MAX_LOSS * 100} %; a path stops climbing after ${FAILS_TO_STOP} failing steps in a row. Baseline: Redis → plain Node SSE server writing one pre-encoded frame to all ${sessions} streams.`,
+      `Figure: the best delivered/s of a step with p99 ≤ ${p99LimitMs} ms and loss ≤ ${MAX_LOSS * 100} %; a path stops climbing after ${FAILS_TO_STOP} failing steps in a row. Baseline: Redis → plain Node SSE server writing one pre-encoded frame to all ${sessions} streams. ` +
+      describeEngines(ctx),
     rows,
     details,
     findings,

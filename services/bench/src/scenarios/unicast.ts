@@ -2,7 +2,7 @@ import { exposedUri } from "../core/bench-uris.js";
 import { fmt, range } from "../report/format.js";
 import { notRun, ratio, type ChartSeries, type DetailTable, type ResultRow, type ScenarioResult } from "../report/result-model.js";
 import type { BenchContext } from "./bench-context.js";
-import { startBrokerPath, startRawPath, type RunningPath } from "./delivery-paths.js";
+import { describeEngines, startBrokerPath, startRawPath, upstreamNote, type RunningPath } from "./delivery-paths.js";
 import { describeCpu, describeLoadCpu, runInterleaved, type StepOutcome } from "./rate-step.js";
 
 const SCENARIO = "1. Unicast";
@@ -83,6 +83,7 @@ export async function runUnicast(ctx: BenchContext): Promise<ScenarioResult> {
             b.lost > 0 ? `broker lost ${b.lost}` : "",
             b.achievedRate < 0.95 * rate ? `the broker back-pressured the backend: only ${fmt(b.achievedRate)} updates/s could be emitted` : "",
             rawReason !== undefined ? `baseline not run: ${rawReason}` : "",
+            upstreamNote(broker),
           ]
             .filter((s) => s !== "")
             .join("; "),
@@ -113,7 +114,8 @@ export async function runUnicast(ctx: BenchContext): Promise<ScenarioResult> {
     method:
       `${sessions} legacy sessions, session k subscribed to bench+bench://r/k; the backend emits resources/updated for bench://r/k/<step>.<seq>.<µs> round-robin over k at each rate for ${stepSeconds} s, ` +
       `in ${slices} slices alternating with the baseline. Latency = reader clock − emit timestamp in the URI. ` +
-      "Baseline: the same updates published on Redis (ioredis) to a plain Node SSE server that writes one frame per update to the one stream of that key.",
+      "Baseline: the same updates published on Redis (ioredis) to a plain Node SSE server that writes one frame per update to the one stream of that key. " +
+      describeEngines(ctx),
     rows,
     details,
     findings,
