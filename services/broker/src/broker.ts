@@ -23,6 +23,7 @@ import { createLogger, type Logger } from "./logger.js";
 import { createMetrics } from "./metrics.js";
 import { Dispatcher } from "./routing/dispatcher.js";
 import { Router } from "./routing/router.js";
+import { InstancePresence } from "./session/instance-presence.js";
 import { SessionHost } from "./session/session-host.js";
 import { BackendPool } from "./upstream/backend-pool.js";
 import { BackendWatchers } from "./upstream/backend-watchers.js";
@@ -71,7 +72,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       ? createRedisEngine({
           url: config.redisUrl,
           keyPrefix: config.redis.keyPrefix,
-          name: instanceId,
+          instanceId,
           onInvalidMessage: (channel, reason) => logger.warn({ channel, reason }, "undecodable bus message dropped"),
           onConnectionError: (role, error) => logger.warn({ role, err: error.message }, "Redis connection error"),
         })
@@ -183,6 +184,14 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     logger,
     options: { maxBodyBytes: config.server.maxBodyBytes, keepAliveMs: config.server.keepAliveMs, serverInfo },
   });
+  const presence = new InstancePresence({
+    registry,
+    clock,
+    logger,
+    ttlMs: config.redis.instanceTtlMs,
+    release: (backendId, uri) => watchers.release(backendId, uri),
+    presumedDead: () => sessions.endAll("this broker instance lost contact with the cluster; start a new session"),
+  });
   bus.onMessage((channel, message) => {
     if (message.kind === "resource.updated") sessions.receive(channel, message);
     else watchers.receive(message);
@@ -201,6 +210,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
         throw new Error(`Redis at ${redactUrl(config.redisUrl ?? "")} cannot be reached: ${(error as Error).message}`, { cause: error });
       }
     }
+    await presence.start();
     await watchers.start();
     pool.start();
   };
@@ -245,11 +255,13 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     async close() {
       endpoint.closeStreams();
       sessions.close();
+      await sessions.drain(5_000);
       if (http !== undefined) {
         const server = http;
         server.closeAllConnections();
         await new Promise<void>((resolve) => server.close(() => resolve()));
       }
+      presence.close();
       await watchers.close();
       upstream.close();
       catalog.close();

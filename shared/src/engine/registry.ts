@@ -38,5 +38,15 @@ export interface SubscriptionRegistry {
   /** URIs of a backend with at least one subscriber (the desired upstream set). */
   wanted(backendId: string): Promise<string[]>;
   count(backendId: string, uri: string): Promise<number>;
+  /**
+   * This process is alive for `ttlMs` more. Returns false when it had been presumed dead (its last
+   * heartbeat expired): its subscriptions may have been reaped, so its sessions must end.
+   */
+  heartbeat(ttlMs: number): Promise<boolean>;
+  /**
+   * Removes every subscription held by sessions of processes whose heartbeat expired, and returns
+   * the (backend, uri) whose cluster-wide count this dropped to zero (each to exactly one caller).
+   */
+  reapDead(): Promise<{ backendId: string; uri: string }[]>;
   close(): Promise<void>;
 }

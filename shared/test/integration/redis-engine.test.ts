@@ -12,7 +12,7 @@ const engines: RedisEngine[] = [];
 async function cluster(n: number, onInvalid: (channel: string, reason: string) => void = () => undefined): Promise<RedisEngine[]> {
   const keyPrefix = uniquePrefix("engine");
   prefixes.push(keyPrefix);
-  const made = Array.from({ length: n }, (_, i) => createRedisEngine({ url, keyPrefix, name: `${keyPrefix}${i}`, onInvalidMessage: onInvalid, onConnectionError: () => undefined }));
+  const made = Array.from({ length: n }, (_, i) => createRedisEngine({ url, keyPrefix, instanceId: `${keyPrefix}${i}`, onInvalidMessage: onInvalid, onConnectionError: () => undefined }));
   await Promise.all(made.map((engine) => engine.connect()));
   engines.push(...made);
   return made;
@@ -90,6 +90,38 @@ describe("Redis engine", () => {
     expect(await engine!.registry.ofSession("user:a", "b:s:1")).toEqual([]);
     expect(await engine!.registry.wanted("b")).toEqual([uri]);
     expect(engine!.keys.session("user:a/b", "s:1")).toContain(encodeURIComponent("user:a/b"));
+  });
+
+  it("reaps what the sessions of a dead instance held, once, and tells a presumed-dead instance so", async () => {
+    const [dead, alive, also] = await cluster(3);
+    const limits = { perSession: 10, perPrincipal: 10, total: 100 };
+    const ref = (sessionId: string, uri: string) => ({ principal: "p", sessionId, backendId: "b", uri });
+    expect(await dead!.registry.heartbeat(200)).toBe(true);
+    expect(await alive!.registry.heartbeat(60_000)).toBe(true);
+    expect(await also!.registry.heartbeat(60_000)).toBe(true);
+    await dead!.registry.add(ref("d1", "only-dead"), limits);
+    await dead!.registry.add(ref("d1", "shared"), limits);
+    await dead!.registry.add(ref("d2", "only-dead-2"), limits);
+    await alive!.registry.add(ref("a1", "shared"), limits);
+    expect(await alive!.registry.reapDead()).toEqual([]);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const [reapedA, reapedB] = await Promise.all([alive!.registry.reapDead(), also!.registry.reapDead()]);
+    expect([...reapedA, ...reapedB].map((r) => r.uri).sort()).toEqual(["only-dead", "only-dead-2"]);
+    expect(await alive!.registry.wanted("b")).toEqual(["shared"]);
+    expect(await alive!.registry.ofSession("p", "d1")).toEqual([]);
+    // The principal's count is back to what the living hold: 9 more fit under perPrincipal 10.
+    for (let i = 0; i < 9; i++) expect(await alive!.registry.add(ref("a2", `u${i}`), { ...limits, perSession: 100 })).toMatchObject({ status: "added" });
+    expect(await alive!.registry.add(ref("a2", "u9"), { ...limits, perSession: 100 })).toMatchObject({ status: "limit", limit: "principal" });
+    expect(await dead!.registry.heartbeat(60_000)).toBe(false);
+    expect(await dead!.registry.heartbeat(60_000)).toBe(true);
+  });
+
+  it("keeps an instance's session set to the sessions that hold something", async () => {
+    const [engine] = await cluster(1);
+    const limits = { perSession: 10, perPrincipal: 10, total: 100 };
+    await engine!.registry.add({ principal: "p", sessionId: "s", backendId: "b", uri: "u" }, limits);
+    await engine!.registry.remove({ principal: "p", sessionId: "s", backendId: "b", uri: "u" });
+    expect(await engine!.redis.scard(engine!.keys.instanceSessions(`${prefixes.at(-1)}0`))).toBe(0);
   });
 
   it("reports a gap after the subscriber connection was lost, and delivers again after it", async () => {

@@ -71,6 +71,8 @@ export class SessionHost {
   private readonly idleTimers = new Map<string, TimerHandle>();
   /** Legacy sessions plus listen streams, per principal, for `maxSessionsPerPrincipal`. */
   private readonly sessionsHeld = new Map<string, number>();
+  /** Releases of ended sessions and streams still on their way to the registry. */
+  private readonly releasing = new Set<Promise<void>>();
   private readonly interest: InterestTable;
   private readonly flow;
   private readonly legacyMachine;
@@ -293,6 +295,15 @@ export class SessionHost {
     };
   }
 
+  /**
+   * Ends every session and listen stream (their clients start new ones): used when this instance
+   * was presumed dead by the cluster and what its sessions held may have been released.
+   */
+  endAll(reason: string): void {
+    for (const session of [...this.legacy.values()]) session.close(reason);
+    for (const listen of [...this.listens]) listen.end?.();
+  }
+
   close(): void {
     for (const session of this.legacy.values()) session.close("broker shutting down");
     for (const timer of this.idleTimers.values()) this.deps.clock.clearTimeout(timer);
@@ -350,8 +361,30 @@ export class SessionHost {
     if (outcome.last) this.deps.upstream.release(ref.backendId, ref.uri);
   }
 
-  private async releaseAll(principal: string, sessionId: string): Promise<void> {
-    for (const ref of await this.deps.registry.ofSession(principal, sessionId)) await this.release(ref);
+  private releaseAll(principal: string, sessionId: string): Promise<void> {
+    const run = (async () => {
+      for (const ref of await this.deps.registry.ofSession(principal, sessionId)) await this.release(ref);
+    })();
+    this.releasing.add(run);
+    const done = () => void this.releasing.delete(run);
+    run.then(done, done);
+    return run;
+  }
+
+  /**
+   * Resolves once the releases of ended sessions and streams have reached the registry, or after
+   * `timeoutMs` (graceful shutdown: what is not released by then is reaped by the cluster later).
+   */
+  async drain(timeoutMs: number): Promise<void> {
+    // Closed actors start their releases from their own transitions.
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)));
+    while (this.releasing.size > 0) {
+      const settled = await Promise.race([Promise.allSettled([...this.releasing]).then(() => true), timeout.then(() => false)]);
+      if (!settled) break;
+    }
+    clearTimeout(timer);
   }
 
   /**

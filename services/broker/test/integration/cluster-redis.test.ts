@@ -1,10 +1,17 @@
+import { spawn } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
 import type { Client } from "@modelcontextprotocol/client";
+import { Redis } from "ioredis";
 import { deleteKeys, testRedisUrl, uniquePrefix } from "@mcp-broker/shared/testing";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startLegacyHttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
 import { createTestServer, type TestServer } from "../fixtures/test-server.js";
 import { collectUpdates, connectClient, eventually, startBroker, type Era, type RunningBroker } from "../helpers/harness.js";
 
+const BROKER_DIR = resolve(import.meta.dirname, "../..");
+const CLI = join(BROKER_DIR, "src/cli.ts");
 const URI = "test://static/a";
 const EXPOSED = `leg+${URI}`;
 
@@ -24,7 +31,7 @@ describe("cluster on the Redis engine: two broker instances", () => {
     backends: [{ id: "leg", url: backend.url, era: "legacy" as const, reconnect: { initialDelayMs: 50, maxDelayMs: 200 }, healthIntervalMs: 200 }],
     subscriptions: { releaseGraceMs: 0, ...limits },
     redisUrl,
-    redis: { keyPrefix: prefix, leaseTtlMs: 1_000, watcherTimeoutMs: 3_000 },
+    redis: { keyPrefix: prefix, leaseTtlMs: 1_000, instanceTtlMs: 2_000, watcherTimeoutMs: 3_000 },
   });
 
   /** A fresh backend (its stats count this test only) and two brokers in front of it. */
@@ -127,6 +134,24 @@ describe("cluster on the Redis engine: two broker instances", () => {
     expect(server.stats.activeSubscriptions.get(URI)).toBe(1);
   });
 
+  it("releases at once what the sessions of an instance that stops gracefully held", async () => {
+    const [a, b] = await cluster();
+    const watcher = a.broker.watchers.holds("leg") ? a : b;
+    const leaving = watcher === a ? b : a;
+    const c = await client(leaving, "legacy");
+    await c.subscribeResource({ uri: EXPOSED });
+    await c.subscribeResource({ uri: "leg+test://static/b" });
+    await leaving.close();
+    const redis = new Redis(redisUrl);
+    try {
+      expect(await redis.hlen(`${prefix}refs:leg`)).toBe(0);
+    } finally {
+      redis.disconnect();
+    }
+    await eventually(() => server.stats.activeSubscriptions.size === 0, "the watcher's upstream unsubscribes");
+    expect(watcher.broker.upstream.watched("leg")).toEqual([]);
+  });
+
   it("answers a subscribe on a backend no instance reaches with -32000", async () => {
     const [a] = await cluster();
     await backend.close();
@@ -135,4 +160,47 @@ describe("cluster on the Redis engine: two broker instances", () => {
     const c = await client(a, "legacy");
     await expect(c.subscribeResource({ uri: EXPOSED })).rejects.toMatchObject({ code: -32000 });
   });
+
+  it("recovers from an instance killed outright: the other takes over the backend and releases what the dead one's sessions held", async () => {
+    prefix = uniquePrefix("cluster");
+    server = createTestServer({ name: "shared-backend" });
+    backend = await startLegacyHttpBackend(server);
+    const dir = await mkdtemp(join(tmpdir(), "broker-cluster-"));
+    const configFile = join(dir, "broker.json");
+    await writeFile(configFile, JSON.stringify({ ...config(), logging: { level: "warn" } }));
+    const child = spawn(process.execPath, ["--import", "tsx", CLI, "--config", configFile, "--port", "0"], { cwd: BROKER_DIR, stdio: ["ignore", "ignore", "pipe"] });
+    try {
+      // The process starts first, so it watches the backend.
+      const doomedUrl = await new Promise<string>((done, fail) => {
+        let stderr = "";
+        child.stderr.on("data", (chunk: Buffer) => {
+          stderr += chunk.toString("utf8");
+          const ready = /mcp-broker ready: (\S+)/.exec(stderr);
+          if (ready?.[1] !== undefined) done(ready[1]);
+        });
+        child.once("exit", (code) => fail(new Error(`broker exited with ${code}: ${stderr}`)));
+      });
+      const survivor = await startBroker(config());
+      brokers.push(survivor);
+      expect(survivor.broker.watchers.holds("leg")).toBe(false);
+      const onDoomed = await client({ url: doomedUrl } as RunningBroker, "legacy");
+      await onDoomed.subscribeResource({ uri: EXPOSED });
+      const onSurvivor = await client(survivor, "legacy");
+      const got = collectUpdates(onSurvivor);
+      await onSurvivor.subscribeResource({ uri: "leg+test://static/b" });
+
+      child.kill("SIGKILL");
+      await eventually(() => survivor.broker.watchers.holds("leg"), "the takeover after the lease expired", 5_000);
+      // What the dead instance's session held is wanted until it is reaped: watched, then released.
+      await eventually(() => server.stats.subscribeCount(URI) === 2, "the new watcher to subscribe what is wanted", 5_000);
+      await eventually(() => server.stats.unsubscribeCount(URI) === 1, "the release once the dead instance's heartbeat expired", 10_000);
+      expect(survivor.broker.upstream.watched("leg")).toEqual(["test://static/b"]);
+      got.length = 0;
+      server.emitUpdate("test://static/b");
+      await eventually(() => got.length === 1, "updates through the new watcher");
+    } finally {
+      child.kill("SIGKILL");
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 30_000);
 });

@@ -61,5 +61,14 @@ export class MemoryRegistry implements SubscriptionRegistry {
     return this.refcounts.get(backendId + SEP + uri) ?? 0;
   }
 
+  /** One process: it is never presumed dead, and there is nobody else to reap. */
+  async heartbeat(): Promise<boolean> {
+    return true;
+  }
+
+  async reapDead(): Promise<{ backendId: string; uri: string }[]> {
+    return [];
+  }
+
   async close(): Promise<void> {}
 }

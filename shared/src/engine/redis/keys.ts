@@ -37,6 +37,21 @@ export class RedisKeys {
     return `${this.prefix}refs:${backendId}`;
   }
 
+  /** Set of instance ids that have heartbeaten (dead ones until they are reaped). */
+  instances(): string {
+    return `${this.prefix}instances`;
+  }
+
+  /** An instance's heartbeat: it exists while the instance is alive. */
+  instance(instanceId: string): string {
+    return `${this.prefix}instance:${instanceId}`;
+  }
+
+  /** Set of JSON `[principal, sessionId]` of an instance's sessions that hold subscriptions. */
+  instanceSessions(instanceId: string): string {
+    return `${this.prefix}instance-sessions:${instanceId}`;
+  }
+
   lease(name: string): string {
     return `${this.prefix}lease:${name}`;
   }

@@ -7,8 +7,8 @@ import { RedisRegistry } from "./redis-registry.js";
 export interface RedisEngineOptions {
   url: string;
   keyPrefix: string;
-  /** Names the connections in Redis's CLIENT LIST (`mcp-broker:<name>:commands|subscriber`). */
-  name: string;
+  /** This instance's id: names its connections in CLIENT LIST (`mcp-broker:<id>:commands|subscriber`) and its heartbeat. */
+  instanceId: string;
   /** A command that gets no answer in this time fails (Redis down): callers get an error, never a hang. */
   commandTimeoutMs?: number;
   onInvalidMessage: (channel: string, reason: string) => void;
@@ -36,8 +36,8 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     maxRetriesPerRequest: 1,
     retryStrategy: (attempt: number) => Math.min(100 * 2 ** attempt, 5_000),
   };
-  const redis = new Redis(options.url, { ...connection, connectionName: `mcp-broker:${options.name}:commands` });
-  const subscriber = new Redis(options.url, { ...connection, connectionName: `mcp-broker:${options.name}:subscriber`, commandTimeout: undefined });
+  const redis = new Redis(options.url, { ...connection, connectionName: `mcp-broker:${options.instanceId}:commands` });
+  const subscriber = new Redis(options.url, { ...connection, connectionName: `mcp-broker:${options.instanceId}:subscriber`, commandTimeout: undefined });
   let lastError: Error | undefined;
   redis.on("error", (error: Error) => {
     lastError = error;
@@ -52,7 +52,7 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
   return {
     keys,
     bus,
-    registry: new RedisRegistry(redis, keys),
+    registry: new RedisRegistry(redis, keys, options.instanceId),
     leases: new RedisLeases(redis, keys),
     redis,
     async connect() {
