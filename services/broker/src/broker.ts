@@ -229,7 +229,9 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     startBackends,
     async listen() {
       await startBackends();
-      http = createHttpServer({ endpoint, security, pool, catalog: catalog.catalog, heldTools: () => catalog.heldTools(), metrics: metrics.registry, logger, requestTimeoutMs: config.server.requestTimeoutMs });
+      http = createHttpServer({ endpoint, security, pool, catalog: catalog.catalog, heldTools: () => catalog.heldTools(),
+        cluster: { engine: engineName, instanceId, watching: (backendId) => watchers.holds(backendId) },
+        metrics: metrics.registry, logger, requestTimeoutMs: config.server.requestTimeoutMs });
       const server = http;
       await new Promise<void>((resolve, reject) => {
         server.once("error", reject);

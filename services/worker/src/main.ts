@@ -1,28 +1,35 @@
 #!/usr/bin/env node
 /**
- * The worker process of the distributed (Redis) engine: backend watchers (one lease holder per
- * backend) and the BullMQ processors for list reloads and limit enforcement.
+ * The worker: a cluster member of the Redis engine without an MCP endpoint. It connects to the
+ * backends, competes for their watcher leases (the holder makes every upstream subscription for
+ * the cluster), heartbeats, and releases what the sessions of dead instances held. Broker instances
+ * do all of this too, so workers are optional: run them to keep upstream watching off the
+ * instances that serve clients, or to keep it going while those are redeployed.
  *
- * With the embedded memory engine (no REDIS_URL) the broker process runs the worker role itself,
- * so this process has nothing to do and says so instead of pretending to work.
+ * With the embedded memory engine (no REDIS_URL) there is no cluster to serve, and it says so.
  */
+import { parseArgs } from "node:util";
 import { ConfigError } from "@mcp-broker/shared";
 import { loadConfigFile } from "@mcp-broker/shared/node";
+import { createBroker, createLogger, redactUrl } from "@mcp-broker/broker";
 
-async function main(): Promise<number> {
-  const file = process.argv[process.argv.indexOf("--config") + 1] ?? process.env.MCP_BROKER_CONFIG;
-  if (file === undefined || process.argv.indexOf("--config") < 0 && process.env.MCP_BROKER_CONFIG === undefined) {
-    process.stderr.write("Usage: mcp-broker-worker --config <file>  (or MCP_BROKER_CONFIG)\n");
+const USAGE = "Usage: mcp-broker-worker --config <file>  (or MCP_BROKER_CONFIG; REDIS_URL overrides the file)";
+
+async function main(argv: string[]): Promise<number> {
+  let file: string | undefined;
+  try {
+    file = parseArgs({ args: argv, options: { config: { type: "string", short: "c" } }, strict: true }).values.config ?? process.env.MCP_BROKER_CONFIG;
+  } catch (error) {
+    process.stderr.write(`${(error as Error).message}\n${USAGE}\n`);
     return 2;
   }
-  try {
-    const config = await loadConfigFile(file, process.env);
-    if (config.redisUrl === undefined) {
-      process.stderr.write("mcp-broker-worker: no REDIS_URL: with the memory engine the broker runs the worker role in-process.\n");
-      return 2;
-    }
-    process.stderr.write("mcp-broker-worker: the Redis engine is not available in this version; run the broker alone (memory engine).\n");
+  if (file === undefined || file === "") {
+    process.stderr.write(`${USAGE}\n`);
     return 2;
+  }
+  let config;
+  try {
+    config = await loadConfigFile(file, process.env);
   } catch (error) {
     if (error instanceof ConfigError) {
       process.stderr.write(`${error.message}\n`);
@@ -30,6 +37,39 @@ async function main(): Promise<number> {
     }
     throw error;
   }
+  if (config.redisUrl === undefined) {
+    process.stderr.write("mcp-broker-worker: no REDIS_URL: with the memory engine the broker runs the worker role in-process.\n");
+    return 2;
+  }
+  const logger = createLogger(config.logging.level);
+  const worker = createBroker(config, { logger });
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, "worker shutting down");
+    await worker.close();
+    process.exit(0);
+  };
+  process.on("SIGTERM", () => void stop("SIGTERM"));
+  process.on("SIGINT", () => void stop("SIGINT"));
+  try {
+    await worker.startBackends();
+  } catch (error) {
+    logger.fatal({ err: (error as Error).message }, "cannot start");
+    await worker.close();
+    return 1;
+  }
+  process.stderr.write(`mcp-broker-worker running: Redis engine at ${redactUrl(config.redisUrl)}, key prefix ${config.redis.keyPrefix}, backends ${config.backends.map((b) => b.id).join(", ")}\n`);
+  return -1;
 }
 
-void main().then((code) => process.exit(code));
+main(process.argv.slice(2)).then(
+  (code) => {
+    if (code >= 0) process.exit(code);
+  },
+  (error: unknown) => {
+    process.stderr.write(`mcp-broker-worker: ${(error as Error).stack ?? String(error)}\n`);
+    process.exit(1);
+  },
+);

@@ -19,6 +19,8 @@ export function createHttpServer(deps: {
   pool: BackendPool;
   catalog: Catalog;
   heldTools: () => readonly HeldTool[];
+  /** Which engine runs, this instance's id, and whether it is the cluster's watcher of a backend. */
+  cluster: { engine: string; instanceId: string; watching(backendId: string): boolean };
   metrics: Registry;
   logger: Logger;
   requestTimeoutMs: number;
@@ -66,12 +68,15 @@ export function createHttpServer(deps: {
         state: b.state,
         ...(b.era !== undefined && { era: b.era }),
         ...(b.lastFailure !== undefined && { lastFailure: b.lastFailure }),
+        watching: deps.cluster.watching(b.id),
       }));
       const ready = deps.pool.ready();
       const collisions = deps.catalog.collisions();
       const heldTools = deps.heldTools();
       sendJson(res, ready ? 200 : 503, {
         status: ready ? "ready" : "degraded",
+        engine: deps.cluster.engine,
+        instance: deps.cluster.instanceId,
         backends,
         ...(collisions.length > 0 && { collisions }),
         ...(heldTools.length > 0 && { heldTools }),

@@ -12,6 +12,7 @@ import { collectUpdates, connectClient, eventually, startBroker, type Era, type 
 
 const BROKER_DIR = resolve(import.meta.dirname, "../..");
 const CLI = join(BROKER_DIR, "src/cli.ts");
+const WORKER = join(BROKER_DIR, "../worker/src/main.ts");
 const URI = "test://static/a";
 const EXPOSED = `leg+${URI}`;
 
@@ -85,6 +86,10 @@ describe("cluster on the Redis engine: two broker instances", () => {
     await new Promise((r) => setTimeout(r, 200));
     expect(gotA.length + gotB.length + gotModern.length).toBe(3);
     expect(gotBystander).toEqual([]);
+    const readyz = await Promise.all([a, b].map(async (r) => (await fetch(new URL("/readyz", r.url))).json()));
+    expect(readyz.map((r) => (r as { engine: string }).engine)).toEqual(["redis", "redis"]);
+    const watching = readyz.map((r) => (r as { backends: { watching: boolean }[] }).backends[0]?.watching);
+    expect(watching.sort()).toEqual([false, true]);
   });
 
   it("releases the upstream subscription once, when the last subscriber on any instance leaves", async () => {
@@ -203,4 +208,42 @@ describe("cluster on the Redis engine: two broker instances", () => {
       await rm(dir, { recursive: true, force: true });
     }
   }, 30_000);
+
+  it("lets a worker (a member without an endpoint) watch the backend for the brokers", async () => {
+    prefix = uniquePrefix("cluster");
+    server = createTestServer({ name: "shared-backend" });
+    backend = await startLegacyHttpBackend(server);
+    const dir = await mkdtemp(join(tmpdir(), "broker-worker-"));
+    const configFile = join(dir, "worker.json");
+    await writeFile(configFile, JSON.stringify({ ...config(), logging: { level: "warn" } }));
+    const worker = spawn(process.execPath, ["--import", "tsx", WORKER, "--config", configFile], { cwd: BROKER_DIR, stdio: ["ignore", "ignore", "pipe"] });
+    try {
+      let stderr = "";
+      worker.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
+      await eventually(() => stderr.includes("mcp-broker-worker running"), "the worker to start", 20_000);
+      const redis = new Redis(redisUrl);
+      try {
+        await eventually(async () => (await redis.get(`${prefix}lease:watcher:leg`)) !== null, "the worker to take the watcher lease", 5_000);
+      } finally {
+        redis.disconnect();
+      }
+      const broker = await startBroker(config());
+      brokers.push(broker);
+      expect(broker.broker.watchers.holds("leg")).toBe(false);
+      const c = await client(broker, "legacy");
+      const got = collectUpdates(c);
+      await c.subscribeResource({ uri: EXPOSED });
+      expect(server.stats.subscribeCount(URI)).toBe(1);
+      expect(broker.broker.upstream.watched("leg")).toEqual([]);
+      server.emitUpdate(URI);
+      await eventually(() => got.length === 1, "the update, through the worker");
+      // A graceful stop hands the backend over at once.
+      worker.kill("SIGTERM");
+      await eventually(() => broker.broker.watchers.holds("leg"), "the broker to take over from the stopped worker", 5_000);
+      await eventually(() => server.stats.subscribeCount(URI) === 2, "the broker to re-subscribe");
+    } finally {
+      worker.kill("SIGKILL");
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 40_000);
 });

@@ -310,7 +310,7 @@ describe("HTTP edge", () => {
     expect((await fetch(`${base}/healthz`)).status).toBe(200);
     const ready = await fetch(`${base}/readyz`);
     expect(ready.status).toBe(200);
-    expect(await ready.json()).toEqual({ status: "ready", backends: [] });
+    expect(await ready.json()).toEqual({ status: "ready", engine: "memory", instance: expect.any(String), backends: [] });
     // Backend states and failures are not for a rebinding page: /readyz checks Host like /mcp.
     expect((await raw(`${base}/readyz`, { method: "GET", headers: { host: "attacker.example" } })).status).toBe(403);
   });
