@@ -86,7 +86,7 @@ describe("cluster on the Redis engine: two broker instances", () => {
     await new Promise((r) => setTimeout(r, 200));
     expect(gotA.length + gotB.length + gotModern.length).toBe(3);
     expect(gotBystander).toEqual([]);
-    const readyz = await Promise.all([a, b].map(async (r) => (await fetch(new URL("/readyz", r.url))).json()));
+    const readyz = await Promise.all([a, b].map(async (r) => (await fetch(new URL("/readyz", r.url))).json() as Promise<unknown>));
     expect(readyz.map((r) => (r as { engine: string }).engine)).toEqual(["redis", "redis"]);
     const watching = readyz.map((r) => (r as { backends: { watching: boolean }[] }).backends[0]?.watching);
     expect(watching.sort()).toEqual([false, true]);
