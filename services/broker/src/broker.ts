@@ -196,7 +196,10 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     if (message.kind === "resource.updated") sessions.receive(channel, message);
     else watchers.receive(message);
   });
-  bus.onGap(() => sessions.busGap());
+  bus.onGap((side) => {
+    if (side === "receive") sessions.busGap();
+    else watchers.publishGap();
+  });
   let http: Server | undefined;
   let backendsStarted = false;
 

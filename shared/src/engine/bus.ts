@@ -73,10 +73,12 @@ export interface Bus {
    */
   onMessage(handler: (channel: string, message: BusMessage) => void): void;
   /**
-   * Adds a handler for "messages may have been lost": the bus lost its connection and has
-   * resubscribed. Receivers make up for it (an extra `updated` is harmless, a missed one is not).
+   * Adds a handler for "messages may have been lost": the bus lost a connection and has it back.
+   * `receive`: messages to this process may be lost (it has resubscribed), so receivers make up
+   * for it; `publish`: publishes from this process may have failed, so publishers send what they
+   * may have lost again. An extra `updated` is harmless, a missed one is not.
    */
-  onGap(handler: () => void): void;
+  onGap(handler: (side: "receive" | "publish") => void): void;
   close(): Promise<void>;
 }
 

@@ -70,6 +70,14 @@ export class BackendWatchers implements UpstreamPort {
     return this.busy.size === 0;
   }
 
+  /**
+   * Publishes from this instance may have failed for a while (the bus lost its connection): the
+   * updates of every backend it watches count as missed, so each watched URI is announced once.
+   */
+  publishGap(): void {
+    for (const backendId of this.held) this.deps.local.updatesMissed(backendId);
+  }
+
   /** This instance's connection to the backend came up: compete for its lease now. */
   backendConnected(backendId: string): Promise<void> {
     return this.step(backendId);

@@ -157,6 +157,34 @@ describe("cluster on the Redis engine: two broker instances", () => {
     expect(watcher.broker.upstream.watched("leg")).toEqual([]);
   });
 
+  it("re-announces subscribed resources after Redis connections drop (pub/sub keeps nothing)", async () => {
+    const [a, b] = await cluster();
+    const watcher = a.broker.watchers.holds("leg") ? a : b;
+    const other = watcher === a ? b : a;
+    const onOther = await client(other, "legacy");
+    const got = collectUpdates(onOther);
+    await onOther.subscribeResource({ uri: EXPOSED });
+    const redis = new Redis(redisUrl);
+    const kill = async (running: RunningBroker, role: "subscriber" | "commands") => {
+      const { instance } = (await (await fetch(new URL("/readyz", running.url))).json()) as { instance: string };
+      const line = String(await redis.client("LIST")).split("\n").find((l) => l.includes(`name=mcp-broker:${instance}:${role} `));
+      await redis.client("KILL", "ID", /id=(\d+)/.exec(line ?? "")?.[1] as string);
+    };
+    try {
+      // The receiving instance lost messages: it re-announces to its own subscribers.
+      await kill(other, "subscriber");
+      await eventually(() => got.length === 1, "the re-announcement after the subscriber connection came back");
+      // The watcher's publishes may have failed: it re-publishes every watched URI, for everyone.
+      await kill(watcher, "commands");
+      await eventually(() => got.length === 2, "the re-publication after the watcher's connection came back");
+      expect(got).toEqual([EXPOSED, EXPOSED]);
+      server.emitUpdate(URI);
+      await eventually(() => got.length === 3, "updates as before");
+    } finally {
+      redis.disconnect();
+    }
+  });
+
   it("answers a subscribe on a backend no instance reaches with -32000", async () => {
     const [a] = await cluster();
     await backend.close();

@@ -8,13 +8,12 @@ import type { RedisKeys } from "./keys.js";
  * Messages are JSON, decoded with `busMessageSchema` on arrival; what does not decode is reported
  * to `onInvalid` and dropped. While the subscriber connection is down, messages are lost (pub/sub
  * keeps nothing): when it is back and resubscribed, `onGap` handlers run so receivers can make up
- * for what they may have missed.
+ * for what they may have missed; the same when the publishing connection is back, for publishers.
  */
 export class RedisBus implements Bus {
   private readonly channels = new Set<string>();
   private handler: ((channel: string, message: BusMessage) => void) | undefined;
-  private readonly gapHandlers: (() => void)[] = [];
-  private wasReady = false;
+  private readonly gapHandlers: ((side: "receive" | "publish") => void)[] = [];
 
   constructor(
     private readonly publisher: Redis,
@@ -23,11 +22,17 @@ export class RedisBus implements Bus {
     private readonly onInvalid: (channel: string, reason: string) => void,
   ) {
     subscriber.on("message", (redisChannel: string, payload: string) => this.receive(redisChannel, payload));
-    subscriber.on("ready", () => {
-      if (this.wasReady) for (const handler of this.gapHandlers) handler();
-      this.wasReady = true;
+    this.reportReconnects(subscriber, "receive");
+    this.reportReconnects(publisher, "publish");
+  }
+
+  /** A connection that is ready again after it had been ready once: a gap on that side. */
+  private reportReconnects(connection: Redis, side: "receive" | "publish"): void {
+    let wasReady = connection.status === "ready";
+    connection.on("ready", () => {
+      if (wasReady) for (const handler of this.gapHandlers) handler(side);
+      wasReady = true;
     });
-    if (subscriber.status === "ready") this.wasReady = true;
   }
 
   async publish(channel: string, message: BusMessage): Promise<void> {
@@ -54,7 +59,7 @@ export class RedisBus implements Bus {
     this.handler = handler;
   }
 
-  onGap(handler: () => void): void {
+  onGap(handler: (side: "receive" | "publish") => void): void {
     this.gapHandlers.push(handler);
   }
 
