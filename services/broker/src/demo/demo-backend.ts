@@ -13,18 +13,27 @@
  * - `toggle_extra_tool` adds or removes the tool `extra` (`tools/list_changed`).
  * - prompt `summarize {uri}`.
  *
+ * With `--http` it serves Streamable HTTP instead (modern era, with the SDK's stateless legacy
+ * fallback), so that several brokers of a cluster can share one demo backend.
+ *
  * Delivery: a legacy connection gets `resources/updated` only for URIs it subscribed to (and not
  * after unsubscribing); a modern connection gets what its `subscriptions/listen` streams asked
  * for (the SDK's stdio entry filters). Logs go to stderr; the process exits when stdin closes.
  */
 import { createHash } from "node:crypto";
 import { realpathSync, watch, type FSWatcher } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { mkdir, mkdtemp, readdir, readFile, rm, unlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
+import { parseArgs } from "node:util";
+import { parsePort } from "@mcp-broker/shared";
+import { toNodeHandler } from "@modelcontextprotocol/node";
 import {
   completable,
+  createMcpHandler,
   InMemoryServerEventBus,
   McpServer,
   ProtocolError,
@@ -395,13 +404,52 @@ async function prepareFilesDir(): Promise<{ dir: string; temporary: boolean }> {
   return { dir, temporary: true };
 }
 
-export async function main(): Promise<void> {
+const USAGE = `Usage: mcp-broker-demo                      serve one client over stdio
+       mcp-broker-demo --http [--port N] [--host H]   serve Streamable HTTP at /mcp (default 127.0.0.1:3100), for many brokers`;
+
+/** Serves the demo over Streamable HTTP (modern era, with the SDK's stateless legacy fallback). */
+async function serveHttp(demo: DemoBackend, host: string, port: number, log: Logger): Promise<{ close(): Promise<void> }> {
+  const handler = createMcpHandler(demo.factory, { bus: demo.events, onerror: (error) => log.warn({ err: error }, "HTTP serving error") });
+  const node = toNodeHandler(handler, { onerror: (error) => log.warn({ err: error }, "HTTP adapter error") });
+  const server = createServer((req, res) => {
+    if ((req.url ?? "/").split("?")[0] !== "/mcp") {
+      res.writeHead(404, { "content-type": "text/plain" }).end("The MCP endpoint is /mcp\n");
+      return;
+    }
+    void node(req, res);
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => resolve());
+  });
+  const address = server.address() as AddressInfo;
+  log.info({ url: `http://${address.address}:${address.port}/mcp` }, "demo backend serving Streamable HTTP");
+  process.stderr.write(`mcp-broker-demo ready: http://${address.address}:${address.port}/mcp\n`);
+  return {
+    close: async () => {
+      await handler.close();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+export async function main(argv: string[] = process.argv.slice(2)): Promise<void> {
+  const { values } = parseArgs({ args: argv, options: { http: { type: "boolean", default: false }, port: { type: "string" }, host: { type: "string" }, help: { type: "boolean", short: "h" } }, strict: true });
+  if (values.help === true) {
+    process.stdout.write(`${USAGE}\n`);
+    return;
+  }
+  const port = parsePort(values.port ?? process.env.PORT ?? "3100");
+  if (port === undefined) throw new Error(`--port: '${values.port ?? process.env.PORT}' is not a port number (0-65535).\n${USAGE}`);
   const log = createLogger(process.env.LOG_LEVEL ?? "info", DEMO_SERVER_NAME);
   const { dir, temporary } = await prepareFilesDir();
   const demo = new DemoBackend(dir, log);
   await demo.start();
-  const handle = serveStdio(demo.factory, { onerror: (error) => log.warn({ err: error }, "stdio serving error") });
-  log.info({ filesDir: dir }, "demo backend serving on stdio");
+  const handle = values.http
+    ? await serveHttp(demo, values.host ?? process.env.HOST ?? "127.0.0.1", port, log)
+    : serveStdio(demo.factory, { onerror: (error) => log.warn({ err: error }, "stdio serving error") });
+  if (!values.http) log.info({ filesDir: dir }, "demo backend serving on stdio");
 
   let stopping = false;
   const shutdown = async (reason: string): Promise<void> => {
@@ -414,8 +462,10 @@ export async function main(): Promise<void> {
     // Nothing else holds the event loop; exit explicitly anyway in case stdin stays referenced.
     process.exit(0);
   };
-  process.stdin.once("end", () => void shutdown("stdin closed"));
-  process.stdin.once("close", () => void shutdown("stdin closed"));
+  if (!values.http) {
+    process.stdin.once("end", () => void shutdown("stdin closed"));
+    process.stdin.once("close", () => void shutdown("stdin closed"));
+  }
   process.once("SIGINT", () => void shutdown("SIGINT"));
   process.once("SIGTERM", () => void shutdown("SIGTERM"));
 }

@@ -1,11 +1,13 @@
+import { spawn } from "node:child_process";
 import { resolve } from "node:path";
 import { loadConfigFile } from "@mcp-broker/shared/node";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createBroker, type Broker } from "../../src/broker.js";
-import { collectUpdates, connectClient, eventually } from "../helpers/harness.js";
+import { collectUpdates, connectClient, eventually, startBroker } from "../helpers/harness.js";
 
 const DEMO_CONFIG = resolve(import.meta.dirname, "../../../../deploy/demo.config.json");
+const DEMO_BACKEND = resolve(import.meta.dirname, "../../dist/demo/demo-backend.js");
 
 /**
  * What `npm start` serves: the shipped demo config (demo backend built to dist, server-everything),
@@ -49,4 +51,38 @@ describe("quick start (deploy/demo.config.json)", () => {
       await client.close();
     }
   });
+});
+
+/** `mcp-broker-demo --http`, the shared backend of deploy/cluster.config.json and the compose fleet. */
+describe("the demo backend over HTTP", () => {
+  it("serves a broker over Streamable HTTP: counter updates reach a subscriber in either era", async () => {
+    const child = spawn(process.execPath, [DEMO_BACKEND, "--http", "--port", "0"], { stdio: ["ignore", "ignore", "pipe"] });
+    try {
+      const backendUrl = await new Promise<string>((done, fail) => {
+        let stderr = "";
+        child.stderr.on("data", (chunk: Buffer) => {
+          stderr += chunk.toString("utf8");
+          const ready = /mcp-broker-demo ready: (\S+)/.exec(stderr);
+          if (ready?.[1] !== undefined) done(ready[1]);
+        });
+        child.once("exit", (code) => fail(new Error(`demo exited with ${code}: ${stderr}`)));
+      });
+      const running = await startBroker({ backends: [{ id: "demo", url: backendUrl }] });
+      try {
+        for (const era of ["legacy", "modern"] as const) {
+          const client = await connectClient(running.url, era);
+          const updates = collectUpdates(client);
+          const listen = era === "modern" ? await client.listen({ resourceSubscriptions: ["demo+demo://counter"] }) : await client.subscribeResource({ uri: "demo+demo://counter" }).then(() => undefined);
+          await client.callTool({ name: "demo__bump_counter", arguments: {} });
+          await eventually(() => updates.includes("demo+demo://counter"), `the counter update (${era})`);
+          await listen?.close();
+          await client.close();
+        }
+      } finally {
+        await running.close();
+      }
+    } finally {
+      child.kill();
+    }
+  }, 60_000);
 });
