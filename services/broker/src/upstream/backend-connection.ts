@@ -16,6 +16,7 @@ import type { Logger } from "../logger.js";
 import { installStdioReadBuffer } from "./stdio-read-buffer.js";
 import { isConnectionFailure } from "./connection-failure.js";
 import { NotificationStreamWatch } from "./notification-stream-watch.js";
+import { updateFilteringFetch } from "./sse-update-filter.js";
 import { UpstreamListen, type ListenFlags, type ListenGap } from "./upstream-listen.js";
 
 export type BackendState = "connecting" | "connected" | "backoff" | "closed";
@@ -204,7 +205,9 @@ export class BackendConnection {
     this.installHandlers(client, watch);
     let transport: Transport;
     try {
-      transport = this.createTransport(watch);
+      transport = this.createTransport(watch, (uri) => {
+        if (this.client === client) this.deps.listener.resourceUpdated(this, uri);
+      });
     } catch (error) {
       watch?.dispose();
       this.fail(client, `cannot create transport: ${(error as Error).message}`);
@@ -308,7 +311,8 @@ export class BackendConnection {
     };
   }
 
-  private createTransport(watch: NotificationStreamWatch | undefined): Transport {
+  /** `onUpdate` hears the `resources/updated` an HTTP backend sends, taken off its event streams (see `updateFilteringFetch`). */
+  private createTransport(watch: NotificationStreamWatch | undefined, onUpdate: (uri: string) => void): Transport {
     const config = this.config;
     if (isStdioBackend(config)) {
       const transport = new StdioClientTransport({
@@ -337,7 +341,8 @@ export class BackendConnection {
         // The watch gives up first and says so; the SDK's own limit is only a backstop.
         maxRetries: NOTIFICATION_STREAM_ATTEMPTS + 1,
       },
-      ...(watch !== undefined && { reconnectionScheduler: watch.scheduler, fetch: watch.fetch }),
+      ...(watch !== undefined && { reconnectionScheduler: watch.scheduler }),
+      fetch: updateFilteringFetch(watch?.fetch ?? ((url, init) => fetch(url, init)), onUpdate),
     });
   }
 

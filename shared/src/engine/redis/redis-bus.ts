@@ -1,11 +1,11 @@
 import type { Redis } from "ioredis";
-import { busMessageSchema, type Bus, type BusMessage } from "../bus.js";
+import { decodeBusMessage, type Bus, type BusMessage } from "../bus.js";
 import type { RedisKeys } from "./keys.js";
 
 /**
  * The bus on Redis pub/sub, one Redis channel per bus channel. Publishing uses the shared command
  * connection; receiving needs a connection of its own (a subscribed connection runs no commands).
- * Messages are JSON, decoded with `busMessageSchema` on arrival; what does not decode is reported
+ * Messages are JSON, decoded on arrival (`decodeBusMessage`, as `busMessageSchema` says); what does not decode is reported
  * to `onInvalid` and dropped. While the subscriber connection is down, messages are lost (pub/sub
  * keeps nothing): when it is back and resubscribed, `onGap` handlers run so receivers can make up
  * for what they may have missed; the same when the publishing connection is back, for publishers.
@@ -79,11 +79,11 @@ export class RedisBus implements Bus {
       this.onInvalid(channel, "not JSON");
       return;
     }
-    const decoded = busMessageSchema.safeParse(parsed);
-    if (!decoded.success) {
-      this.onInvalid(channel, decoded.error.issues.map((issue) => `${issue.path.join(".")}: ${issue.message}`).join("; "));
+    const decoded = decodeBusMessage(parsed);
+    if (!decoded.ok) {
+      this.onInvalid(channel, decoded.reason);
       return;
     }
-    this.handler?.(channel, decoded.data);
+    this.handler?.(channel, decoded.message);
   }
 }

@@ -36,7 +36,9 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     maxRetriesPerRequest: 1,
     retryStrategy: (attempt: number) => Math.min(100 * 2 ** attempt, 5_000),
   };
-  const redis = new Redis(options.url, { ...connection, connectionName: `mcp-broker:${options.instanceId}:commands` });
+  // Auto-pipelining writes the commands issued in one tick (a burst of publishes) with one socket
+  // write instead of one each: per-command writes were a quarter of a watcher's CPU at 10k updates/s.
+  const redis = new Redis(options.url, { ...connection, enableAutoPipelining: true, connectionName: `mcp-broker:${options.instanceId}:commands` });
   const subscriber = new Redis(options.url, { ...connection, connectionName: `mcp-broker:${options.instanceId}:subscriber`, commandTimeout: undefined });
   let lastError: Error | undefined;
   redis.on("error", (error: Error) => {

@@ -1,0 +1,34 @@
+import { describe, expect, it } from "vitest";
+import { busMessageSchema, decodeBusMessage } from "../../src/engine/bus.js";
+
+const valid = { kind: "resource.updated", v: 1, origin: "o", backendId: "b", key: "k", uri: "u", at: 1.5, update: 0, keys: 1 };
+
+describe("decodeBusMessage", () => {
+  it("decodes exactly what busMessageSchema accepts, with the same output", () => {
+    const samples: unknown[] = [
+      valid,
+      { ...valid, extra: "dropped" },
+      { ...valid, v: 2 },
+      { ...valid, origin: 1 },
+      { ...valid, backendId: undefined },
+      { ...valid, key: null },
+      { ...valid, uri: {} },
+      { ...valid, at: Number.NaN },
+      { ...valid, at: "1" },
+      { ...valid, update: -1 },
+      { ...valid, update: 1.5 },
+      { ...valid, keys: 0 },
+      { kind: "watch.release", v: 1, origin: "o", backendId: "b", uri: "u" },
+      { kind: "watch.result", v: 1, origin: "o", id: 3, error: { code: "INTERNAL", message: "m" } },
+      { kind: "nope" },
+      null,
+      "resource.updated",
+    ];
+    for (const sample of samples) {
+      const schema = busMessageSchema.safeParse(sample);
+      const decoded = decodeBusMessage(sample);
+      expect(decoded.ok, JSON.stringify(sample)).toBe(schema.success);
+      if (decoded.ok && schema.success) expect(decoded.message).toEqual(schema.data);
+    }
+  });
+});
