@@ -102,6 +102,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     instanceId,
     releaseGraceMs: config.subscriptions.releaseGraceMs,
     pollIntervalMs: config.subscriptions.pollIntervalMs,
+    deliverLocally: (channel, message) => sessions.receive(channel, message),
   });
   let router: Router | undefined = undefined;
   const watchers = new BackendWatchers({
@@ -193,8 +194,9 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     presumedDead: () => sessions.endAll("this broker instance lost contact with the cluster; start a new session"),
   });
   bus.onMessage((channel, message) => {
-    if (message.kind === "resource.updated") sessions.receive(channel, message);
-    else watchers.receive(message);
+    // This instance's own updates reached its sessions already (deliverLocally).
+    if (message.kind !== "resource.updated") watchers.receive(message);
+    else if (message.origin !== instanceId) sessions.receive(channel, message);
   });
   bus.onGap((side) => {
     if (side === "receive") sessions.busGap();

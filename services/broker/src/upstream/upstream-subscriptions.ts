@@ -1,6 +1,16 @@
 import { createHash } from "node:crypto";
 import type { ServerCapabilities } from "@modelcontextprotocol/client";
-import { BrokerError, CHANNEL, MAX_TIMER_MS, type BackendConfig, type Bus, type Clock, type SubscriptionRegistry, type TimerHandle } from "@mcp-broker/shared";
+import {
+  BrokerError,
+  CHANNEL,
+  MAX_TIMER_MS,
+  type BackendConfig,
+  type Bus,
+  type Clock,
+  type ResourceUpdatedMessage,
+  type SubscriptionRegistry,
+  type TimerHandle,
+} from "@mcp-broker/shared";
 import { ancestorsOf } from "../catalog/catalog.js";
 import type { Logger } from "../logger.js";
 import type { BackendEra, BackendState } from "./backend-connection.js";
@@ -112,6 +122,11 @@ export class UpstreamSubscriptions implements UpstreamPort {
       instanceId: string;
       releaseGraceMs: number;
       pollIntervalMs: number;
+      /**
+       * Hands an update to this instance's own subscribers at once (they skip the bus round trip;
+       * the bus's copy, with this instance as origin, is then ignored here).
+       */
+      deliverLocally?: (channel: string, message: ResourceUpdatedMessage) => void;
     },
   ) {}
 
@@ -229,9 +244,10 @@ export class UpstreamSubscriptions implements UpstreamPort {
     const at = this.deps.clock.now();
     const update = ++this.updates;
     for (const key of keys) {
-      void this.deps.bus
-        .publish(CHANNEL.resource(backendId, key), { kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, key, uri, at, update, keys: keys.length })
-        .catch((error: unknown) => this.deps.logger.warn({ backendId, uri, err: (error as Error).message }, "publish failed"));
+      const channel = CHANNEL.resource(backendId, key);
+      const message: ResourceUpdatedMessage = { kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, key, uri, at, update, keys: keys.length };
+      this.deps.deliverLocally?.(channel, message);
+      void this.deps.bus.publish(channel, message).catch((error: unknown) => this.deps.logger.warn({ backendId, uri, err: (error as Error).message }, "publish failed"));
     }
   }
 
