@@ -25,11 +25,13 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
     update: z.number().int().nonnegative(),
     keys: z.number().int().min(1),
   }),
-  /** To a backend's watcher (the instance holding its lease): watch (backend, uri) upstream and answer on `replyTo`. */
+  /** To a backend's watcher (the instance holding its lease, `to`): watch (backend, uri) upstream and answer on `replyTo`. */
   z.object({
     kind: z.literal("watch.ensure"),
     v: z.literal(1),
     origin: z.string(),
+    /** The instance the sender found holding the lease: only it answers. */
+    to: z.string(),
     id: z.number().int(),
     replyTo: z.string(),
     backendId: z.string(),

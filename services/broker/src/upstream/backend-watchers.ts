@@ -4,6 +4,9 @@ import type { UpstreamPort, UpstreamSubscriptions } from "./upstream-subscriptio
 
 type WatchMessage = Extract<BusMessage, { kind: `watch.${string}` }>;
 
+/** Lookups of a backend's watcher one ensure makes when the watcher changes under it. */
+const WATCHER_ATTEMPTS = 3;
+
 interface PendingEnsure {
   resolve(): void;
   reject(error: BrokerError): void;
@@ -52,6 +55,9 @@ export class BackendWatchers implements UpstreamPort {
   /** Starts hearing answers and competing for leases (renewed every third of their TTL). */
   async start(): Promise<void> {
     await this.deps.bus.subscribe(CHANNEL.replies(this.deps.instanceId));
+    // Every member hears every backend's requests (few: subscribes and releases), so a new holder
+    // misses none while it takes over; an ensure names the holder it is for.
+    for (const backendId of this.deps.backendIds) await this.deps.bus.subscribe(CHANNEL.watcher(backendId));
     this.schedule();
   }
 
@@ -90,6 +96,17 @@ export class BackendWatchers implements UpstreamPort {
   }
 
   async ensure(backendId: string, uri: string): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.ensureOnce(backendId, uri);
+      } catch (error) {
+        // The holder changed between the lookup and the request: look it up again.
+        if (!(error instanceof BrokerError && error.data?.watcherChanged === true) || attempt >= WATCHER_ATTEMPTS) throw error;
+      }
+    }
+  }
+
+  private async ensureOnce(backendId: string, uri: string): Promise<void> {
     if (this.held.has(backendId)) return this.deps.local.ensure(backendId, uri);
     const name = watcherLease(backendId);
     let holder = await this.deps.leases.holder(name);
@@ -115,6 +132,7 @@ export class BackendWatchers implements UpstreamPort {
         kind: "watch.ensure",
         v: 1,
         origin: this.deps.instanceId,
+        to: holder,
         id,
         replyTo: CHANNEL.replies(this.deps.instanceId),
         backendId,
@@ -147,7 +165,7 @@ export class BackendWatchers implements UpstreamPort {
         if (this.held.has(message.backendId)) this.deps.local.release(message.backendId, message.uri);
         return;
       case "watch.ensure":
-        void this.answer(message);
+        if (message.to === this.deps.instanceId) void this.answer(message);
     }
   }
 
@@ -164,7 +182,7 @@ export class BackendWatchers implements UpstreamPort {
   private async answer(message: Extract<WatchMessage, { kind: "watch.ensure" }>): Promise<void> {
     let error: { code: string; message: string; data?: Record<string, unknown> } | undefined;
     if (!this.held.has(message.backendId)) {
-      error = { code: "BACKEND_UNAVAILABLE", message: `Backend '${message.backendId}': its watcher changed; retry.`, data: { backend: message.backendId } };
+      error = { code: "BACKEND_UNAVAILABLE", message: `Backend '${message.backendId}': its watcher changed; retry.`, data: { backend: message.backendId, watcherChanged: true } };
     } else {
       try {
         await this.deps.local.ensure(message.backendId, message.uri);
@@ -214,7 +232,6 @@ export class BackendWatchers implements UpstreamPort {
     const { instanceId, leaseTtlMs } = this.deps;
     if (!this.deps.connected(backendId)) {
       if (this.held.delete(backendId)) {
-        await this.unsubscribeRequests(backendId);
         await this.deps.leases.release(name, instanceId);
         this.deps.logger.info({ backend: backendId }, "gave up watching the backend (connection down)");
       }
@@ -231,7 +248,6 @@ export class BackendWatchers implements UpstreamPort {
       }
       if (!renewed) {
         this.held.delete(backendId);
-        await this.unsubscribeRequests(backendId);
         this.deps.local.relinquish(backendId);
         this.deps.logger.warn({ backend: backendId }, "lost the watcher lease; another instance watches the backend");
         return;
@@ -241,13 +257,8 @@ export class BackendWatchers implements UpstreamPort {
     }
     if (!(await this.deps.leases.acquire(name, instanceId, leaseTtlMs))) return;
     this.held.add(backendId);
-    await this.deps.bus.subscribe(CHANNEL.watcher(backendId));
     this.deps.logger.info({ backend: backendId }, "watching the backend for the cluster");
     await this.deps.local.backendConnected({ id: backendId });
-  }
-
-  private async unsubscribeRequests(backendId: string): Promise<void> {
-    await this.deps.bus.unsubscribe(CHANNEL.watcher(backendId)).catch(() => undefined);
   }
 }
 

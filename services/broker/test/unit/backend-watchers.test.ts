@@ -1,0 +1,85 @@
+import { MemoryBus, MemoryBusHub, MemoryLeases, systemClock, watcherLease, type Leases } from "@mcp-broker/shared";
+import { pino } from "pino";
+import { describe, expect, it } from "vitest";
+import { BackendWatchers } from "../../src/upstream/backend-watchers.js";
+import type { UpstreamSubscriptions } from "../../src/upstream/upstream-subscriptions.js";
+
+/** The watcher role of one member, recording what it is asked to watch. */
+function localRole(): UpstreamSubscriptions & { ensured: string[] } {
+  const ensured: string[] = [];
+  return {
+    ensured,
+    ensure: async (_backendId: string, uri: string) => void ensured.push(uri),
+    release: () => undefined,
+    backendConnected: async () => undefined,
+    backendDisconnected: () => undefined,
+    relinquish: () => undefined,
+    reconcile: async () => undefined,
+    updatesMissed: () => undefined,
+  } as unknown as UpstreamSubscriptions & { ensured: string[] };
+}
+
+function member(hub: MemoryBusHub, leases: Leases, instanceId: string, connected: boolean) {
+  const local = localRole();
+  const bus = new MemoryBus(hub);
+  const watchers = new BackendWatchers({
+    local,
+    leases,
+    bus,
+    clock: systemClock,
+    logger: pino({ level: "silent" }),
+    instanceId,
+    backendIds: ["x"],
+    connected: () => connected,
+    leaseTtlMs: 60_000,
+    watcherTimeoutMs: 2_000,
+  });
+  bus.onMessage((_channel, message) => {
+    if (message.kind !== "resource.updated") watchers.receive(message);
+  });
+  return { local, watchers };
+}
+
+describe("backend watchers across members", () => {
+  it("sends an ensure to the holder, and looks the holder up again when the one it found no longer watches", async () => {
+    const hub = new MemoryBusHub();
+    const leases = new MemoryLeases();
+    const stale = member(hub, leases, "stale", false);
+    const holder = member(hub, leases, "holder", true);
+    await Promise.all([stale.watchers.start(), holder.watchers.start()]);
+    await holder.watchers.backendConnected("x");
+    expect(holder.watchers.holds("x")).toBe(true);
+
+    // The asking member's first lookup still names the instance that watched before.
+    let lookups = 0;
+    const asking = member(
+      hub,
+      {
+        ...leases,
+        holder: async (name: string) => (lookups++ === 0 ? "stale" : leases.holder(name)),
+        acquire: (...args) => leases.acquire(...args),
+        renew: (...args) => leases.renew(...args),
+        release: (...args) => leases.release(...args),
+        close: async () => undefined,
+      },
+      "asking",
+      false,
+    );
+    await asking.watchers.start();
+    await asking.watchers.ensure("x", "u://1");
+    expect(lookups).toBe(2);
+    expect(holder.local.ensured).toEqual(["u://1"]);
+    expect(stale.local.ensured).toEqual([]);
+    expect(await leases.holder(watcherLease("x"))).toBe("holder");
+    await Promise.all([stale.watchers.close(), holder.watchers.close(), asking.watchers.close()]);
+  });
+
+  it("answers -32000 at once when no member reaches the backend", async () => {
+    const hub = new MemoryBusHub();
+    const leases = new MemoryLeases();
+    const alone = member(hub, leases, "alone", false);
+    await alone.watchers.start();
+    await expect(alone.watchers.ensure("x", "u://1")).rejects.toMatchObject({ code: "BACKEND_UNAVAILABLE" });
+    await alone.watchers.close();
+  });
+});
