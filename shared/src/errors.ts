@@ -26,6 +26,10 @@ export const ERROR_CATALOG = {
     jsonRpc: -32003,
     summary: "The backend's answer to this one request was unusable (malformed or unsupported result; data.backend, data.reason); the backend stays connected.",
   },
+  CLUSTER_UNAVAILABLE: {
+    jsonRpc: -32004,
+    summary: "The cluster's shared state (Redis engine) did not answer, so a subscribe or unsubscribe could not be recorded; nothing changed; retry later.",
+  },
   SUBSCRIPTION_LIMIT: {
     jsonRpc: -32010,
     summary: "A subscription limit was reached (data.limit: session | principal | global, data.max, and the refused data.uri).",

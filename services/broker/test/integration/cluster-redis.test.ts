@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { createServer, connect, type Socket } from "node:net";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -274,4 +275,79 @@ describe("cluster on the Redis engine: two broker instances", () => {
       await rm(dir, { recursive: true, force: true });
     }
   }, 40_000);
+
+  it("answers -32004 while Redis is unreachable, keeps serving calls, and catches up when it is back", async () => {
+    prefix = uniquePrefix("cluster");
+    server = createTestServer({ name: "shared-backend" });
+    backend = await startLegacyHttpBackend(server);
+    const proxy = await redisProxy(redisUrl);
+    try {
+      const running = await startBroker({ ...config(), redisUrl: proxy.url, redis: { keyPrefix: prefix, leaseTtlMs: 60_000, instanceTtlMs: 120_000, watcherTimeoutMs: 3_000 } });
+      brokers.push(running);
+      const c = await client(running, "legacy");
+      const got = collectUpdates(c);
+      await c.subscribeResource({ uri: EXPOSED });
+      proxy.cut();
+      const started = Date.now();
+      await expect(c.subscribeResource({ uri: "leg+test://static/b" })).rejects.toMatchObject({ code: -32004 });
+      expect(Date.now() - started).toBeLessThan(15_000);
+      // Calls do not need Redis; updates of what is watched still reach this instance's sessions.
+      expect(await c.callTool({ name: "leg__echo", arguments: { text: "hi" } })).toBeDefined();
+      server.emitUpdate(URI);
+      await eventually(() => got.length === 1, "a local update while Redis is away");
+      proxy.restore();
+      // Back: what may have been missed on the bus is re-announced, and subscribing works again.
+      await eventually(() => got.length >= 2, "the re-announcement after Redis came back", 15_000);
+      await eventually(
+        async () =>
+          c.subscribeResource({ uri: "leg+test://static/b" }).then(
+            () => true,
+            () => false,
+          ),
+        "a subscribe once Redis is back",
+        15_000,
+      );
+    } finally {
+      proxy.close();
+    }
+  }, 60_000);
 });
+
+/** A TCP proxy to Redis that can cut every connection and refuse new ones (Redis away), then let them through again. */
+async function redisProxy(target: string): Promise<{ url: string; cut(): void; restore(): void; close(): void }> {
+  const { hostname, port } = new URL(target);
+  const sockets = new Set<Socket>();
+  let refusing = false;
+  const proxy = createServer((inbound) => {
+    if (refusing) {
+      inbound.destroy();
+      return;
+    }
+    const outbound = connect(Number(port), hostname);
+    for (const socket of [inbound, outbound]) {
+      sockets.add(socket);
+      socket.on("close", () => sockets.delete(socket));
+      socket.on("error", () => undefined);
+    }
+    inbound.pipe(outbound).pipe(inbound);
+    inbound.on("close", () => outbound.destroy());
+    outbound.on("close", () => inbound.destroy());
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+  const { port: local } = proxy.address() as { port: number };
+  return {
+    url: `redis://127.0.0.1:${local}`,
+    cut: () => {
+      refusing = true;
+      for (const socket of sockets) socket.destroy();
+    },
+    restore: () => {
+      refusing = false;
+    },
+    close: () => {
+      refusing = true;
+      for (const socket of sockets) socket.destroy();
+      proxy.close();
+    },
+  };
+}

@@ -1,6 +1,7 @@
 import type { Redis } from "ioredis";
 import type { Leases } from "../leases.js";
 import type { RedisKeys } from "./keys.js";
+import { unavailable } from "./unavailable.js";
 
 /** Takes the lease when it is free or already ours (then extends it). */
 const ACQUIRE = `
@@ -51,7 +52,7 @@ export class RedisLeases implements Leases {
   }
 
   async holder(name: string): Promise<string | undefined> {
-    return (await this.redis.get(this.keys.lease(name))) ?? undefined;
+    return (await unavailable(this.redis.get(this.keys.lease(name)))) ?? undefined;
   }
 
   /** The connection belongs to whoever made it (see `RedisEngine`). */

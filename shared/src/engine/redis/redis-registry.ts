@@ -1,4 +1,5 @@
 import type { Redis } from "ioredis";
+import { unavailable } from "./unavailable.js";
 import type { AddOutcome, RemoveOutcome, SubscriptionLimits, SubscriptionRef, SubscriptionRegistry } from "../registry.js";
 import type { RedisKeys } from "./keys.js";
 
@@ -51,6 +52,7 @@ return alive
 
 const LIMITS = ["session", "principal", "global"] as const;
 
+
 type Keys = [string, string, string, string, string];
 type RegistryCommands = {
   registryAdd(...args: [...Keys, ...(string | number)[]]): Promise<number[]>;
@@ -80,7 +82,7 @@ export class RedisRegistry implements SubscriptionRegistry {
   }
 
   async add(ref: SubscriptionRef, limits: SubscriptionLimits): Promise<AddOutcome> {
-    const [status, a = 0, b = 0] = await this.redis.registryAdd(
+    const [status, a = 0, b = 0] = await unavailable(this.redis.registryAdd(
       ...this.keysOf(ref, this.instanceId),
       ref.backendId + SEP + ref.uri,
       ref.principal,
@@ -89,7 +91,7 @@ export class RedisRegistry implements SubscriptionRegistry {
       limits.perPrincipal,
       limits.total,
       JSON.stringify([ref.principal, ref.sessionId]),
-    );
+    ));
     if (status === 0) return { status: "exists" };
     if (status === 1) return { status: "added", first: a === 1 };
     return { status: "limit", limit: LIMITS[a - 1] ?? "global", max: b };
@@ -123,18 +125,18 @@ export class RedisRegistry implements SubscriptionRegistry {
   }
 
   private async removeOf(ref: SubscriptionRef, instanceId: string): Promise<RemoveOutcome> {
-    const [removed, last] = await this.redis.registryRemove(
+    const [removed, last] = await unavailable(this.redis.registryRemove(
       ...this.keysOf(ref, instanceId),
       ref.backendId + SEP + ref.uri,
       ref.principal,
       ref.uri,
       JSON.stringify([ref.principal, ref.sessionId]),
-    );
+    ));
     return { removed: removed === 1, last: last === 1 };
   }
 
   async ofSession(principal: string, sessionId: string): Promise<SubscriptionRef[]> {
-    const members = await this.redis.smembers(this.keys.session(principal, sessionId));
+    const members = await unavailable(this.redis.smembers(this.keys.session(principal, sessionId)));
     return members.map((member) => {
       const at = member.indexOf(SEP);
       return { principal, sessionId, backendId: member.slice(0, at), uri: member.slice(at + 1) };
