@@ -136,6 +136,7 @@ async function main(): Promise<number> {
         // Scenario 5 has no target: the broker's cost next to a bare request is explained always.
         // The known causes come from profiling the memory engine; the Redis deployment has not been profiled.
         if (result.id === "subscribe" || result.rows.some((row) => row.met === false && row.engine === "memory")) result.findings.push(...(KNOWN_CAUSES[result.id] ?? []));
+        if (result.rows.some((row) => row.met === false && row.engine === "redis")) result.findings.push(...(KNOWN_CAUSES[`${result.id}:redis`] ?? []));
       } catch (error) {
         failures++;
         log(`${scenario.title} failed: ${(error as Error).stack ?? String(error)}`);

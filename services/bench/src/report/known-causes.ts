@@ -1,9 +1,8 @@
 /**
- * Why the broker falls short where it does, from profiling this version on the memory engine (step
- * profiles of `npm run bench -- --cpu-prof`, heap snapshots of `--heap-snapshot`; see README,
- * Profiling). Appended to a scenario's findings when a memory-engine target is missed (the Redis
- * deployment has not been profiled), so the results say why
- * and not only by how much. Re-check with a profiled run after broker changes: a run's own
+ * Why the broker falls short where it does, from profiling this version (step profiles of
+ * `npm run bench -- --cpu-prof`, heap snapshots of `--heap-snapshot`; see README, Profiling).
+ * Appended to a scenario's findings when one of its targets is missed, the `<id>:redis` entry when
+ * a Redis-engine target is, so the results say why and not only by how much. Re-check with a profiled run after broker changes: a run's own
  * profile tables (under --cpu-prof) are authoritative, this text is the last analysis.
  */
 export const KNOWN_CAUSES: Record<string, string[]> = {
@@ -11,6 +10,14 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
     "Why (step profile at 10k/s: the broker is ~80 % idle): what remains per update is one `writev` per delivery (as for the raw server), " +
       "the SDK's stdio transport parsing each line with its JSON-RPC zod schema (~1–2 % of the time; `resources/updated` then skips the SDK's dispatch, upstream/backend-connection.ts `fastPathUpdates`), " +
       "and the in-process bus hop. A missed target here is machine noise first: compare the CPU columns, and rerun.",
+  ],
+  "unicast:redis": [
+    "Why (Redis engine; step profiles and a same-machine comparison): the update crosses two process hops more than on the raw path: the backend's HTTP event stream to the broker that watches it, " +
+      "and that broker's publish through Redis to the broker holding the session (the watcher serves its own sessions directly). " +
+      "Neither broker is busy (the watcher is ~65 % idle at 5k/s, the other ~90 %), and the median stays within ~0.3 ms of raw; the tail grows because on this 2-core machine " +
+      "six processes (backend, two brokers, Redis, two load generators) share the cores and every hop is a wake-up that may wait for one. " +
+      "One broker with the same HTTP backend and no Redis measured p99 3.5 ms at 5k/s (1.2× raw) in the same conditions, so the HTTP backend is not the cause " +
+      "(it was, 34.6 ms, before `resources/updated` was taken off its event streams: upstream/sse-update-filter.ts).",
   ],
   "hot-uri": [
     "Why: each delivery is one `res.write` of a frame encoded once for all streams (event id included), as in the raw server; the broker adds a history entry per session " +
