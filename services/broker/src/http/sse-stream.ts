@@ -9,12 +9,21 @@ import type { Clock, TimerHandle } from "@mcp-broker/shared";
  */
 export class SseStream {
   private closedFlag = false;
-  private readonly closeListeners: (() => void)[] = [];
+  /**
+   * Who hears the close: one listener in place, more in an array (an idle stream has one; a
+   * listener array per stream cost about 0.2 KB per idle session).
+   */
+  private closeListeners: (() => void) | (() => void)[] | undefined;
+  /** Only what outlives the constructor is kept (the response headers are written by then). */
+  private readonly keepAlive: KeepAlive | undefined;
+  private readonly maxBufferedBytes: number;
 
   constructor(
     private readonly res: ServerResponse,
-    private readonly options: { keepAlive?: KeepAlive; maxBufferedBytes?: number; headers?: Record<string, string> },
+    options: { keepAlive?: KeepAlive; maxBufferedBytes?: number; headers?: Record<string, string> },
   ) {
+    this.keepAlive = options.keepAlive;
+    this.maxBufferedBytes = options.maxBufferedBytes ?? 8 * 1024 * 1024;
     res.writeHead(200, {
       "content-type": "text/event-stream",
       "cache-control": "no-cache, no-transform",
@@ -24,7 +33,7 @@ export class SseStream {
     });
     res.flushHeaders();
     res.on("close", () => this.markClosed());
-    options.keepAlive?.add(this);
+    this.keepAlive?.add(this);
   }
 
   get closed(): boolean {
@@ -33,6 +42,8 @@ export class SseStream {
 
   onClose(listener: () => void): void {
     if (this.closedFlag) listener();
+    else if (this.closeListeners === undefined) this.closeListeners = listener;
+    else if (typeof this.closeListeners === "function") this.closeListeners = [this.closeListeners, listener];
     else this.closeListeners.push(listener);
   }
 
@@ -45,7 +56,7 @@ export class SseStream {
 
   /** A client that does not read is cut off (it can resume) rather than buffered for without bound. */
   private checkBuffered(): boolean {
-    if (this.res.writableLength > (this.options.maxBufferedBytes ?? 8 * 1024 * 1024)) {
+    if (this.res.writableLength > this.maxBufferedBytes) {
       this.close();
       return false;
     }
@@ -70,8 +81,11 @@ export class SseStream {
   private markClosed(): void {
     if (this.closedFlag) return;
     this.closedFlag = true;
-    this.options.keepAlive?.delete(this);
-    for (const listener of this.closeListeners.splice(0)) listener();
+    this.keepAlive?.delete(this);
+    const listeners = this.closeListeners;
+    this.closeListeners = undefined;
+    if (typeof listeners === "function") listeners();
+    else for (const listener of listeners ?? []) listener();
   }
 }
 

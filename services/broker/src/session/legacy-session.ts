@@ -32,8 +32,11 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   private stream: NotificationWriter | undefined;
   /** The newest event id written to a stream; later ones were produced while none was attached. */
   private written = 0;
-  /** Recent events, oldest first, from `history[head]` on (the front is dropped in batches). */
-  private history: (PreparedNotification | undefined)[] = [];
+  /**
+   * Recent events, oldest first, from `history[head]` on (the front is dropped in batches).
+   * Created with the first event: most sessions are idle.
+   */
+  private history: (PreparedNotification | undefined)[] | undefined;
   private head = 0;
   /** The newest event id no longer in the history: a client that saw less than this missed some. */
   private trimmed = 0;
@@ -154,8 +157,9 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
       this.renotify(stream);
       return;
     }
-    for (let i = this.head; i < this.history.length; i++) {
-      const event = this.history[i];
+    const history = this.history ?? [];
+    for (let i = this.head; i < history.length; i++) {
+      const event = history[i];
       if (event !== undefined && event.eventId > last) stream.write(event);
     }
     this.written = latest;
@@ -179,17 +183,18 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
 
   /** The newest event id this session has had. */
   private latest(): number {
-    return this.history.at(-1)?.eventId ?? this.trimmed;
+    return this.history?.at(-1)?.eventId ?? this.trimmed;
   }
 
   /** Keeps the newest `historyLimit` events; dropping from the front in batches keeps this O(1) amortised. */
   private remember(notification: PreparedNotification): void {
-    this.history.push(notification);
-    if (this.history.length - this.head <= this.historyLimit) return;
-    this.trimmed = this.history[this.head]?.eventId ?? this.trimmed;
-    this.history[this.head++] = undefined;
+    const history = (this.history ??= []);
+    history.push(notification);
+    if (history.length - this.head <= this.historyLimit) return;
+    this.trimmed = history[this.head]?.eventId ?? this.trimmed;
+    history[this.head++] = undefined;
     if (this.head >= Math.max(this.historyLimit, 16)) {
-      this.history = this.history.slice(this.head);
+      this.history = history.slice(this.head);
       this.head = 0;
     }
   }

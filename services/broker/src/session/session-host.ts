@@ -65,7 +65,7 @@ export class SessionHost {
   private readonly listens = new Set<ListenSink>();
   /** The last update that was published under several keys (see `deliverOnce`). */
   private multiKeyUpdate: { id: string; notification: PreparedNotification; delivered: Set<NotificationSink> } | undefined;
-  /** What to release when a session's or listen's actor fails (a bug): by actor id. */
+  /** What to release when a listen's actor fails (a bug): by actor id (a legacy session's is `legacyFailed`). */
   private readonly failureCleanups = new Map<string, () => void>();
   /** Idle timers of legacy sessions without a stream, by session id (armed and disarmed by their actors). */
   private readonly idleTimers = new Map<string, TimerHandle>();
@@ -91,7 +91,9 @@ export class SessionHost {
           if (!event.type.startsWith(ACTOR_ERROR)) return;
           const id = event.type.slice(ACTOR_ERROR.length);
           deps.logger.error({ session: id, err: (event as { error?: unknown }).error }, "a session actor failed; releasing what it held");
-          this.failureCleanups.get(id)?.();
+          const session = this.legacy.get(id);
+          if (session !== undefined) this.legacyFailed(session);
+          else this.failureCleanups.get(id)?.();
         });
       }),
       { clock: deps.clock },
@@ -191,14 +193,6 @@ export class SessionHost {
           this.deps.logger.info({ session: id, principal }, "session ended");
           break;
       }
-    });
-    this.failureCleanups.set(id, () => {
-      for (const target of Object.values(actor.getSnapshot().context.subscriptions)) {
-        this.interest.remove(target, session);
-      }
-      session.failPending(new BrokerError("INTERNAL", "The session failed inside the broker; initialize a new one."));
-      this.forgetLegacy(session);
-      void this.releaseAll(principal, id).catch((error: unknown) => this.deps.logger.warn({ session: id, err: (error as Error).message }, "release after a failed session failed"));
     });
     this.legacy.set(id, session);
     actor.start();
@@ -311,9 +305,22 @@ export class SessionHost {
     this.interest.close();
   }
 
+  /**
+   * A session's actor failed (a bug): releases what it held. Found through `legacy`, so a session
+   * costs no cleanup closure of its own while it lives.
+   */
+  private legacyFailed(session: LegacySession): void {
+    const { id, principal } = session;
+    for (const target of Object.values(session.actor.getSnapshot().context.subscriptions)) {
+      this.interest.remove(target, session);
+    }
+    session.failPending(new BrokerError("INTERNAL", "The session failed inside the broker; initialize a new one."));
+    this.forgetLegacy(session);
+    void this.releaseAll(principal, id).catch((error: unknown) => this.deps.logger.warn({ session: id, err: (error as Error).message }, "release after a failed session failed"));
+  }
+
   private forgetLegacy(session: LegacySession): void {
     if (!this.legacy.delete(session.id)) return;
-    this.failureCleanups.delete(session.id);
     this.disarmIdle(session.id);
     this.releaseSession(session.principal);
   }
