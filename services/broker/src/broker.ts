@@ -147,6 +147,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     upstreamSubscriptions: (backendId) => upstream.watched(backendId).length,
     catalogItems: () => Object.fromEntries(CATALOG_KINDS.map((kind) => [kind, catalog.catalog.list(kind).length])),
     heldTools: () => catalog.heldTools().length,
+    watching: (backendId) => watchers.holds(backendId),
     counts: () => {
       const delivered = sessions.deliveries();
       return { updatesIn: upstream.updatesReceived(), resourceDeliveries: delivered.resourceUpdated, listChangedDeliveries: delivered.listChanged, reloads: catalog.reloads() };

@@ -7,6 +7,8 @@ export interface MetricsSources {
   upstreamSubscriptions(backendId: string): number;
   catalogItems(): Record<string, number>;
   heldTools(): number;
+  /** Whether this instance is the cluster's watcher of the backend (always, with the memory engine, while it is connected). */
+  watching(backendId: string): boolean;
   /** Monotonic counts since start. */
   counts(): { updatesIn: number; resourceDeliveries: number; listChangedDeliveries: number; reloads: number };
 }
@@ -18,7 +20,7 @@ export interface BrokerMetrics {
 }
 
 /**
- * Prometheus metrics (`GET /metrics`): sessions and listen streams, backends up, upstream
+ * Prometheus metrics (`GET /metrics`): sessions and listen streams, backends up and watched, upstream
  * subscriptions, catalog sizes, held tools, updates in, notifications out, list reloads, the bus
  * hop's latency, and Node's process metrics. Gauges and counters are read at scrape time.
  */
@@ -37,6 +39,9 @@ export function createMetrics(sources: MetricsSources): BrokerMetrics {
   });
   gauge("mcp_broker_upstream_subscriptions", "Resources watched upstream (one per backend resource, however many subscribers).", ["backend"], (g) => {
     for (const b of sources.backends()) g.set({ backend: b.id }, sources.upstreamSubscriptions(b.id));
+  });
+  gauge("mcp_broker_backend_watching", "1 when this instance watches the backend upstream for the cluster (holds its watcher lease), else 0.", ["backend"], (g) => {
+    for (const b of sources.backends()) g.set({ backend: b.id }, sources.watching(b.id) ? 1 : 0);
   });
   gauge("mcp_broker_catalog_items", "Items in the aggregated lists.", ["kind"], (g) => {
     for (const [kind, count] of Object.entries(sources.catalogItems())) g.set({ kind }, count);

@@ -50,6 +50,7 @@ describe("metrics", () => {
     expect(value(text, 'mcp_broker_sessions{era="legacy"}')).toBe(2);
     expect(value(text, 'mcp_broker_sessions{era="modern"}')).toBe(1);
     expect(value(text, 'mcp_broker_backend_up{backend="leg"}')).toBe(1);
+    expect(value(text, 'mcp_broker_backend_watching{backend="leg"}')).toBe(1);
     expect(value(text, 'mcp_broker_upstream_subscriptions{backend="leg"}')).toBe(1);
     expect(value(text, "mcp_broker_resource_updates_received_total")).toBe(1);
     expect(value(text, "mcp_broker_resource_updated_delivered_total")).toBe(2);
