@@ -19,8 +19,15 @@ class QuietMcpServer extends McpServer {
   override sendPromptListChanged(): void {}
 }
 
+/**
+ * Writes a `resources/updated` notification straight onto the connection's open notification
+ * stream, returning false when there is none (then the SDK sends it). HTTP only; see http-sessions.ts.
+ */
+export type DirectUpdates = (notification: string) => boolean;
+
 interface Connection {
   readonly mcp: QuietMcpServer;
+  readonly direct: DirectUpdates | undefined;
   readonly versionTool: RegisteredTool;
   /** Resource URIs this connection subscribed to. */
   readonly subscribed: Set<string>;
@@ -37,7 +44,7 @@ export class BenchMcp {
    * Serves a new connection on `transport` (its own McpServer). `onClose` runs once the connection
    * is over (transport closed, HTTP session deleted); its subscriptions are gone by then.
    */
-  async connect(transport: Transport, onClose: () => void): Promise<McpServer> {
+  async connect(transport: Transport, onClose: () => void, direct?: DirectUpdates): Promise<McpServer> {
     const mcp = new QuietMcpServer(
       { name: "bench-backend", version: "1.0.0" },
       { capabilities: { resources: { subscribe: true, listChanged: true }, tools: { listChanged: true } } },
@@ -48,7 +55,7 @@ export class BenchMcp {
     const versionTool = mcp.registerTool(LIST_VERSION_TOOL, { description: listVersionMarker(this.listVersion) }, () => ({
       content: [{ type: "text", text: listVersionMarker(this.listVersion) }],
     }));
-    const connection: Connection = { mcp, versionTool, subscribed: new Set() };
+    const connection: Connection = { mcp, direct, versionTool, subscribed: new Set() };
     mcp.server.setRequestHandler("resources/subscribe", (request) => {
       this.counters.subscribe++;
       this.subscribe(connection, request.params.uri);
@@ -115,7 +122,10 @@ export class BenchMcp {
     const targets = this.subscribers.get(base);
     if (targets === undefined) return;
     const uri = updateUri(base, step, seq, nowMicros());
-    for (const { mcp } of targets) mcp.server.sendResourceUpdated({ uri }).catch(() => undefined);
+    const notification = JSON.stringify({ jsonrpc: "2.0", method: "notifications/resources/updated", params: { uri } });
+    for (const { mcp, direct } of targets) {
+      if (direct?.(notification) !== true) mcp.server.sendResourceUpdated({ uri }).catch(() => undefined);
+    }
   }
 
   private subscribe(connection: Connection, uri: string): void {

@@ -61,6 +61,8 @@ export interface HttpSessions {
 
 export async function listenHttp(bench: BenchMcp, stalls: WriteStalls): Promise<HttpSessions> {
   const sessions = new Map<string, WebStandardStreamableHTTPServerTransport>();
+  /** Each session's open standalone GET stream, where its notifications go. */
+  const notificationStreams = new Map<string, ServerResponse>();
 
   const openSession = async (request: Request): Promise<Response> => {
     const transport: WebStandardStreamableHTTPServerTransport = new WebStandardStreamableHTTPServerTransport({
@@ -69,9 +71,23 @@ export async function listenHttp(bench: BenchMcp, stalls: WriteStalls): Promise<
         sessions.set(sessionId, transport);
       },
     });
-    const mcp = await bench.connect(transport, () => {
-      if (transport.sessionId !== undefined) sessions.delete(transport.sessionId);
-    });
+    // `resources/updated` frames go straight onto the session's GET stream, as the SDK's transport
+    // would write them but without its per-event web-stream hop, so that the update source stays
+    // as light as over stdio (the broker reads the same event stream either way).
+    const direct = (notification: string): boolean => {
+      const res = transport.sessionId === undefined ? undefined : notificationStreams.get(transport.sessionId);
+      if (res === undefined) return false;
+      // A full socket holds the emission back, as the SDK's stream does.
+      if (!writeCorked(res, `event: message\ndata: ${notification}\n\n`)) void stalls.drain(res);
+      return true;
+    };
+    const mcp = await bench.connect(
+      transport,
+      () => {
+        if (transport.sessionId !== undefined) sessions.delete(transport.sessionId);
+      },
+      direct,
+    );
     const response = await transport.handleRequest(request);
     // Anything but a successful initialize leaves no session behind.
     if (transport.sessionId === undefined || !sessions.has(transport.sessionId)) await mcp.close();
@@ -89,6 +105,14 @@ export async function listenHttp(bench: BenchMcp, stalls: WriteStalls): Promise<
   };
 
   const server = createServer((req, res) => {
+    const sessionId = req.headers["mcp-session-id"];
+    if (req.method === "GET" && typeof sessionId === "string") {
+      res.once("close", () => {
+        if (notificationStreams.get(sessionId) === res) notificationStreams.delete(sessionId);
+      });
+      void bridge(handle, req, res, stalls, () => notificationStreams.set(sessionId, res));
+      return;
+    }
     void bridge(handle, req, res, stalls);
   });
   server.requestTimeout = 0;
@@ -106,8 +130,17 @@ export async function listenHttp(bench: BenchMcp, stalls: WriteStalls): Promise<
   };
 }
 
-/** One node:http exchange through a web handler; a client that goes away aborts the request's signal. */
-async function bridge(handle: (request: Request) => Promise<Response>, req: IncomingMessage, res: ServerResponse, stalls: WriteStalls): Promise<void> {
+/** Writes `text`, corked until the end of this turn of the event loop (writes in one turn leave in one write). */
+function writeCorked(res: ServerResponse, text: string | Uint8Array): boolean {
+  if (res.writableCorked === 0) {
+    res.cork();
+    process.nextTick(() => res.uncork());
+  }
+  return res.write(text);
+}
+
+/** One node:http exchange through a web handler; a client that goes away aborts the request's signal. `onStream` hears an event stream open. */
+async function bridge(handle: (request: Request) => Promise<Response>, req: IncomingMessage, res: ServerResponse, stalls: WriteStalls, onStream?: () => void): Promise<void> {
   const gone = new AbortController();
   res.on("close", () => {
     if (!res.writableFinished) gone.abort();
@@ -128,25 +161,16 @@ async function bridge(handle: (request: Request) => Promise<Response>, req: Inco
   }
   // Event streams: headers now, so the client sees the stream open before its first event.
   res.flushHeaders();
+  if (response.status === 200 && response.headers.get("content-type")?.startsWith("text/event-stream") === true) onStream?.();
   const reader = response.body.getReader();
   res.once("close", () => {
     reader.cancel().catch(() => undefined);
   });
   try {
-    let corked = false;
     for (;;) {
       const { done, value } = await reader.read();
       if (done) break;
-      // Events written in one turn of the event loop leave in one write.
-      if (!corked) {
-        corked = true;
-        res.cork();
-        process.nextTick(() => {
-          corked = false;
-          res.uncork();
-        });
-      }
-      if (!res.write(value)) await stalls.drain(res);
+      if (!writeCorked(res, value)) await stalls.drain(res);
     }
   } catch {
     // Cancelled: the client went away.
