@@ -1,3 +1,4 @@
+import { getHeapSpaceStatistics } from "node:v8";
 import { nowMicros } from "./clock.js";
 
 /** CPU and memory of one process, as a helper reports them. */
@@ -11,6 +12,8 @@ export interface ProcessUsage {
   heapUsed: number;
   heapTotal: number;
   external: number;
+  /** Physical size of V8's young generation (new space): it grows under allocation bursts and is not given back. */
+  youngGen: number;
 }
 
 /** This process's usage; with `gc` (and --expose-gc) after two full collections. */
@@ -30,6 +33,7 @@ export function sampleUsage(gc = false): ProcessUsage {
     heapUsed: memory.heapUsed,
     heapTotal: memory.heapTotal,
     external: memory.external,
+    youngGen: getHeapSpaceStatistics().find((space) => space.space_name === "new_space")?.physical_space_size ?? 0,
   };
 }
 

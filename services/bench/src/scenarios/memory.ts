@@ -49,7 +49,7 @@ export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
       const point = { sessions: count, rssPerSession: (now.rss - empty.rss) / count, heapPerSession: (now.heapUsed - empty.heapUsed) / count, rss: now.rss, heapUsed: now.heapUsed };
       points.push(point);
       const heapTotalPerSession = (now.heapTotal - empty.heapTotal) / count;
-      table.push([label, count, fmt(kb(empty.rss) / 1024), fmt(kb(now.rss) / 1024), fmt(kb(point.rssPerSession)), fmt(kb(now.heapUsed) / 1024), fmt(kb(point.heapPerSession)), fmt(kb(heapTotalPerSession))]);
+      table.push([label, count, fmt(kb(empty.rss) / 1024), fmt(kb(now.rss) / 1024), fmt(kb(point.rssPerSession)), fmt(kb(now.heapUsed) / 1024), fmt(kb(point.heapPerSession)), fmt(kb(heapTotalPerSession)), `${fmt(kb(empty.youngGen) / 1024)} → ${fmt(kb(now.youngGen) / 1024)}`]);
       ctx.log(`  ${label} ${count}: RSS ${fmt(kb(point.rssPerSession))} KB/session, heap ${fmt(kb(point.heapPerSession))} KB/session`);
     }
     await snapshot(`${opened}-sessions`);
@@ -127,7 +127,7 @@ export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
       `Server process sampled (process.memoryUsage after ${settleMs / 1000} s idle and two forced GCs) empty, then with ${counts.join(" and ")} idle sessions, each subscribed to one of ${uriPool} resources; per session = growth ÷ sessions. ` +
       "Sessions are opened by the load generators (not counted). Baseline: a plain Node SSE server process holding as many idle streams.",
     rows,
-    details: [{ title: "Samples", columns: ["server", "sessions", "RSS empty MB", "RSS MB", "RSS/session KB", "heap used MB", "heap used/session KB", "heap committed/session KB"], rows: table }],
+    details: [{ title: "Samples", columns: ["server", "sessions", "RSS empty MB", "RSS MB", "RSS/session KB", "heap used MB", "heap used/session KB", "heap committed/session KB", "young generation MB (empty → now)"], rows: table }],
     findings,
   };
 }
