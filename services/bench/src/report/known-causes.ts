@@ -33,7 +33,7 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "each session or stream also owns an XState actor (≈ 1.9 KB: snapshot, actor scope, mailbox, bound `send`; its actor system is shared), its sink and stream objects, " +
       "and its entries in the registry and interest table. " +
       "RSS is ≈ 2.5–3× the live heap because V8 keeps committed the old-space pages the handshakes fragmented (≈ 20 KB committed per session for ≈ 10 KB live); " +
-      "at 1 000 sessions the young generation grown by the opening burst (a fixed 15–30 MB) weighs 15–30 KB per session until V8 shrinks it, hence the idle wait before sampling. " +
+      "at 1 000 sessions the young generation the opening burst grows (from ~15 MB to its 32 MB maximum; see the samples' young generation column) weighs up to ~17 KB per session, and Node 20's V8 does not give it back, even after forced or last-resort GCs. " +
       "Between runs the RSS per session at 10 000 moves by ±2 KB, so figures near 30 KB can land on either side.",
   ],
   subscribe: [
