@@ -28,9 +28,19 @@ export function updateFilteringFetch(inner: FetchLike, onUpdate: (uri: string) =
 export function updateFilter(onUpdate: (uri: string) => void): TransformStream<Uint8Array, Uint8Array> {
   const decoder = new TextDecoder();
   const encoder = new TextEncoder();
-  let pending = "";
+  /** Text of the event under way, in pieces: joined only once an event end has arrived (a large event costs linear time). */
+  let parts: string[] = [];
+  /** The last characters of the text under way, which an event end may continue. */
+  let tail = "";
   const drain = (controller: TransformStreamDefaultController<Uint8Array>, text: string): void => {
-    pending += text;
+    const window = tail + text;
+    if (!EVENT_END.test(window)) {
+      parts.push(text);
+      tail = window.slice(-3);
+      return;
+    }
+    parts.push(text);
+    let pending = parts.join("");
     let passed = "";
     for (let match = EVENT_END.exec(pending); match !== null; match = EVENT_END.exec(pending)) {
       const end = match.index + match[0].length;
@@ -39,6 +49,8 @@ export function updateFilter(onUpdate: (uri: string) => void): TransformStream<U
       else onUpdate(uri);
       pending = pending.slice(end);
     }
+    parts = pending === "" ? [] : [pending];
+    tail = pending.slice(-3);
     if (passed !== "") controller.enqueue(encoder.encode(passed));
   };
   return new TransformStream({
@@ -47,7 +59,8 @@ export function updateFilter(onUpdate: (uri: string) => void): TransformStream<U
     },
     flush(controller) {
       drain(controller, decoder.decode());
-      if (pending !== "") controller.enqueue(encoder.encode(pending));
+      const rest = parts.join("");
+      if (rest !== "") controller.enqueue(encoder.encode(rest));
     },
   });
 }

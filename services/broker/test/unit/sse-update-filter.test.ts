@@ -70,3 +70,13 @@ describe("SSE resources/updated filter", () => {
     expect(uris).toEqual(["a://1"]);
   });
 });
+
+describe("SSE filter on large events", () => {
+  it("finds an event end that arrives in pieces after a long event, and one split between chunks", async () => {
+    const big = `data: ${JSON.stringify({ jsonrpc: "2.0", id: 1, result: { text: "x".repeat(200_000) } })}`;
+    const chunks = big.match(/[\s\S]{1,16384}/g) ?? [];
+    const { passed, uris } = await run([...chunks, "\r", "\n", "\r", "\n", `data: ${updated("a://after")}\n`, "\n"]);
+    expect(uris).toEqual(["a://after"]);
+    expect(passed).toBe(`${big}\r\n\r\n`);
+  });
+});
