@@ -193,6 +193,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     ttlMs: config.redis.instanceTtlMs,
     release: (backendId, uri) => watchers.release(backendId, uri),
     presumedDead: () => sessions.endAll("this broker instance lost contact with the cluster; start a new session"),
+    retryReleases: () => sessions.retryReleases(),
   });
   bus.onMessage((channel, message) => {
     // This instance's own updates reached its sessions already (deliverLocally).

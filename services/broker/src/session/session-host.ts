@@ -73,6 +73,8 @@ export class SessionHost {
   private readonly sessionsHeld = new Map<string, number>();
   /** Releases of ended sessions and streams still on their way to the registry. */
   private readonly releasing = new Set<Promise<void>>();
+  /** Ended sessions and streams whose release failed, to try again (principal NUL session id). */
+  private readonly unreleased = new Map<string, { principal: string; sessionId: string }>();
   private readonly interest: InterestTable;
   private readonly flow;
   private readonly legacyMachine;
@@ -368,14 +370,30 @@ export class SessionHost {
     if (outcome.last) this.deps.upstream.release(ref.backendId, ref.uri);
   }
 
+  /**
+   * Releases what an ended session or stream held. When the registry cannot be reached it is kept
+   * and tried again (`retryReleases`): otherwise its subscriptions would count against the limits,
+   * and be watched upstream, for as long as this instance lives.
+   */
   private releaseAll(principal: string, sessionId: string): Promise<void> {
     const run = (async () => {
-      for (const ref of await this.deps.registry.ofSession(principal, sessionId)) await this.release(ref);
+      try {
+        for (const ref of await this.deps.registry.ofSession(principal, sessionId)) await this.release(ref);
+        this.unreleased.delete(`${principal}\u0000${sessionId}`);
+      } catch (error) {
+        this.unreleased.set(`${principal}\u0000${sessionId}`, { principal, sessionId });
+        this.deps.logger.warn({ session: sessionId, err: (error as Error).message }, "releasing an ended session's subscriptions failed; will retry");
+      }
     })();
     this.releasing.add(run);
     const done = () => void this.releasing.delete(run);
     run.then(done, done);
     return run;
+  }
+
+  /** Tries again the releases that failed (see `releaseAll`). */
+  retryReleases(): void {
+    for (const { principal, sessionId } of [...this.unreleased.values()]) void this.releaseAll(principal, sessionId);
   }
 
   /**

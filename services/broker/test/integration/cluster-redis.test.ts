@@ -282,12 +282,16 @@ describe("cluster on the Redis engine: two broker instances", () => {
     backend = await startLegacyHttpBackend(server);
     const proxy = await redisProxy(redisUrl);
     try {
-      const running = await startBroker({ ...config(), redisUrl: proxy.url, redis: { keyPrefix: prefix, leaseTtlMs: 60_000, instanceTtlMs: 120_000, watcherTimeoutMs: 3_000 } });
+      const running = await startBroker({ ...config(), redisUrl: proxy.url, redis: { keyPrefix: prefix, leaseTtlMs: 60_000, instanceTtlMs: 10_000, watcherTimeoutMs: 3_000 } });
       brokers.push(running);
       const c = await client(running, "legacy");
       const got = collectUpdates(c);
       await c.subscribeResource({ uri: EXPOSED });
+      const modern = await client(running, "modern");
+      const listen = await modern.listen({ resourceSubscriptions: ["leg+test://items/cut"] });
       proxy.cut();
+      // A stream that ends while Redis is away cannot release now: it is released once Redis is back.
+      await listen.close();
       const started = Date.now();
       await expect(c.subscribeResource({ uri: "leg+test://static/b" })).rejects.toMatchObject({ code: -32004 });
       expect(Date.now() - started).toBeLessThan(15_000);
@@ -298,6 +302,12 @@ describe("cluster on the Redis engine: two broker instances", () => {
       proxy.restore();
       // Back: what may have been missed on the bus is re-announced, and subscribing works again.
       await eventually(() => got.length >= 2, "the re-announcement after Redis came back", 15_000);
+      const redis = new Redis(redisUrl);
+      try {
+        await eventually(async () => (await redis.hget(`${prefix}refs:leg`, "test://items/cut")) === null, "the failed release to be retried", 10_000);
+      } finally {
+        redis.disconnect();
+      }
       await eventually(
         async () =>
           c.subscribeResource({ uri: "leg+test://static/b" }).then(
