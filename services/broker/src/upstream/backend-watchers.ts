@@ -46,6 +46,8 @@ export class BackendWatchers implements UpstreamPort {
   private readonly pending = new Map<number, PendingEnsure>();
   /** Backends whose lease is being acquired, renewed or given up right now (one at a time each). */
   private readonly busy = new Map<string, Promise<void>>();
+  /** Backends whose periodic reconcile is running (one at a time each). */
+  private readonly reconciling = new Set<string>();
   private nextId = 0;
   private timer: TimerHandle | undefined;
   private closed = false;
@@ -86,7 +88,7 @@ export class BackendWatchers implements UpstreamPort {
 
   /** This instance's connection to the backend came up: compete for its lease now. */
   backendConnected(backendId: string): Promise<void> {
-    return this.step(backendId);
+    return this.step(backendId, "connected");
   }
 
   /** This instance's connection dropped: its subscriptions there are gone; let another instance watch. */
@@ -209,15 +211,19 @@ export class BackendWatchers implements UpstreamPort {
     if (this.closed) return;
     this.timer = this.deps.clock.setTimeout(() => {
       this.timer = undefined;
-      void Promise.allSettled(this.deps.backendIds.map((backendId) => this.step(backendId, true))).then(() => this.schedule());
+      void Promise.allSettled(this.deps.backendIds.map((backendId) => this.step(backendId, "periodic"))).then(() => this.schedule());
     }, Math.max(100, Math.floor(this.deps.leaseTtlMs / 3)));
     this.timer.unref?.();
   }
 
-  /** One lease step for a backend, never two at once: acquire, renew or give up; `periodic` also reconciles. */
-  private step(backendId: string, periodic = false): Promise<void> {
+  /**
+   * One lease step for a backend, never two at once: acquire, renew or give up. What follows from it
+   * (re-subscribing after a takeover or a reconnect, the periodic reconcile) runs detached, so a
+   * slow backend never holds up a renewal.
+   */
+  private step(backendId: string, reason: "periodic" | "connected" | "other" = "other"): Promise<void> {
     const previous = this.busy.get(backendId) ?? Promise.resolve();
-    const next = previous.then(() => this.leaseStep(backendId, periodic));
+    const next = previous.then(() => this.leaseStep(backendId, reason));
     const tracked = next.catch((error: unknown) => this.deps.logger.warn({ backend: backendId, err: (error as Error).message }, "watcher lease step failed"));
     this.busy.set(backendId, tracked);
     void tracked.then(() => {
@@ -226,7 +232,7 @@ export class BackendWatchers implements UpstreamPort {
     return tracked;
   }
 
-  private async leaseStep(backendId: string, periodic: boolean): Promise<void> {
+  private async leaseStep(backendId: string, reason: "periodic" | "connected" | "other"): Promise<void> {
     if (this.closed) return;
     const name = watcherLease(backendId);
     const { instanceId, leaseTtlMs } = this.deps;
@@ -252,13 +258,18 @@ export class BackendWatchers implements UpstreamPort {
         this.deps.logger.warn({ backend: backendId }, "lost the watcher lease; another instance watches the backend");
         return;
       }
-      if (periodic) await this.deps.local.reconcile(backendId);
+      // Reconnected while holding the lease: the connection's subscriptions are gone, watch again.
+      if (reason === "connected") void this.deps.local.backendConnected({ id: backendId });
+      if (reason === "periodic" && !this.reconciling.has(backendId)) {
+        this.reconciling.add(backendId);
+        void this.deps.local.reconcile(backendId).finally(() => this.reconciling.delete(backendId));
+      }
       return;
     }
     if (!(await this.deps.leases.acquire(name, instanceId, leaseTtlMs))) return;
     this.held.add(backendId);
     this.deps.logger.info({ backend: backendId }, "watching the backend for the cluster");
-    await this.deps.local.backendConnected({ id: backendId });
+    void this.deps.local.backendConnected({ id: backendId });
   }
 }
 
