@@ -141,7 +141,7 @@ export class BackendWatchers implements UpstreamPort {
         uri,
       });
     } catch (error) {
-      this.settle(id, { code: "BACKEND_UNAVAILABLE", message: `Backend '${backendId}': cannot reach its watcher: ${(error as Error).message}` });
+      this.settle(id, { code: "CLUSTER_UNAVAILABLE", message: `Backend '${backendId}': cannot reach its watcher through Redis: ${(error as Error).message}` });
     }
     return answered;
   }

@@ -246,7 +246,12 @@ export class UpstreamSubscriptions implements UpstreamPort {
     for (const key of keys) {
       const channel = CHANNEL.resource(backendId, key);
       const message: ResourceUpdatedMessage = { kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, key, uri, at, update, keys: keys.length };
-      this.deps.deliverLocally?.(channel, message);
+      try {
+        this.deps.deliverLocally?.(channel, message);
+      } catch (error) {
+        // Never at the cost of the other instances' copy.
+        this.deps.logger.error({ backendId, uri, err: (error as Error).message }, "local delivery failed");
+      }
       void this.deps.bus.publish(channel, message).catch((error: unknown) => this.deps.logger.warn({ backendId, uri, err: (error as Error).message }, "publish failed"));
     }
   }

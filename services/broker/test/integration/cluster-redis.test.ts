@@ -321,12 +321,42 @@ describe("cluster on the Redis engine: two broker instances", () => {
       proxy.close();
     }
   }, 60_000);
+
+  it("notices Redis connections that went silent (no error, no close), reconnects them and catches up", async () => {
+    prefix = uniquePrefix("cluster");
+    server = createTestServer({ name: "shared-backend" });
+    backend = await startLegacyHttpBackend(server);
+    const proxy = await redisProxy(redisUrl);
+    try {
+      const running = await startBroker({ ...config(), redisUrl: proxy.url, redis: { keyPrefix: prefix, leaseTtlMs: 60_000, instanceTtlMs: 60_000, watcherTimeoutMs: 3_000 } });
+      brokers.push(running);
+      const other = await startBroker(config());
+      brokers.push(other);
+      // A session on the other instance hears updates only through the bus.
+      const c = await client(running.broker.watchers.holds("leg") ? other : running, "legacy");
+      const got = collectUpdates(c);
+      await c.subscribeResource({ uri: EXPOSED });
+      proxy.freeze();
+      // The pings go unanswered, the connections are replaced, and the gap is made up for.
+      await eventually(() => got.length >= 1, "the re-announcement after the silent connections were replaced", 20_000);
+      const before = got.length;
+      server.emitUpdate(URI);
+      await eventually(() => got.length > before, "updates through the new connections", 10_000);
+    } finally {
+      proxy.close();
+    }
+  }, 60_000);
 });
 
-/** A TCP proxy to Redis that can cut every connection and refuse new ones (Redis away), then let them through again. */
-async function redisProxy(target: string): Promise<{ url: string; cut(): void; restore(): void; close(): void }> {
+/**
+ * A TCP proxy to Redis that can cut every connection and refuse new ones (Redis away), then let
+ * them through again, or freeze the open ones: they stay open and carry nothing (a connection a
+ * NAT dropped silently), while new ones pass.
+ */
+async function redisProxy(target: string): Promise<{ url: string; cut(): void; restore(): void; freeze(): void; close(): void }> {
   const { hostname, port } = new URL(target);
   const sockets = new Set<Socket>();
+  const pairs: [Socket, Socket][] = [];
   let refusing = false;
   const proxy = createServer((inbound) => {
     if (refusing) {
@@ -340,6 +370,7 @@ async function redisProxy(target: string): Promise<{ url: string; cut(): void; r
       socket.on("error", () => undefined);
     }
     inbound.pipe(outbound).pipe(inbound);
+    pairs.push([inbound, outbound]);
     inbound.on("close", () => outbound.destroy());
     outbound.on("close", () => inbound.destroy());
   });
@@ -353,6 +384,14 @@ async function redisProxy(target: string): Promise<{ url: string; cut(): void; r
     },
     restore: () => {
       refusing = false;
+    },
+    freeze: () => {
+      for (const [inbound, outbound] of pairs.splice(0)) {
+        inbound.unpipe(outbound);
+        outbound.unpipe(inbound);
+        inbound.pause();
+        outbound.pause();
+      }
     },
     close: () => {
       refusing = true;

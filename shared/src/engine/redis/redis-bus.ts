@@ -7,47 +7,73 @@ import type { RedisKeys } from "./keys.js";
  * connection; receiving needs a connection of its own (a subscribed connection runs no commands).
  * Messages are JSON, decoded on arrival (`decodeBusMessage`, as `busMessageSchema` says); what does not decode is reported
  * to `onInvalid` and dropped. While the subscriber connection is down, messages are lost (pub/sub
- * keeps nothing): when it is back and resubscribed, `onGap` handlers run so receivers can make up
- * for what they may have missed; the same when the publishing connection is back, for publishers.
+ * keeps nothing): when it is back and every wanted channel is subscribed again, `onGap` handlers
+ * run so receivers can make up for what they may have missed; the same when the publishing
+ * connection is back, for publishers. Both connections are pinged, so a silently dropped one is
+ * noticed and reconnected.
  */
 export class RedisBus implements Bus {
   private readonly channels = new Set<string>();
   private handler: ((channel: string, message: BusMessage) => void) | undefined;
   private readonly gapHandlers: ((side: "receive" | "publish") => void)[] = [];
 
+  private readonly health: NodeJS.Timeout;
+
   constructor(
     private readonly publisher: Redis,
     private readonly subscriber: Redis,
     private readonly keys: RedisKeys,
     private readonly onInvalid: (channel: string, reason: string) => void,
+    /** How often both connections are pinged; one that does not answer within it is reconnected. */
+    healthIntervalMs = 5_000,
   ) {
     subscriber.on("message", (redisChannel: string, payload: string) => this.receive(redisChannel, payload));
-    this.reportReconnects(subscriber, "receive");
-    this.reportReconnects(publisher, "publish");
+    let subscriberWasReady = subscriber.status === "ready";
+    subscriber.on("ready", () => {
+      if (subscriberWasReady) void this.resubscribe();
+      subscriberWasReady = true;
+    });
+    let publisherWasReady = publisher.status === "ready";
+    publisher.on("ready", () => {
+      if (publisherWasReady) this.gap("publish");
+      publisherWasReady = true;
+    });
+    // A half-open connection (a NAT or load balancer dropped it silently) would lose messages
+    // without any error for as long as TCP keep-alive takes to notice: both are pinged instead.
+    this.health = setInterval(() => {
+      void checkConnection(subscriber, healthIntervalMs);
+      void checkConnection(publisher, healthIntervalMs);
+    }, healthIntervalMs);
+    this.health.unref();
   }
 
-  /** A connection that is ready again after it had been ready once: a gap on that side. */
-  private reportReconnects(connection: Redis, side: "receive" | "publish"): void {
-    let wasReady = connection.status === "ready";
-    connection.on("ready", () => {
-      if (wasReady) for (const handler of this.gapHandlers) handler(side);
-      wasReady = true;
-    });
+  /**
+   * Back after a drop: every channel this bus wants is subscribed again (also one whose first
+   * SUBSCRIBE failed, which the client library would not know), then receivers hear of the gap.
+   */
+  private async resubscribe(): Promise<void> {
+    try {
+      if (this.channels.size > 0) await this.subscriber.subscribe(...[...this.channels].map((channel) => this.keys.channel(channel)));
+    } catch {
+      // Down again: the next "ready" tries again.
+      return;
+    }
+    this.gap("receive");
+  }
+
+  private gap(side: "receive" | "publish"): void {
+    for (const handler of this.gapHandlers) handler(side);
   }
 
   async publish(channel: string, message: BusMessage): Promise<void> {
     await this.publisher.publish(this.keys.channel(channel), JSON.stringify(message));
   }
 
+  /** A channel stays wanted even when its SUBSCRIBE fails (Redis away): it is subscribed again once the connection is back. */
   async subscribe(channel: string): Promise<void> {
     if (this.channels.has(channel)) return;
     this.channels.add(channel);
-    try {
-      await this.subscriber.subscribe(this.keys.channel(channel));
-    } catch (error) {
-      this.channels.delete(channel);
-      throw error;
-    }
+    await this.subscriber.subscribe(this.keys.channel(channel));
   }
 
   async unsubscribe(channel: string): Promise<void> {
@@ -65,6 +91,7 @@ export class RedisBus implements Bus {
 
   /** The connections belong to whoever made them (see `RedisEngine`). */
   async close(): Promise<void> {
+    clearInterval(this.health);
     this.channels.clear();
     this.handler = undefined;
   }
@@ -86,4 +113,19 @@ export class RedisBus implements Bus {
     }
     this.handler?.(channel, decoded.message);
   }
+}
+
+/** Pings a ready connection; one that does not answer within `timeoutMs` is dropped and reconnects. */
+async function checkConnection(connection: Redis, timeoutMs: number): Promise<void> {
+  if (connection.status !== "ready") return;
+  let timer: NodeJS.Timeout | undefined;
+  const answered = await Promise.race([
+    connection.ping().then(
+      () => true,
+      () => false,
+    ),
+    new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs))),
+  ]);
+  clearTimeout(timer);
+  if (!answered && connection.status === "ready") connection.disconnect(true);
 }
