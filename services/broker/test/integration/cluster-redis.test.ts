@@ -36,16 +36,30 @@ describe("cluster on the Redis engine: two broker instances", () => {
     redis: { keyPrefix: prefix, leaseTtlMs: 1_000, instanceTtlMs: 2_000, watcherTimeoutMs: 3_000 },
   });
 
-  /** A fresh backend (its stats count this test only) and two brokers in front of it. */
-  async function cluster(limits: { maxPerPrincipal?: number } = {}): Promise<[RunningBroker, RunningBroker]> {
+  /** A fresh backend (its stats count this test only) and key prefix. */
+  async function freshBackend(): Promise<void> {
     prefix = uniquePrefix("cluster");
     server = createTestServer({ name: "shared-backend" });
     backend = await startLegacyHttpBackend(server);
+  }
+
+  /** A fresh backend and two brokers in front of it. */
+  async function cluster(limits: { maxPerPrincipal?: number } = {}): Promise<[RunningBroker, RunningBroker]> {
+    await freshBackend();
     const a = await startBroker(config(limits));
     const b = await startBroker(config(limits));
     brokers.push(a, b);
     await eventually(() => a.broker.watchers.holds("leg") !== b.broker.watchers.holds("leg"), "one watcher for the backend");
     return [a, b];
+  }
+
+  /** A fresh backend and one broker that reaches Redis through a proxy the test can break. */
+  async function brokerBehindProxy(instanceTtlMs: number): Promise<{ proxy: Awaited<ReturnType<typeof redisProxy>>; running: RunningBroker }> {
+    await freshBackend();
+    const proxy = await redisProxy(redisUrl);
+    const running = await startBroker({ ...config(), redisUrl: proxy.url, redis: { keyPrefix: prefix, leaseTtlMs: 60_000, instanceTtlMs, watcherTimeoutMs: 3_000 } });
+    brokers.push(running);
+    return { proxy, running };
   }
 
   async function client(running: RunningBroker, era: Era): Promise<Client> {
@@ -196,9 +210,7 @@ describe("cluster on the Redis engine: two broker instances", () => {
   });
 
   it("recovers from an instance killed outright: the other takes over the backend and releases what the dead one's sessions held", async () => {
-    prefix = uniquePrefix("cluster");
-    server = createTestServer({ name: "shared-backend" });
-    backend = await startLegacyHttpBackend(server);
+    await freshBackend();
     const dir = await mkdtemp(join(tmpdir(), "broker-cluster-"));
     const configFile = join(dir, "broker.json");
     await writeFile(configFile, JSON.stringify({ ...config(), logging: { level: "warn" } }));
@@ -239,9 +251,7 @@ describe("cluster on the Redis engine: two broker instances", () => {
   }, 30_000);
 
   it("lets a worker (a member without an endpoint) watch the backend for the brokers", async () => {
-    prefix = uniquePrefix("cluster");
-    server = createTestServer({ name: "shared-backend" });
-    backend = await startLegacyHttpBackend(server);
+    await freshBackend();
     const dir = await mkdtemp(join(tmpdir(), "broker-worker-"));
     const configFile = join(dir, "worker.json");
     await writeFile(configFile, JSON.stringify({ ...config(), logging: { level: "warn" } }));
@@ -277,13 +287,8 @@ describe("cluster on the Redis engine: two broker instances", () => {
   }, 40_000);
 
   it("answers -32004 while Redis is unreachable, keeps serving calls, and catches up when it is back", async () => {
-    prefix = uniquePrefix("cluster");
-    server = createTestServer({ name: "shared-backend" });
-    backend = await startLegacyHttpBackend(server);
-    const proxy = await redisProxy(redisUrl);
+    const { proxy, running } = await brokerBehindProxy(10_000);
     try {
-      const running = await startBroker({ ...config(), redisUrl: proxy.url, redis: { keyPrefix: prefix, leaseTtlMs: 60_000, instanceTtlMs: 10_000, watcherTimeoutMs: 3_000 } });
-      brokers.push(running);
       const c = await client(running, "legacy");
       const got = collectUpdates(c);
       await c.subscribeResource({ uri: EXPOSED });
@@ -323,13 +328,8 @@ describe("cluster on the Redis engine: two broker instances", () => {
   }, 60_000);
 
   it("notices Redis connections that went silent (no error, no close), reconnects them and catches up", async () => {
-    prefix = uniquePrefix("cluster");
-    server = createTestServer({ name: "shared-backend" });
-    backend = await startLegacyHttpBackend(server);
-    const proxy = await redisProxy(redisUrl);
+    const { proxy, running } = await brokerBehindProxy(60_000);
     try {
-      const running = await startBroker({ ...config(), redisUrl: proxy.url, redis: { keyPrefix: prefix, leaseTtlMs: 60_000, instanceTtlMs: 60_000, watcherTimeoutMs: 3_000 } });
-      brokers.push(running);
       const other = await startBroker(config());
       brokers.push(other);
       // A session on the other instance hears updates only through the bus.
