@@ -262,14 +262,14 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       return false;
     },
     async close() {
+      // No new connections from here on; then every session and stream ends, the connections
+      // close (listen streams end with theirs), and what they held is released before Redis goes.
+      const stopped = http === undefined ? Promise.resolve() : new Promise<void>((resolve) => http?.close(() => resolve()));
       endpoint.closeStreams();
       sessions.close();
+      http?.closeAllConnections();
+      await stopped;
       await sessions.drain(5_000);
-      if (http !== undefined) {
-        const server = http;
-        server.closeAllConnections();
-        await new Promise<void>((resolve) => server.close(() => resolve()));
-      }
       presence.close();
       await watchers.close();
       upstream.close();

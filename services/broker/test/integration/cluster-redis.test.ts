@@ -161,6 +161,8 @@ describe("cluster on the Redis engine: two broker instances", () => {
     const c = await client(leaving, "legacy");
     await c.subscribeResource({ uri: EXPOSED });
     await c.subscribeResource({ uri: "leg+test://static/b" });
+    const modern = await client(leaving, "modern");
+    await modern.listen({ resourceSubscriptions: ["leg+test://items/listen"] });
     await leaving.close();
     const redis = new Redis(redisUrl);
     try {
