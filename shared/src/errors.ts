@@ -28,7 +28,7 @@ export const ERROR_CATALOG = {
   },
   CLUSTER_UNAVAILABLE: {
     jsonRpc: -32004,
-    summary: "The cluster's shared state (Redis engine) did not answer, so a subscribe or unsubscribe could not be recorded; nothing changed; retry later.",
+    summary: "The cluster's shared state (Redis engine) did not answer, so a subscribe or unsubscribe could not be confirmed; retry later (retrying is safe).",
   },
   SUBSCRIPTION_LIMIT: {
     jsonRpc: -32010,

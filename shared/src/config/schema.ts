@@ -142,8 +142,8 @@ export const brokerConfigSchema = z
          * The others release what a dead instance's sessions held once it has passed.
          */
         instanceTtlMs: z.number().int().min(1_000).max(MAX_TIMER_MS, TOO_LONG).default(30_000),
-        /** How long a subscribe waits for the backend's watcher on another instance. */
-        watcherTimeoutMs: positiveMs.default(15_000),
+        /** How long a subscribe waits for the backend's watcher on another instance (longer than a backend's default timeoutMs, which the watcher waits for). */
+        watcherTimeoutMs: positiveMs.default(35_000),
       })
       .strict()
       .prefault({}),

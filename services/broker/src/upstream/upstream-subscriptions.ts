@@ -375,6 +375,13 @@ export class UpstreamSubscriptions implements UpstreamPort {
     }
     if (epoch !== this.epoch(slot.backendId) || this.closed) {
       if (watch.poll !== undefined) this.stopPoll(watch.poll);
+      // Still connected: this instance stopped watching the backend meanwhile (relinquish), so the
+      // subscription just made is undone and the asker looks for the new watcher.
+      if (backend.state === "connected" && !this.closed) {
+        if (mode === "listen") backend.unwatchListen(slot.uri);
+        if (mode === "subscribe") void backend.request("resources/unsubscribe", { uri: slot.uri }).catch(() => undefined);
+        throw new BrokerError("BACKEND_UNAVAILABLE", `Backend '${slot.backendId}': its watcher changed while subscribing; retry.`, { backend: slot.backendId, watcherChanged: true });
+      }
       throw new BrokerError("BACKEND_UNAVAILABLE", `Backend '${slot.backendId}' dropped while subscribing; retry later.`, { backend: slot.backendId });
     }
     slot.watch = watch;
