@@ -3,6 +3,7 @@ import { parseArgs } from "node:util";
 import { ConfigError, parsePort } from "@mcp-broker/shared";
 import { loadConfigFile } from "@mcp-broker/shared/node";
 import { createBroker, redactUrl, type Broker } from "./broker.js";
+import { startBackendsOrClose, stopOnSignals } from "./lifecycle.js";
 import { createLogger, type Logger } from "./logger.js";
 import { serveStdio } from "./stdio/stdio-server.js";
 
@@ -64,32 +65,17 @@ async function main(argv: string[]): Promise<number> {
   }
   const logger = createLogger(config.logging.level);
   const broker = createBroker(config, { logger });
-  let stopping = false;
-  const stop = async (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    logger.info({ signal }, "shutting down");
-    await broker.close();
-    process.exit(0);
-  };
-  process.on("SIGTERM", () => void stop("SIGTERM"));
-  process.on("SIGINT", () => void stop("SIGINT"));
+  const stop = stopOnSignals(broker, logger);
 
   if (values.stdio) {
-    try {
-      await broker.startBackends();
-    } catch (error) {
-      logger.fatal({ err: (error as Error).message }, "cannot start");
-      await broker.close();
-      return 1;
-    }
+    if (!(await startBackendsOrClose(broker, logger))) return 1;
     await waitForBackends(broker, logger); // stdin waits meanwhile; nothing is lost
     await serveStdio(broker, { input: process.stdin, output: process.stdout });
     await stop("stdin closed");
     return 0;
   }
+  if (!(await startBackendsOrClose(broker, logger))) return 1;
   try {
-    await broker.startBackends();
     await waitForBackends(broker, logger);
     const url = await broker.listen();
     const engine = config.redisUrl === undefined ? "memory engine" : `Redis engine at ${redactUrl(config.redisUrl)}, key prefix ${config.redis.keyPrefix}`;

@@ -11,7 +11,7 @@
 import { parseArgs } from "node:util";
 import { ConfigError } from "@mcp-broker/shared";
 import { loadConfigFile } from "@mcp-broker/shared/node";
-import { createBroker, createLogger, redactUrl } from "@mcp-broker/broker";
+import { createBroker, createLogger, redactUrl, startBackendsOrClose, stopOnSignals } from "@mcp-broker/broker";
 
 const USAGE = "Usage: mcp-broker-worker --config <file>  (or MCP_BROKER_CONFIG; REDIS_URL overrides the file)";
 
@@ -43,23 +43,8 @@ async function main(argv: string[]): Promise<number> {
   }
   const logger = createLogger(config.logging.level);
   const worker = createBroker(config, { logger });
-  let stopping = false;
-  const stop = async (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    logger.info({ signal }, "worker shutting down");
-    await worker.close();
-    process.exit(0);
-  };
-  process.on("SIGTERM", () => void stop("SIGTERM"));
-  process.on("SIGINT", () => void stop("SIGINT"));
-  try {
-    await worker.startBackends();
-  } catch (error) {
-    logger.fatal({ err: (error as Error).message }, "cannot start");
-    await worker.close();
-    return 1;
-  }
+  stopOnSignals(worker, logger);
+  if (!(await startBackendsOrClose(worker, logger))) return 1;
   process.stderr.write(`mcp-broker-worker running: Redis engine at ${redactUrl(config.redisUrl)}, key prefix ${config.redis.keyPrefix}, backends ${config.backends.map((b) => b.id).join(", ")}\n`);
   return -1;
 }
