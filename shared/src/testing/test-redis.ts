@@ -20,14 +20,16 @@ export function uniquePrefix(name: string): string {
   return `test:${name}:${process.pid}:${Math.random().toString(36).slice(2, 10)}:`;
 }
 
-/** Deletes every key under `prefix` (tests clean up after themselves on a shared Redis). */
+/** Deletes every key under `prefix` (tests and bench runs clean up after themselves on a shared Redis). */
 export async function deleteKeys(url: string, prefix: string): Promise<void> {
-  const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => null, connectTimeout: 2_000 });
+  redis.on("error", () => undefined);
   try {
     await redis.connect();
+    const pattern = `${prefix.replace(/[*?[\]\\]/g, "\\$&")}*`;
     let cursor = "0";
     do {
-      const [next, keys] = await redis.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000);
+      const [next, keys] = await redis.scan(cursor, "MATCH", pattern, "COUNT", 1000);
       cursor = next;
       if (keys.length > 0) await redis.del(...keys);
     } while (cursor !== "0");

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { Redis } from "ioredis";
+import { deleteKeys } from "@mcp-broker/shared/testing";
 import { BACKEND_ENV, type BackendApi, type HttpBackendProcessApi } from "../backend/backend-api.js";
 import type { RpcClient } from "../core/rpc.js";
 import { BENCH_BACKEND_SCRIPT, benchBrokerConfig } from "./bench-broker-config.js";
@@ -55,21 +55,5 @@ export class RedisEngine implements BrokerEngine {
       await afterBrokers();
       throw error;
     }
-  }
-}
-
-/** Deletes every key under `prefix` (SCAN + DEL). */
-async function deleteKeys(redisUrl: string, prefix: string): Promise<void> {
-  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1, retryStrategy: () => null, connectTimeout: 2_000 });
-  try {
-    const pattern = `${prefix.replace(/[*?[\]\\]/g, "\\$&")}*`;
-    let cursor = "0";
-    do {
-      const [next, keys] = await redis.scan(cursor, "MATCH", pattern, "COUNT", 1_000);
-      cursor = next;
-      if (keys.length > 0) await redis.del(...keys);
-    } while (cursor !== "0");
-  } finally {
-    redis.disconnect();
   }
 }
