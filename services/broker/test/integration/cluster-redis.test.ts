@@ -98,9 +98,13 @@ describe("cluster on the Redis engine: two broker instances", () => {
     server.emitUpdate(URI);
     await eventually(() => gotA.length === 1 && gotB.length === 1 && gotModern.length === 1, "the update on both instances");
     expect([gotA, gotB, gotModern]).toEqual([[EXPOSED], [EXPOSED], [EXPOSED]]);
-    await new Promise((r) => setTimeout(r, 200));
-    expect(gotA.length + gotB.length + gotModern.length).toBe(3);
-    expect(gotBystander).toEqual([]);
+    // Barriers instead of waiting: a second update arrives after any copy of the first would have
+    // (one channel keeps its order), and the bystander's own update after anything sent to it before.
+    server.emitUpdate(URI);
+    server.emitUpdate("test://static/b");
+    await eventually(() => gotA.length >= 2 && gotB.length >= 2 && gotModern.length >= 2 && gotBystander.length >= 1, "the barrier updates");
+    expect([gotA.length, gotB.length, gotModern.length]).toEqual([2, 2, 2]);
+    expect(gotBystander).toEqual(["leg+test://static/b"]);
     const readyz = await Promise.all([a, b].map(async (r) => (await fetch(new URL("/readyz", r.url))).json() as Promise<unknown>));
     expect(readyz.map((r) => (r as { engine: string }).engine)).toEqual(["redis", "redis"]);
     const watching = readyz.map((r) => (r as { backends: { watching: boolean }[] }).backends[0]?.watching);
@@ -113,10 +117,13 @@ describe("cluster on the Redis engine: two broker instances", () => {
     const other = watcher === a ? b : a;
     const onWatcher = await client(watcher, "legacy");
     const onOther = await client(other, "legacy");
+    const gotOther = collectUpdates(onOther);
     await onWatcher.subscribeResource({ uri: EXPOSED });
     await onOther.subscribeResource({ uri: EXPOSED });
     await onWatcher.unsubscribeResource({ uri: EXPOSED });
-    await new Promise((r) => setTimeout(r, 200));
+    // Not the last one: the upstream subscription stays, as an update still arriving shows.
+    server.emitUpdate(URI);
+    await eventually(() => gotOther.length === 1, "an update after the first unsubscribe");
     expect(server.stats.activeSubscriptions.get(URI)).toBe(1);
     // The last one leaves on the instance that does not watch: its release travels to the watcher.
     await onOther.unsubscribeResource({ uri: EXPOSED });
