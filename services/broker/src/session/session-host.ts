@@ -148,9 +148,7 @@ export class SessionHost {
           const output = await subscribeMany(this.flow, input, { concurrency: LISTEN_CONCURRENCY, maxPerSession: deps.limits.perSession, signal });
           // The stream closed meanwhile: its releaseAll may have run before these flows reserved
           // (subscribeMany waits for the flows it started), so what they made is released here.
-          if (signal.aborted) {
-            for (const { target } of output.honored) await this.release({ principal: input.principal, sessionId: input.sessionId, ...target });
-          }
+          if (signal.aborted) await this.releaseAll(input.principal, input.sessionId);
           return output;
         }),
         releaseAll,
@@ -420,6 +418,8 @@ export class SessionHost {
   private deliverOnce(message: ResourceUpdatedMessage, sinks: ReadonlySet<NotificationSink>): void {
     const id = `${message.origin}\u0000${message.update}`;
     if (this.multiKeyUpdate?.id !== id) {
+      // Once per backend update, however many of its keys arrive here.
+      this.deps.onBusLatency?.(this.deps.clock.now() - message.at);
       const notification = PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(message.backendId, message.uri));
       this.multiKeyUpdate = { id, notification, delivered: new Set() };
     }
@@ -444,11 +444,11 @@ export class SessionHost {
     }
     const sinks = this.interest.of(channel);
     if (sinks === undefined || sinks.size === 0) return;
-    this.deps.onBusLatency?.(this.deps.clock.now() - message.at);
     if (message.keys > 1) {
       this.deliverOnce(message, sinks);
       return;
     }
+    this.deps.onBusLatency?.(this.deps.clock.now() - message.at);
     const notification = PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(message.backendId, message.uri));
     for (const sink of sinks) sink.deliver(notification);
     this.delivered.resourceUpdated += sinks.size;
