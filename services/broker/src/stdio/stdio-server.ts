@@ -4,6 +4,7 @@ import { classifyInboundRequest } from "@modelcontextprotocol/server";
 import { META, NOTIFICATION } from "@mcp-broker/shared";
 import type { Broker } from "../broker.js";
 import type { JsonRpcRequest } from "../routing/dispatcher.js";
+import { rpcError } from "../http/mcp-endpoint.js";
 import { unsupportedRevision } from "../http/modern-headers.js";
 import { nestsTooDeep, TOO_DEEP_MESSAGE } from "../routing/message-depth.js";
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
@@ -23,7 +24,7 @@ type Json = Record<string, unknown>;
  */
 export function serveStdio(broker: Broker, io: { input: Readable; output: Writable }): Promise<void> {
   const maxLine = broker.config.server.maxBodyBytes;
-  const oversized = () => ({ jsonrpc: "2.0", id: null, error: { code: -32600, message: `Message too large: the limit is ${maxLine} bytes (server.maxBodyBytes); dropped.` } });
+  const oversized = () => rpcError(null, -32600, `Message too large: the limit is ${maxLine} bytes (server.maxBodyBytes); dropped.`);
   let pending = "";
   const writeLine = (line: string) => io.output.write(line);
   const send = (message: unknown) => writeLine(`${JSON.stringify(message)}\n`);
@@ -99,7 +100,7 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
 
   const handleMessage = (message: unknown): void => {
     if (typeof message !== "object" || message === null || Array.isArray(message)) {
-      send({ jsonrpc: "2.0", id: null, error: { code: -32600, message: "Invalid Request: expected one JSON-RPC message per line." } });
+      send(rpcError(null, -32600, "Invalid Request: expected one JSON-RPC message per line."));
       return;
     }
     const msg = message as Json;
@@ -107,7 +108,7 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
     const route = classifyInboundRequest({ httpMethod: "POST", body: message });
     const id = typeof msg.id === "string" || typeof msg.id === "number" ? msg.id : null;
     if (route.kind === "reject") {
-      if (id !== null) send({ jsonrpc: "2.0", id, error: { code: route.code, message: route.message, ...(route.data !== undefined && { data: route.data }) } });
+      if (id !== null) send(rpcError(id, route.code, route.message, route.data));
       return;
     }
     if (msg.method === NOTIFICATION.cancelled) {
@@ -124,7 +125,7 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
     if (route.kind === "modern") {
       const unsupported = unsupportedRevision(route.classification.revision);
       if (unsupported !== undefined) {
-        send({ jsonrpc: "2.0", id, error: { code: unsupported.code, message: unsupported.message, data: unsupported.data } });
+        send(rpcError(id, unsupported.code, unsupported.message, unsupported.data));
         return;
       }
       if (request.method === "subscriptions/listen") listen(request);
@@ -149,7 +150,7 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
       return;
     }
     if (session === undefined) {
-      send({ jsonrpc: "2.0", id, error: { code: -32600, message: "Send initialize first (or use the 2026-07-28 per-request envelope)." } });
+      send(rpcError(id, -32600, "Send initialize first (or use the 2026-07-28 per-request envelope)."));
       return;
     }
     session.touch();
@@ -180,11 +181,11 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
         try {
           message = JSON.parse(line);
         } catch {
-          send({ jsonrpc: "2.0", id: null, error: { code: -32700, message: "Parse error: a line is not valid JSON." } });
+          send(rpcError(null, -32700, "Parse error: a line is not valid JSON."));
           continue;
         }
         if (nestsTooDeep(message)) {
-          send({ jsonrpc: "2.0", id: null, error: { code: -32600, message: TOO_DEEP_MESSAGE } });
+          send(rpcError(null, -32600, TOO_DEEP_MESSAGE));
           continue;
         }
         handleMessage(message);
