@@ -133,7 +133,7 @@ describe("session host: a legacy session closed while a subscribe is being made"
     const subscribing = session.subscribe("b+x://1");
     await vi.waitFor(() => expect(registry.waiting()).toBe(1));
     session.close("test");
-    await expect(subscribing).rejects.toBeDefined();
+    await expect(subscribing).rejects.toMatchObject({ code: "BAD_PARAMS", message: "The session is closing; initialize a new one." });
     registry.openAll();
     await vi.waitFor(() => expect(released).toEqual(["x://1"]));
     expect(await registry.count("b", "x://1")).toBe(0);
