@@ -28,7 +28,6 @@ describe("tool gate", () => {
       { backendId: "b", name: "echo", hash: canonicalHash(poisoned), pinned: canonicalHash(echo) },
       { backendId: "b", name: "extra", hash: canonicalHash(extra) },
     ]);
-    expect(gate.all().find((held) => held.name === "echo")?.hash).toBe(canonicalHash(poisoned));
     // The backend reverts (or reconnects with the pinned definitions): admitted, nothing held.
     expect(gate.admit("b", [echo])).toEqual(new Set());
     expect(gate.all()).toEqual([]);
