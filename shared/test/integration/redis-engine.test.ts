@@ -50,6 +50,28 @@ describe("Redis engine", () => {
     expect(invalid[0]).toBe("not JSON");
   });
 
+  it("delivers a burst of publishes issued in one tick, across channels, in issue order", async () => {
+    const [a, b] = await cluster(2);
+    const got: [string, number][] = [];
+    b!.bus.onMessage((channel, message) => got.push([channel, message.kind === "resource.updated" ? message.at : -1]));
+    await b!.bus.subscribe("x");
+    await b!.bus.subscribe("y");
+    const sent: [string, number][] = Array.from({ length: 500 }, (_, i) => [i % 3 === 0 ? "x" : "y", i]);
+    const first = sent.slice(0, 300).map(([channel, at]) => a!.bus.publish(channel, { ...update, at }));
+    await Promise.resolve();
+    const second = sent.slice(300).map(([channel, at]) => a!.bus.publish(channel, { ...update, at }));
+    await Promise.all([...first, ...second]);
+    await vi.waitFor(() => expect(got).toHaveLength(sent.length));
+    expect(got).toEqual(sent);
+  });
+
+  it("rejects every publish of a burst when they cannot be written", async () => {
+    const [a] = await cluster(1);
+    a!.redis.disconnect();
+    const results = await Promise.allSettled([a!.bus.publish("ch", update), a!.bus.publish("other", update)]);
+    expect(results.map((r) => r.status)).toEqual(["rejected", "rejected"]);
+  });
+
   it("keeps clusters with different prefixes apart", async () => {
     const [a] = await cluster(1);
     const [b] = await cluster(1);
