@@ -1,9 +1,15 @@
 import type { ChartSeries } from "./result-model.js";
 
 const WIDTH = 520;
-const HEIGHT = 340;
-const MARGIN = { left: 64, right: 16, top: 36, bottom: 64 };
-const COLORS: Record<string, string> = { broker: "#c0392b", raw: "#2c3e50" };
+const HEIGHT = 352;
+const MARGIN = { left: 64, right: 16, top: 36, bottom: 76 };
+
+/** Broker lines by engine, raw lines darker or lighter by the engine they were measured beside. */
+function colorOf(label: string): string {
+  const redis = label.includes("redis");
+  if (label.startsWith("raw")) return redis ? "#7f8c8d" : "#2c3e50";
+  return redis ? "#2471a3" : "#c0392b";
+}
 
 /**
  * latency.svg: latency (log scale) against offered load (log scale), broker and baseline, one
@@ -65,7 +71,7 @@ function renderPanel(series: ChartSeries[], heading: string, xLabel: string, off
   parts.push(`<text x="${MARGIN.left + plotW / 2}" y="${MARGIN.top + plotH + 28}" text-anchor="middle">${escape(xLabel)}</text>`);
   parts.push(`<text transform="translate(14,${MARGIN.top + plotH / 2}) rotate(-90)" text-anchor="middle">latency, ms (log)</text>`);
   series.forEach((s, i) => {
-    const color = s.label.startsWith("raw") ? COLORS.raw : COLORS.broker;
+    const color = colorOf(s.label);
     const dash = s.label.includes("p50") ? "" : ' stroke-dasharray="6 3"';
     const valid = s.points.filter(([x, y]) => x > 0 && y > 0 && Number.isFinite(y));
     if (valid.length === 0) return;

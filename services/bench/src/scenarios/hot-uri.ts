@@ -44,7 +44,6 @@ export async function runHotUri(ctx: BenchContext): Promise<ScenarioResult> {
     const ok = ladder.outcomes.filter(passes).map((o) => o.deliveredPerSec);
     return ok.length === 0 ? 0 : Math.max(...ok);
   };
-  let rawLadder: Ladder | undefined;
 
   for (const engine of ctx.engines) {
     if (engine.unavailableReason !== undefined) {
@@ -53,10 +52,11 @@ export async function runHotUri(ctx: BenchContext): Promise<ScenarioResult> {
     }
     ctx.log(`hot URI: ${engine.name} broker, ${sessions} legacy sessions on one URI`);
     const broker = await startBrokerPath(ctx, engine, `hot-${engine.name}`, "legacy", Array.from({ length: sessions }, () => exposedUri(0)));
-    const measureRaw = rawLadder === undefined && ctx.redisUnavailable === undefined;
     let raw: RunningPath | undefined;
+    let rawLadder: Ladder | undefined;
     try {
-      if (measureRaw) raw = await startRawPath(ctx, "hot-raw", Array.from({ length: sessions }, () => "0"));
+      // The baseline climbs again beside each engine, so every ratio compares figures taken side by side.
+      if (ctx.redisUnavailable === undefined) raw = await startRawPath(ctx, `hot-raw-${engine.name}`, Array.from({ length: sessions }, () => "0"));
       const ladders: Ladder[] = [{ path: broker, outcomes: [], fails: 0 }];
       if (raw !== undefined) {
         rawLadder = { path: raw, outcomes: [], fails: 0 };
@@ -108,7 +108,7 @@ export async function runHotUri(ctx: BenchContext): Promise<ScenarioResult> {
       if (rt !== null && rt < 0.5) findings.push(`${engine.name}: ${fmt(b)} deliveries/s vs raw ${fmt(r)}/s = ${(rt * 100).toFixed(0)} % of raw fan-out (target ≥ 50 %, short by ${fmt((0.5 * (r ?? 0)) - (b ?? 0))}/s).`);
       details.push(ladderTable(`${engine.name} engine vs raw fan-out, ${sessions} sessions on one URI, ${stepSeconds} s per rate`, sessions, ladders));
       for (const ladder of ladders) {
-        series.push({ chart: "hot-uri", label: `${ladder === rawLadder ? "raw" : `broker (${engine.name})`} p99`, points: ladder.outcomes.map((o) => [o.offeredRate * sessions, o.p99Ms]) });
+        series.push({ chart: "hot-uri", label: `${ladder === rawLadder ? `raw (beside ${engine.name})` : `broker (${engine.name})`} p99`, points: ladder.outcomes.map((o) => [o.offeredRate * sessions, o.p99Ms]) });
       }
     } finally {
       await broker.stop();
@@ -119,7 +119,7 @@ export async function runHotUri(ctx: BenchContext): Promise<ScenarioResult> {
     id: "hot-uri",
     title: SCENARIO,
     method:
-      `${sessions} legacy sessions subscribed to bench+bench://r/0; the backend emits updates of bench://r/0/… at rising rates (updates/s × ${sessions} = offered deliveries/s), ${stepSeconds} s per step in ${slices} slices alternating with the baseline. ` +
+      `${sessions} legacy sessions subscribed to bench+bench://r/0; the backend emits updates of bench://r/0/… at rising rates (updates/s × ${sessions} = offered deliveries/s), ${stepSeconds} s per step in ${slices} slices alternating with the baseline, which climbs again beside each engine. ` +
       `Figure: the best delivered/s of a step with p99 ≤ ${p99LimitMs} ms and loss ≤ ${MAX_LOSS * 100} %; a path stops climbing after ${FAILS_TO_STOP} failing steps in a row. Baseline: Redis → plain Node SSE server writing one pre-encoded frame to all ${sessions} streams. ` +
       describeEngines(ctx),
     rows,

@@ -24,7 +24,6 @@ export async function runUnicast(ctx: BenchContext): Promise<ScenarioResult> {
   const measure = (rate: number): string => `p99 latency @ ${rate.toLocaleString("en-US")} updates/s`;
   const targetOf = (rate: number): string | null => (rate === TARGET_RATE ? `≤ ${TARGET_RATIO}× raw` : null);
   const rawReason = ctx.redisUnavailable;
-  let rawOutcomes: StepOutcome[] | undefined;
   let step = 100;
   const nextStep = (): number => ++step;
 
@@ -37,13 +36,14 @@ export async function runUnicast(ctx: BenchContext): Promise<ScenarioResult> {
     const broker = await startBrokerPath(ctx, engine, `unicast-${engine.name}`, "legacy", keys.map(exposedUri));
     let raw: RunningPath | undefined;
     try {
-      // The baseline is measured once, interleaved with the first engine that runs.
-      if (rawOutcomes === undefined && rawReason === undefined) raw = await startRawPath(ctx, "unicast-raw", keys.map(String));
+      // The baseline is measured again with each engine, in slices alternating with it, so every
+      // ratio compares figures taken side by side.
+      if (rawReason === undefined) raw = await startRawPath(ctx, `unicast-raw-${engine.name}`, keys.map(String));
       const paths = raw === undefined ? [broker] : [raw, broker];
       const plan = (rate: number, seconds: number) => ({ rate, count: Math.round(rate * seconds), uriCount: sessions, uriOffset: 0 });
       await runInterleaved(paths, plan(1_000, warmupSeconds), 1, nextStep, () => ({ fanout: 1, drainMs: ctx.plan.drainMs }));
       const brokerOutcomes: StepOutcome[] = [];
-      const measuredRaw: StepOutcome[] = [];
+      const rawOutcomes: StepOutcome[] = [];
       for (const rate of rates) {
         const outcomes = await runInterleaved(paths, plan(rate, stepSeconds), slices, nextStep, (path) => ({
           fanout: 1,
@@ -54,15 +54,14 @@ export async function runUnicast(ctx: BenchContext): Promise<ScenarioResult> {
         brokerOutcomes.push(b);
         if (raw !== undefined) {
           const r = outcomes[0] as StepOutcome;
-          measuredRaw.push(r);
+          rawOutcomes.push(r);
           ctx.log(`  raw    @${rate}/s: p50 ${fmt(r.p50Ms)} p99 ${fmt(r.p99Ms)} ms, ${fmt(r.deliveredPerSec)}/s, lost ${r.lost} (${describeCpu(r.cpu)})`);
         }
         ctx.log(`  broker @${rate}/s: p50 ${fmt(b.p50Ms)} p99 ${fmt(b.p99Ms)} ms, ${fmt(b.deliveredPerSec)}/s, lost ${b.lost} (${describeCpu(b.cpu)})`);
       }
-      if (raw !== undefined) rawOutcomes = measuredRaw;
       rates.forEach((rate, i) => {
         const b = brokerOutcomes[i];
-        const r = rawOutcomes?.[i];
+        const r = rawOutcomes[i];
         if (b === undefined) return;
         const rt = ratio(b.p99Ms, r?.p99Ms ?? null);
         const target = targetOf(rate);
@@ -92,15 +91,15 @@ export async function runUnicast(ctx: BenchContext): Promise<ScenarioResult> {
           findings.push(`${engine.name}: p99 at ${rate}/s is ${rt.toFixed(2)}× the raw path (${fmt(b.p99Ms)} ms vs ${fmt(r?.p99Ms)} ms), ${(rt / TARGET_RATIO).toFixed(2)}× over the ${TARGET_RATIO}× target.`);
         }
       });
-      details.push(stepTable(`${engine.name} engine vs raw (ioredis → Node SSE), ${sessions} sessions, ${stepSeconds} s per rate in ${slices} alternating slices`, rates, brokerOutcomes, rawOutcomes ?? []));
+      details.push(stepTable(`${engine.name} engine vs raw (ioredis → Node SSE), ${sessions} sessions, ${stepSeconds} s per rate in ${slices} alternating slices`, rates, brokerOutcomes, rawOutcomes));
       series.push(
         { chart: "unicast", label: `broker p50 (${engine.name})`, points: brokerOutcomes.map((o) => [o.offeredRate, o.p50Ms]) },
         { chart: "unicast", label: `broker p99 (${engine.name})`, points: brokerOutcomes.map((o) => [o.offeredRate, o.p99Ms]) },
       );
       if (raw !== undefined) {
         series.push(
-          { chart: "unicast", label: "raw p50", points: measuredRaw.map((o) => [o.offeredRate, o.p50Ms]) },
-          { chart: "unicast", label: "raw p99", points: measuredRaw.map((o) => [o.offeredRate, o.p99Ms]) },
+          { chart: "unicast", label: `raw p50 (beside ${engine.name})`, points: rawOutcomes.map((o) => [o.offeredRate, o.p50Ms]) },
+          { chart: "unicast", label: `raw p99 (beside ${engine.name})`, points: rawOutcomes.map((o) => [o.offeredRate, o.p99Ms]) },
         );
       }
     } finally {
@@ -113,7 +112,7 @@ export async function runUnicast(ctx: BenchContext): Promise<ScenarioResult> {
     title: SCENARIO,
     method:
       `${sessions} legacy sessions, session k subscribed to bench+bench://r/k; the backend emits resources/updated for bench://r/k/<step>.<seq>.<µs> round-robin over k at each rate for ${stepSeconds} s, ` +
-      `in ${slices} slices alternating with the baseline. Latency = reader clock − emit timestamp in the URI. ` +
+      `in ${slices} slices alternating with the baseline, which is measured again beside each engine. Latency = reader clock − emit timestamp in the URI. ` +
       "Baseline: the same updates published on Redis (ioredis) to a plain Node SSE server that writes one frame per update to the one stream of that key. " +
       describeEngines(ctx),
     rows,
