@@ -123,8 +123,8 @@ export class UpstreamSubscriptions implements UpstreamPort {
       releaseGraceMs: number;
       pollIntervalMs: number;
       /**
-       * Hands an update to this instance's own subscribers at once (they skip the bus round trip;
-       * the bus's copy, with this instance as origin, is then ignored here).
+       * Hands an update to this instance's own subscribers, a tick after publishing it (they skip the
+       * bus round trip; the bus's copy, with this instance as origin, is then ignored here).
        */
       deliverLocally?: (channel: string, message: ResourceUpdatedMessage) => void;
     },
@@ -243,17 +243,27 @@ export class UpstreamSubscriptions implements UpstreamPort {
     if (keys.length === 0) return;
     const at = this.deps.clock.now();
     const update = ++this.updates;
-    for (const key of keys) {
-      const channel = CHANNEL.resource(backendId, key);
-      const message: ResourceUpdatedMessage = { kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, key, uri, at, update, keys: keys.length };
-      try {
-        this.deps.deliverLocally?.(channel, message);
-      } catch (error) {
-        // Never at the cost of the other instances' copy.
-        this.deps.logger.error({ backendId, uri, err: (error as Error).message }, "local delivery failed");
-      }
+    const messages = keys.map((key): [string, ResourceUpdatedMessage] => [
+      CHANNEL.resource(backendId, key),
+      { kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, key, uri, at, update, keys: keys.length },
+    ]);
+    for (const [channel, message] of messages) {
       void this.deps.bus.publish(channel, message).catch((error: unknown) => this.deps.logger.warn({ backendId, uri, err: (error as Error).message }, "publish failed"));
     }
+    const deliverLocally = this.deps.deliverLocally;
+    if (deliverLocally === undefined) return;
+    // The other instances' copy first: the bus writes what was published at the end of the tick,
+    // and this instance's own fan-out waits until then (a tick later), so the instances fan out
+    // side by side instead of the others starting only once this one has written to all of its streams.
+    process.nextTick(() => {
+      for (const [channel, message] of messages) {
+        try {
+          deliverLocally(channel, message);
+        } catch (error) {
+          this.deps.logger.error({ backendId, uri, err: (error as Error).message }, "local delivery failed");
+        }
+      }
+    });
   }
 
   /**

@@ -1,5 +1,5 @@
 import type { McpSubscription, SubscriptionFilter } from "@modelcontextprotocol/client";
-import { BrokerError, MemoryBus, MemoryRegistry, type Clock, type SubscriptionRef } from "@mcp-broker/shared";
+import { BrokerError, CHANNEL, MemoryBus, MemoryRegistry, type Clock, type SubscriptionRef } from "@mcp-broker/shared";
 import { pino } from "pino";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { UpstreamListen } from "../../src/upstream/upstream-listen.js";
@@ -97,6 +97,40 @@ describe("upstream subscriptions", () => {
 
   afterEach(() => {
     vi.useRealTimers();
+  });
+
+  it("publishes an update for the other instances before handing it to its own subscribers, once per watched key, in order", async () => {
+    const events: string[] = [];
+    const bus = new MemoryBus();
+    const publish = bus.publish.bind(bus);
+    bus.publish = async (channel, message) => {
+      events.push(`publish ${channel}`);
+      return publish(channel, message);
+    };
+    const backend = fakeBackend();
+    const registry = new MemoryRegistry();
+    const upstream = new UpstreamSubscriptions({
+      registry,
+      bus,
+      clock,
+      logger,
+      instanceId: "i",
+      releaseGraceMs: GRACE_MS,
+      pollIntervalMs: 60_000,
+      deliverLocally: (channel, message) => events.push(`local ${channel} ${message.kind === "resource.updated" ? message.uri : ""}`),
+    });
+    upstream.attach({ get: () => backend });
+    for (const uri of ["file:///d", "file:///d/a"]) {
+      await registry.add({ principal: "p", sessionId: "s1", backendId: "b", uri }, limits);
+      await upstream.ensure("b", uri);
+    }
+    upstream.resourceUpdated("b", "file:///d/a");
+    upstream.resourceUpdated("b", "file:///other");
+    upstream.resourceUpdated("b", "file:///d/b");
+    const channel = (key: string): string => CHANNEL.resource("b", key);
+    expect(events).toEqual([`publish ${channel("file:///d/a")}`, `publish ${channel("file:///d")}`, `publish ${channel("file:///d")}`]);
+    await new Promise((resolve) => process.nextTick(resolve));
+    expect(events.slice(3)).toEqual([`local ${channel("file:///d/a")} file:///d/a`, `local ${channel("file:///d")} file:///d/a`, `local ${channel("file:///d")} file:///d/b`]);
   });
 
   it("releases an upstream subscription whose only holder left while the subscribe was in flight", async () => {
