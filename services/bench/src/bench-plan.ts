@@ -7,8 +7,9 @@ export interface BenchPlan {
   unicast: { sessions: number; rates: number[]; stepSeconds: number; slices: number; warmupSeconds: number };
   hotUri: { sessions: number; rates: number[]; stepSeconds: number; slices: number; p99LimitMs: number };
   broadcast: { sessions: number; updates: number; slices: number; intervalMs: number };
-  /** `settleMs`: idle time before each memory sample, so V8 can shrink what the session handshakes left committed. */
-  memory: { counts: number[]; uriPool: number; settleMs: number };
+  /** `settleMs`: idle time before each memory sample (idle keep-alive sockets of the handshakes close after 5 s); the sample itself then takes 6 s more (see settledUsage). */
+  /** `sampleFresh`: also sample the server before any session, to report what the first sessions cost once. */
+  memory: { counts: number[]; uriPool: number; settleMs: number; sampleFresh: boolean };
   subscribe: { workers: number; opsPerWorker: number };
   listStorm: { sessionsPerEra: number; changes: number; durationMs: number };
   /** Longest wait for stragglers after an emission ends. */
@@ -20,10 +21,10 @@ export function benchPlan(quick: boolean): BenchPlan {
     return {
       mode: "quick",
       generators: 2,
-      unicast: { sessions: 1_000, rates: [1_000, 5_000, 10_000, 20_000], stepSeconds: 2, slices: 4, warmupSeconds: 1 },
-      hotUri: { sessions: 1_000, rates: [25, 50, 100, 200, 400, 800], stepSeconds: 1.5, slices: 3, p99LimitMs: 100 },
-      broadcast: { sessions: 10_000, updates: 24, slices: 4, intervalMs: 250 },
-      memory: { counts: [1_000, 10_000], uriPool: 100, settleMs: 3_000 },
+      unicast: { sessions: 1_000, rates: [1_000, 5_000, 20_000], stepSeconds: 1.6, slices: 4, warmupSeconds: 1 },
+      hotUri: { sessions: 1_000, rates: [50, 100, 200, 400, 800], stepSeconds: 1.5, slices: 3, p99LimitMs: 100 },
+      broadcast: { sessions: 10_000, updates: 16, slices: 4, intervalMs: 250 },
+      memory: { counts: [1_000, 10_000], uriPool: 100, settleMs: 3_000, sampleFresh: false },
       subscribe: { workers: 16, opsPerWorker: 60 },
       listStorm: { sessionsPerEra: 200, changes: 1_000, durationMs: 1_000 },
       drainMs: 3_000,
@@ -35,7 +36,7 @@ export function benchPlan(quick: boolean): BenchPlan {
     unicast: { sessions: 1_000, rates: [1_000, 5_000, 10_000, 20_000], stepSeconds: 10, slices: 5, warmupSeconds: 3 },
     hotUri: { sessions: 1_000, rates: [10, 25, 50, 100, 150, 200, 300, 400, 600, 800, 1_200], stepSeconds: 5, slices: 5, p99LimitMs: 100 },
     broadcast: { sessions: 10_000, updates: 60, slices: 5, intervalMs: 300 },
-    memory: { counts: [1_000, 10_000], uriPool: 100, settleMs: 15_000 },
+    memory: { counts: [1_000, 10_000], uriPool: 100, settleMs: 8_000, sampleFresh: true },
     subscribe: { workers: 32, opsPerWorker: 250 },
     listStorm: { sessionsPerEra: 500, changes: 1_000, durationMs: 1_000 },
     drainMs: 5_000,

@@ -33,7 +33,7 @@ export type BackendApi = {
   counters(params: Record<string, never>): BackendCounters;
   census(params: Record<string, never>): BackendCensus;
   resetCounters(params: Record<string, never>): void;
-  usage(params: { gc: boolean }): ProcessUsage;
+  usage(params: { gc: boolean }): ProcessUsage | Promise<ProcessUsage>;
 };
 
 /** How the bench backend serves MCP: to its one broker over stdio, or to any number of brokers over Streamable HTTP. */

@@ -9,7 +9,7 @@ import { McpServer, ResourceTemplate, type RegisteredTool, type Transport } from
 import { backendUri, keyOf, LIST_VERSION_TOOL, listVersionMarker, RESOURCE_TEMPLATE, updateUri, type EmitPlan } from "../core/bench-uris.js";
 import { nowMicros } from "../core/clock.js";
 import { pacedLoop, type Backpressure } from "../core/paced-loop.js";
-import { sampleUsage } from "../core/process-usage.js";
+import { reportUsage } from "../core/process-usage.js";
 import type { BackendApi, BackendCounters } from "./backend-api.js";
 
 /** List changes are announced by the storm loop itself, exactly once per change. */
@@ -108,7 +108,7 @@ export class BenchMcp {
       resetCounters: () => {
         this.counters.subscribe = this.counters.unsubscribe = this.counters.toolsListReloads = 0;
       },
-      usage: ({ gc }) => sampleUsage(gc),
+      usage: reportUsage,
     };
   }
 

@@ -6,7 +6,7 @@ import type { ProcessUsage } from "../core/process-usage.js";
 export type RawServerApi = {
   /** Listens on 127.0.0.1; with `redisUrl`, streams are fed from Redis channels `bench:r:<key>`. */
   start(params: { redisUrl: string | undefined }): Promise<{ url: string }>;
-  usage(params: { gc: boolean }): ProcessUsage;
+  usage(params: { gc: boolean }): ProcessUsage | Promise<ProcessUsage>;
   census(params: Record<string, never>): { connections: number; channels: number };
   stop(params: Record<string, never>): Promise<void>;
 };
@@ -15,6 +15,6 @@ export type RawServerApi = {
 export type RawPublisherApi = {
   start(params: { redisUrl: string }): Promise<void>;
   emit(plan: EmitPlan): Promise<PacedResult>;
-  usage(params: { gc: boolean }): ProcessUsage;
+  usage(params: { gc: boolean }): ProcessUsage | Promise<ProcessUsage>;
   stop(params: Record<string, never>): Promise<void>;
 };

@@ -8,7 +8,7 @@ import { nowMicros } from "../core/clock.js";
 import { parentLink } from "../core/links.js";
 import { pacedLoop } from "../core/paced-loop.js";
 import { exitWithParent } from "../core/process-group.js";
-import { sampleUsage } from "../core/process-usage.js";
+import { reportUsage } from "../core/process-usage.js";
 import { serveRpc } from "../core/rpc.js";
 import type { RawPublisherApi } from "./raw-api.js";
 
@@ -28,7 +28,7 @@ const api: RawPublisherApi = {
       void client.publish(rawChannel(key), updateUri(exposedUri(key), plan.step, i, nowMicros())).catch(() => undefined);
     });
   },
-  usage: ({ gc }) => sampleUsage(gc),
+  usage: reportUsage,
   stop: async () => {
     redis?.disconnect();
     setTimeout(() => process.exit(0), 20);

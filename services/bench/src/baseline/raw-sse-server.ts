@@ -11,7 +11,7 @@ import type { AddressInfo } from "node:net";
 import { Redis } from "ioredis";
 import { parentLink } from "../core/links.js";
 import { exitWithParent } from "../core/process-group.js";
-import { sampleUsage } from "../core/process-usage.js";
+import { reportUsage } from "../core/process-usage.js";
 import { serveRpc } from "../core/rpc.js";
 import type { RawServerApi } from "./raw-api.js";
 
@@ -105,7 +105,7 @@ const api: RawServerApi = {
     const { port } = server.address() as AddressInfo;
     return { url: `http://127.0.0.1:${port}` };
   },
-  usage: ({ gc }) => sampleUsage(gc),
+  usage: reportUsage,
   census: () => ({ connections, channels: streams.size }),
   stop: async () => {
     await shutdown();

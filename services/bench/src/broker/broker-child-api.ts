@@ -13,7 +13,7 @@ export interface BrokerCensus {
 export type BrokerChildApi = {
   /** Builds the broker from `config`, listens, and resolves with its MCP URL once every backend is ready. */
   start(params: { config: BrokerConfigInput }): Promise<{ url: string }>;
-  usage(params: { gc: boolean }): ProcessUsage;
+  usage(params: { gc: boolean }): ProcessUsage | Promise<ProcessUsage>;
   census(params: Record<string, never>): BrokerCensus;
   /** Starts an in-process CPU profile (V8 inspector), for one measured step. */
   profileStart(params: { intervalMicros: number }): Promise<void>;

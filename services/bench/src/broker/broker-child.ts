@@ -11,7 +11,7 @@ import { parseConfig } from "@mcp-broker/shared";
 import { BACKEND_ID } from "../core/bench-uris.js";
 import { parentLink } from "../core/links.js";
 import { exitWithParent } from "../core/process-group.js";
-import { sampleUsage } from "../core/process-usage.js";
+import { reportUsage } from "../core/process-usage.js";
 import { serveRpc } from "../core/rpc.js";
 import type { BrokerChildApi } from "./broker-child-api.js";
 
@@ -37,7 +37,7 @@ const api: BrokerChildApi = {
     }
     return { url };
   },
-  usage: ({ gc }) => sampleUsage(gc),
+  usage: reportUsage,
   census: () => ({
     legacySessions: broker?.sessions.legacySessions().length ?? 0,
     listens: broker?.sessions.listenCount() ?? 0,

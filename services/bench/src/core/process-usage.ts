@@ -12,17 +12,12 @@ export interface ProcessUsage {
   heapUsed: number;
   heapTotal: number;
   external: number;
-  /** Physical size of V8's young generation (new space): it grows under allocation bursts and is not given back. */
+  /** Physical size of V8's young generation (new space): it grows under allocation bursts; see settledUsage. */
   youngGen: number;
 }
 
-/** This process's usage; with `gc` (and --expose-gc) after two full collections. */
-export function sampleUsage(gc = false): ProcessUsage {
-  const collect = (globalThis as { gc?: () => void }).gc;
-  if (gc && collect !== undefined) {
-    collect();
-    collect();
-  }
+/** This process's usage, as it is. */
+export function sampleUsage(): ProcessUsage {
   const cpu = process.cpuUsage();
   const memory = process.memoryUsage();
   return {
@@ -35,6 +30,30 @@ export function sampleUsage(gc = false): ProcessUsage {
     external: memory.external,
     youngGen: getHeapSpaceStatistics().find((space) => space.space_name === "new_space")?.physical_space_size ?? 0,
   };
+}
+
+/**
+ * V8 gives its young generation back (after a burst grew it to up to 32 MB) only at a collection
+ * that follows at least 5 s of low allocation; in a process left idle its memory reducer does that
+ * by itself, a while later. So the settled sample is: a full collection, 6 s, two more, then the sample.
+ */
+const SETTLE_GC_GAP_MS = 6_000;
+
+/** This process's usage as it settles when idle (with --expose-gc; without, as it is). */
+export async function settledUsage(): Promise<ProcessUsage> {
+  const collect = (globalThis as { gc?: () => void }).gc;
+  if (collect !== undefined) {
+    collect();
+    await new Promise((resolve) => setTimeout(resolve, SETTLE_GC_GAP_MS));
+    collect();
+    collect();
+  }
+  return sampleUsage();
+}
+
+/** The `usage` RPC of every helper: with `gc`, settled (see settledUsage). */
+export function reportUsage({ gc }: { gc: boolean }): ProcessUsage | Promise<ProcessUsage> {
+  return gc ? settledUsage() : sampleUsage();
 }
 
 /** CPU use between two samples of one process, in % of one core. */

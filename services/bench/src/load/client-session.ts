@@ -84,6 +84,15 @@ export class ClientSession {
     this.req?.destroy();
   }
 
+  /** Ends the session as a client leaving does: a legacy session is deleted (DELETE), then the stream closed. */
+  async end(): Promise<void> {
+    if (this.kind === "legacy" && this.sessionId !== undefined) {
+      const response = await fetchText(this.agents.requests, this.url, { method: "DELETE", headers: this.legacyHeaders() });
+      if (response.status >= 300) throw new Error(`DELETE session: HTTP ${response.status} ${response.body.slice(0, 200)}`);
+    }
+    this.close();
+  }
+
   /** Called by the stream reader for the modern acknowledgement. */
   markAcknowledged(): void {
     this.acknowledged?.();

@@ -77,7 +77,8 @@ export type GeneratorApi = {
   /** Reports which sessions hold `marker` in their latest tools/list. */
   listReport(params: { marker: string }): ListWatchReport;
   rpcLoad(params: RpcLoadParams): Promise<RpcLoadResult>;
-  usage(params: { gc: boolean }): ProcessUsage;
+  usage(params: { gc: boolean }): ProcessUsage | Promise<ProcessUsage>;
+  /** Ends every session (legacy: DELETE, then the stream closed). */
   closeAll(params: Record<string, never>): Promise<void>;
   /** Closes every session, then the process exits. */
   stop(params: Record<string, never>): void;

@@ -9,7 +9,7 @@ import { nowMicros } from "../core/clock.js";
 import { Histogram } from "../core/histogram.js";
 import { parentLink } from "../core/links.js";
 import { exitWithParent } from "../core/process-group.js";
-import { sampleUsage } from "../core/process-usage.js";
+import { reportUsage, sampleUsage } from "../core/process-usage.js";
 import { serveRpc } from "../core/rpc.js";
 import { ClientSession, type Agents } from "./client-session.js";
 import type { GeneratorApi, ListWatchReport, OpenParams, OpenResult, RpcLoadParams, RpcLoadResult } from "./generator-api.js";
@@ -164,9 +164,9 @@ const api: GeneratorApi = {
   },
   listReport: ({ marker }) => listReport(marker),
   rpcLoad,
-  usage: ({ gc }) => sampleUsage(gc),
+  usage: reportUsage,
   closeAll: async () => {
-    for (const session of sessions.splice(0)) session.close();
+    await Promise.all(sessions.splice(0).map((session) => session.end()));
     lists.clear();
     watching = false;
   },

@@ -32,8 +32,8 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "A listen stream is an open POST, so Node keeps its request objects (IncomingMessage with its parsed headers, the parser's bound callbacks) as long as the stream lives; " +
       "each session or stream also owns an XState actor (≈ 1.9 KB: snapshot, actor scope, mailbox, bound `send`; its actor system is shared), its sink and stream objects, " +
       "and its entries in the registry and interest table. " +
-      "RSS is ≈ 2.5–3× the live heap because V8 keeps committed the old-space pages the handshakes fragmented (≈ 20 KB committed per session for ≈ 10 KB live); " +
-      "at 1 000 sessions the young generation the opening burst grows (from ~15 MB to its 32 MB maximum; see the samples' young generation column) weighs up to ~17 KB per session, and Node 20's V8 does not give it back, even after forced or last-resort GCs. " +
+      "RSS is ≈ 2× the live heap: V8 keeps committed the old-space pages the handshakes fragmented (≈ 14 KB committed per session for ≈ 9 KB live), and each connection holds native memory (socket, HTTP parser) as the raw server's do. " +
+      "A young generation still grown by the opening burst (see the samples' young generation column: V8 returns it only at a GC after ≥ 5 s of low allocation) would weigh up to 31 KB per session at 1 000 sessions. " +
       "Between runs the RSS per session at 10 000 moves by ±2 KB, so figures near 30 KB can land on either side.",
   ],
   subscribe: [

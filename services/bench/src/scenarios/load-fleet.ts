@@ -144,6 +144,11 @@ export class LoadFleet {
     };
   }
 
+  /** Ends every session of the fleet, as leaving clients do (legacy: DELETE). */
+  async closeAll(): Promise<void> {
+    await Promise.all(this.generators.map((g) => g.rpc.call("closeAll", {})));
+  }
+
   async stop(): Promise<void> {
     await Promise.all(this.generators.map((g) => g.stop(() => g.rpc.call("stop", {}))));
   }

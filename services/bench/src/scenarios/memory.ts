@@ -8,6 +8,8 @@ import { startBrokerPath, startRawPath } from "./delivery-paths.js";
 
 const SCENARIO = "4. Memory";
 const TARGET_KB = 30;
+/** Sessions opened and ended before the "empty" sample, so one-time costs of a first use are not counted per session. */
+const WARMUP_SESSIONS = 50;
 
 interface MemoryPoint {
   sessions: number;
@@ -18,26 +20,49 @@ interface MemoryPoint {
 }
 
 
+interface Climb {
+  points: MemoryPoint[];
+  table: (string | number)[][];
+  /** What the first sessions cost once, for the report. */
+  warmup: string;
+}
+
 /**
- * Scenario 4: memory of idle subscribed sessions. A fresh server is sampled after `settleMs` idle
- * and two full GCs, then sessions are added up to each count (each subscribed to one of `uriPool` resources, then
- * idle for `settleMs`), and sampled again: per session = (now − empty) ÷ sessions. Legacy sessions hold an
- * initialize'd session, its GET stream and one subscription; modern ones one listen stream with one
- * resource. Baseline: a plain Node SSE server holding the same number of idle streams.
+ * Scenario 4: memory of idle subscribed sessions. Each server is sampled fresh, then after
+ * WARMUP_SESSIONS sessions came and went ("empty"), then with sessions added up to each count (each
+ * subscribed to one of `uriPool` resources): per session = (now − empty) ÷ sessions. Every sample is
+ * taken after `settleMs` idle, settled (see settledUsage). Legacy sessions hold an initialize'd
+ * session, its GET stream and one subscription; modern ones one listen stream with one resource.
+ * Baseline: a plain Node SSE server holding the same number of idle streams. The three servers (raw,
+ * legacy, modern) climb side by side, each in its own processes: memory is per process, and the
+ * idle waits then overlap.
  */
 export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
-  const { counts, uriPool, settleMs } = ctx.plan.memory;
+  const { counts, uriPool, settleMs, sampleFresh } = ctx.plan.memory;
   const rows: ResultRow[] = [];
-  const table: (string | number)[][] = [];
 
   const climb = async (
     label: string,
     sample: () => Promise<ProcessUsage>,
     open: (from: number, to: number) => Promise<unknown>,
+    closeAll: () => Promise<void>,
     snapshot: (name: string) => Promise<void> = async () => undefined,
-  ): Promise<MemoryPoint[]> => {
+  ): Promise<Climb> => {
+    const table: (string | number)[][] = [];
+    // A process's first sessions load and compile code and fill caches once (about 5 MB in the
+    // broker): that is not a cost per session, so the "empty" sample is taken after some sessions
+    // came and went. The fresh process is sampled too, and the difference reported.
+    let fresh: ProcessUsage | undefined;
+    if (sampleFresh) {
+      await sleep(settleMs);
+      fresh = await sample();
+      table.push([label, "0 (fresh)", "", fmt(kb(fresh.rss) / 1024), "", fmt(kb(fresh.heapUsed) / 1024), "", "", fmt(kb(fresh.youngGen) / 1024)]);
+    }
+    await open(0, WARMUP_SESSIONS);
+    await closeAll();
     await sleep(settleMs);
     const empty = await sample();
+    table.push([label, `0 (after ${WARMUP_SESSIONS} came and went)`, "", fmt(kb(empty.rss) / 1024), "", fmt(kb(empty.heapUsed) / 1024), "", "", fmt(kb(empty.youngGen) / 1024)]);
     await snapshot("empty");
     const points: MemoryPoint[] = [];
     let opened = 0;
@@ -53,44 +78,53 @@ export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
       ctx.log(`  ${label} ${count}: RSS ${fmt(kb(point.rssPerSession))} KB/session, heap ${fmt(kb(point.heapPerSession))} KB/session`);
     }
     await snapshot(`${opened}-sessions`);
-    return points;
+    const warmup = fresh === undefined ? `${label}: not sampled (quick run)` : `${label}: +${fmt(kb(empty.rss - fresh.rss) / 1024)} MB RSS, +${fmt(kb(empty.heapUsed - fresh.heapUsed) / 1024)} MB heap`;
+    return { points, table, warmup };
   };
 
-  ctx.log("memory: raw SSE baseline");
-  const raw = await startRawPath(ctx, "memory-raw", [], { redis: false });
-  let rawPoints: MemoryPoint[];
-  try {
-    rawPoints = await climb("raw SSE", () => raw.memory(true), (from, to) => raw.fleet.open("raw", [raw.rawUrl], range(to - from, from).map((i) => String(i % uriPool))));
-  } finally {
-    await raw.stop();
-  }
+  const rawClimb = async (): Promise<Climb> => {
+    const raw = await startRawPath(ctx, "memory-raw", [], { redis: false });
+    try {
+      return await climb("raw SSE", () => raw.memory(true), (from, to) => raw.fleet.open("raw", [raw.rawUrl], range(to - from, from).map((i) => String(i % uriPool))), () => raw.fleet.closeAll());
+    } finally {
+      await raw.stop();
+    }
+  };
 
-  for (const era of ["legacy", "modern"] as const) {
-    ctx.log(`memory: ${era} sessions on the ${ctx.memory.name} broker`);
+  const brokerClimb = async (era: "legacy" | "modern"): Promise<Climb> => {
     const path = await startBrokerPath(ctx, ctx.memory, `memory-${era}`, era, []);
-    let points: MemoryPoint[];
     try {
       const sample = async (): Promise<ProcessUsage> => {
         const [usage] = await path.deployment.usage(true);
         if (usage === undefined) throw new Error("no broker usage");
         return usage;
       };
-      points = await climb(
+      const result = await climb(
         `broker ${era}`,
         sample,
         (from, to) => path.fleet.open(era, path.deployment.urls, range(to - from, from).map((i) => exposedUri(i % uriPool))),
+        () => path.fleet.closeAll(),
         (name) => path.deployment.heapSnapshot(name),
       );
       const [census] = await path.deployment.census();
       const held = era === "legacy" ? census?.legacySessions : census?.listens;
       if (held !== counts.at(-1)) throw new Error(`broker holds ${held ?? 0} ${era} sessions, expected ${counts.at(-1)}`);
+      return result;
     } finally {
       await path.stop();
     }
+  };
+
+  ctx.log(`memory: raw SSE baseline, legacy and modern sessions on the ${ctx.memory.name} broker, side by side`);
+  // All settle before a failure is reported, so no climb goes on into the next scenario.
+  const settled = await Promise.allSettled([rawClimb(), brokerClimb("legacy"), brokerClimb("modern")]);
+  const failed = settled.find((outcome) => outcome.status === "rejected");
+  if (failed !== undefined) throw failed.reason;
+  const [raw, legacy, modern] = settled.map((outcome) => (outcome as PromiseFulfilledResult<Climb>).value) as [Climb, Climb, Climb];
+  for (const [era, { points }] of [["legacy", legacy], ["modern", modern]] as const) {
     points.forEach((p, i) => {
-      const r = rawPoints[i];
+      const r = raw.points[i];
       const n = p.sessions.toLocaleString("en-US");
-      const rssRatio = ratio(p.rssPerSession, r?.rssPerSession ?? null);
       rows.push({
         scenario: SCENARIO,
         engine: ctx.memory.name,
@@ -98,7 +132,7 @@ export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
         unit: "KB",
         broker: kb(p.rssPerSession),
         baseline: r === undefined ? null : kb(r.rssPerSession),
-        ratio: rssRatio,
+        ratio: ratio(p.rssPerSession, r?.rssPerSession ?? null),
         target: `≤ ${TARGET_KB} KB`,
         met: kb(p.rssPerSession) <= TARGET_KB,
         status: "measured",
@@ -117,6 +151,9 @@ export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
       });
     });
   }
+  const climbs = [raw, legacy, modern];
+  const table = climbs.flatMap((c) => c.table);
+  const warmups = climbs.map((c) => c.warmup);
   const findings = rows
     .filter((r) => r.met === false && r.broker !== null)
     .map((r) => `${r.measure}: ${fmt(r.broker)} KB, ${fmt((r.broker ?? 0) - TARGET_KB)} KB over the ${TARGET_KB} KB target (raw SSE: ${fmt(r.baseline)} KB).`);
@@ -124,10 +161,12 @@ export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
     id: "memory",
     title: SCENARIO,
     method:
-      `Server process sampled (process.memoryUsage after ${settleMs / 1000} s idle and two forced GCs) empty, then with ${counts.join(" and ")} idle sessions, each subscribed to one of ${uriPool} resources; per session = growth ÷ sessions. ` +
-      "Sessions are opened by the load generators (not counted). Baseline: a plain Node SSE server process holding as many idle streams.",
+      `Server process sampled (process.memoryUsage after ${settleMs / 1000} s idle, then a forced full GC, 6 s, two more: V8 gives back a grown young generation only at a GC after ≥ 5 s of low allocation, as its memory reducer does in an idle process) ` +
+      `${sampleFresh ? "fresh; then " : ""}after ${WARMUP_SESSIONS} sessions were opened and ended (legacy: DELETE) — the "empty" sample, so that one-time costs of the first sessions (code loaded and compiled, caches) are not counted per session; ` +
+      `then with ${counts.join(" and ")} idle sessions, each subscribed to one of ${uriPool} resources; per session = growth over "empty" ÷ sessions. ` +
+      "Sessions are opened by the load generators (not counted). Baseline: a plain Node SSE server process holding as many idle streams, sampled the same way. The three servers climb side by side (each its own processes).",
     rows,
-    details: [{ title: "Samples", columns: ["server", "sessions", "RSS empty MB", "RSS MB", "RSS/session KB", "heap used MB", "heap used/session KB", "heap committed/session KB", "young generation MB (empty → now)"], rows: table }],
+    details: [{ title: `Samples (one-time cost of the first ${WARMUP_SESSIONS} sessions, not counted per session: ${warmups.join("; ")})`, columns: ["server", "sessions", "RSS empty MB", "RSS MB", "RSS/session KB", "heap used MB", "heap used/session KB", "heap committed/session KB", "young generation MB (empty → now)"], rows: table }],
     findings,
   };
 }
