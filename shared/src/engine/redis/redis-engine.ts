@@ -37,7 +37,7 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     retryStrategy: (attempt: number) => Math.min(100 * 2 ** attempt, 5_000),
   };
   // Auto-pipelining writes the commands issued in one tick with one socket write instead of one
-  // each. Publishes, the hot path, are batched by the bus itself (see RedisBus.publish).
+  // each. Publishes, the hot path, bypass it (see RedisBus.publish).
   const redis = new Redis(options.url, { ...connection, enableAutoPipelining: true, connectionName: `mcp-broker:${options.instanceId}:commands` });
   const subscriber = new Redis(options.url, { ...connection, connectionName: `mcp-broker:${options.instanceId}:subscriber`, commandTimeout: undefined });
   let lastError: Error | undefined;
