@@ -12,12 +12,13 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "and the in-process bus hop. A missed target here is machine noise first: compare the CPU columns, and rerun.",
   ],
   "unicast:redis": [
-    "Why (Redis engine; step profiles and a same-machine comparison): the update crosses two process hops more than on the raw path: the backend's HTTP event stream to the broker that watches it, " +
+    "Why (Redis engine; step profiles, GC traces and event-loop lag of the watcher): the update crosses two process hops more than on the raw path: the backend's HTTP event stream to the broker that watches it, " +
       "and that broker's publish through Redis to the broker holding the session (the watcher serves its own sessions directly). " +
-      "Neither broker is busy (the watcher is ~65 % idle at 5k/s, the other ~90 %), and the median stays within ~0.3 ms of raw; the tail grows because on this 2-core machine " +
-      "six processes (backend, two brokers, Redis, two load generators) share the cores and every hop is a wake-up that may wait for one. " +
-      "One broker with the same HTTP backend and no Redis measured p99 3.5 ms at 5k/s (1.2× raw) in the same conditions, so the HTTP backend is not the cause " +
-      "(it was, 34.6 ms, before `resources/updated` was taken off its event streams: upstream/sse-update-filter.ts).",
+      "Slow updates come in bursts that hit the sessions of both brokers alike, so they start in the watcher: its event loop stalls now and then for 4-17 ms (GC, or waiting for a core), " +
+      "and at 5k/s it is the busiest process on the path (~30-40 % of a core: the HTTP intake, one publish per update, its own sessions' writes). " +
+      "Its young-generation GC pauses were 3-8 ms every few hundred updates while publishes went through ioredis pipelines, which left ~1.6 MB surviving each collection; " +
+      "plain corked commands leave ~200 KB and pause it 1-2 ms (shared/src/engine/redis/redis-bus.ts). " +
+      "On this 2-core machine six processes (backend, two brokers, Redis, two load generators) share the cores, and the p99 of both paths moves by 2× between runs: compare the CPU columns, and rerun.",
   ],
   "hot-uri": [
     "Why: each delivery is one `res.write` of a frame encoded once for all streams (event id included), as in the raw server; the broker adds a history entry per session " +
