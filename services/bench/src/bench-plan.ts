@@ -4,7 +4,8 @@ export interface BenchPlan {
   /** Load generator processes per target. */
   generators: number;
   /** `slices`: each step is cut into this many parts, broker and baseline taking turns. */
-  unicast: { sessions: number; rates: number[]; stepSeconds: number; slices: number; warmupSeconds: number };
+  /** `target`: the step at the target rate (5k/s), where the verdict is made, runs longer, in more slices: a p99 over more of the machine's stalls moves less between runs. */
+  unicast: { sessions: number; rates: number[]; stepSeconds: number; slices: number; warmupSeconds: number; target: { stepSeconds: number; slices: number } };
   hotUri: { sessions: number; rates: number[]; stepSeconds: number; slices: number; p99LimitMs: number };
   broadcast: { sessions: number; updates: number; slices: number; intervalMs: number };
   /** `settleMs`: idle time before each memory sample (idle keep-alive sockets of the handshakes close after 5 s); the sample itself then takes 6 s more (see settledUsage). */
@@ -21,7 +22,7 @@ export function benchPlan(quick: boolean): BenchPlan {
     return {
       mode: "quick",
       generators: 2,
-      unicast: { sessions: 1_000, rates: [1_000, 5_000, 20_000], stepSeconds: 1.6, slices: 4, warmupSeconds: 1 },
+      unicast: { sessions: 1_000, rates: [1_000, 5_000, 20_000], stepSeconds: 1.6, slices: 4, warmupSeconds: 1, target: { stepSeconds: 1.6, slices: 4 } },
       hotUri: { sessions: 1_000, rates: [50, 100, 200, 400, 800], stepSeconds: 1.5, slices: 3, p99LimitMs: 100 },
       broadcast: { sessions: 10_000, updates: 16, slices: 4, intervalMs: 250 },
       memory: { counts: [1_000, 10_000], uriPool: 100, settleMs: 3_000, sampleFresh: false },
@@ -33,7 +34,7 @@ export function benchPlan(quick: boolean): BenchPlan {
   return {
     mode: "full",
     generators: 2,
-    unicast: { sessions: 1_000, rates: [1_000, 5_000, 10_000, 20_000], stepSeconds: 10, slices: 5, warmupSeconds: 3 },
+    unicast: { sessions: 1_000, rates: [1_000, 5_000, 10_000, 20_000], stepSeconds: 10, slices: 5, warmupSeconds: 3, target: { stepSeconds: 30, slices: 15 } },
     hotUri: { sessions: 1_000, rates: [10, 25, 50, 100, 150, 200, 300, 400, 600, 800, 1_200], stepSeconds: 5, slices: 5, p99LimitMs: 100 },
     broadcast: { sessions: 10_000, updates: 60, slices: 5, intervalMs: 300 },
     memory: { counts: [1_000, 10_000], uriPool: 100, settleMs: 8_000, sampleFresh: true },

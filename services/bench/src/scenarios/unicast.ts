@@ -15,7 +15,12 @@ const TARGET_RATIO = 2;
  * broker and the baseline take turns in slices (see runInterleaved).
  */
 export async function runUnicast(ctx: BenchContext): Promise<ScenarioResult> {
-  const { sessions, rates, stepSeconds, slices, warmupSeconds } = ctx.plan.unicast;
+  const { sessions, rates, stepSeconds, slices, warmupSeconds, target } = ctx.plan.unicast;
+  const stepOf = (rate: number) => (rate === TARGET_RATE ? target : { stepSeconds, slices });
+  const stepsText =
+    target.stepSeconds === stepSeconds && target.slices === slices
+      ? `${stepSeconds} s per rate in ${slices} slices`
+      : `${stepSeconds} s per rate in ${slices} slices (at the target rate ${TARGET_RATE.toLocaleString("en-US")}/s: ${target.stepSeconds} s in ${target.slices})`;
   const rows: ResultRow[] = [];
   const details: DetailTable[] = [];
   const series: ChartSeries[] = [];
@@ -45,7 +50,7 @@ export async function runUnicast(ctx: BenchContext): Promise<ScenarioResult> {
       const brokerOutcomes: StepOutcome[] = [];
       const rawOutcomes: StepOutcome[] = [];
       for (const rate of rates) {
-        const outcomes = await runInterleaved(paths, plan(rate, stepSeconds), slices, nextStep, (path) => ({
+        const outcomes = await runInterleaved(paths, plan(rate, stepOf(rate).stepSeconds), stepOf(rate).slices, nextStep, (path) => ({
           fanout: 1,
           drainMs: ctx.plan.drainMs,
           ...(path === broker && { profileAs: `${rate}-per-s` }),
@@ -91,7 +96,7 @@ export async function runUnicast(ctx: BenchContext): Promise<ScenarioResult> {
           findings.push(`${engine.name}: p99 at ${rate}/s is ${rt.toFixed(2)}× the raw path (${fmt(b.p99Ms)} ms vs ${fmt(r?.p99Ms)} ms), ${(rt / TARGET_RATIO).toFixed(2)}× over the ${TARGET_RATIO}× target.`);
         }
       });
-      details.push(stepTable(`${engine.name} engine vs raw (ioredis → Node SSE), ${sessions} sessions, ${stepSeconds} s per rate in ${slices} alternating slices`, rates, brokerOutcomes, rawOutcomes));
+      details.push(stepTable(`${engine.name} engine vs raw (ioredis → Node SSE), ${sessions} sessions, ${stepsText}, alternating`, rates, brokerOutcomes, rawOutcomes));
       series.push(
         { chart: "unicast", label: `broker p50 (${engine.name})`, points: brokerOutcomes.map((o) => [o.offeredRate, o.p50Ms]) },
         { chart: "unicast", label: `broker p99 (${engine.name})`, points: brokerOutcomes.map((o) => [o.offeredRate, o.p99Ms]) },
@@ -111,8 +116,8 @@ export async function runUnicast(ctx: BenchContext): Promise<ScenarioResult> {
     id: "unicast",
     title: SCENARIO,
     method:
-      `${sessions} legacy sessions, session k subscribed to bench+bench://r/k; the backend emits resources/updated for bench://r/k/<step>.<seq>.<µs> round-robin over k at each rate for ${stepSeconds} s, ` +
-      `in ${slices} slices alternating with the baseline, which is measured again beside each engine. Latency = reader clock − emit timestamp in the URI. ` +
+      `${sessions} legacy sessions, session k subscribed to bench+bench://r/k; the backend emits resources/updated for bench://r/k/<step>.<seq>.<µs> round-robin over k at each rate, ` +
+      `${stepsText} alternating with the baseline, which is measured again beside each engine. Latency = reader clock − emit timestamp in the URI. ` +
       "Baseline: the same updates published on Redis (ioredis) to a plain Node SSE server that writes one frame per update to the one stream of that key. " +
       describeEngines(ctx),
     rows,
