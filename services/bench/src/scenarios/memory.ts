@@ -49,6 +49,8 @@ export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
     snapshot: (name: string) => Promise<void> = async () => undefined,
   ): Promise<Climb> => {
     const table: (string | number)[][] = [];
+    const mb = (bytes: number): string => fmt(kb(bytes) / 1024);
+    const zeroRow = (sessions: string, usage: ProcessUsage): (string | number)[] => [label, sessions, "", mb(usage.rss), "", mb(usage.heapUsed), "", "", mb(usage.youngGen)];
     // A process's first sessions load and compile code and fill caches once (about 5 MB in the
     // broker): that is not a cost per session, so the "empty" sample is taken after some sessions
     // came and went. The fresh process is sampled too, and the difference reported.
@@ -56,13 +58,13 @@ export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
     if (sampleFresh) {
       await sleep(settleMs);
       fresh = await sample();
-      table.push([label, "0 (fresh)", "", fmt(kb(fresh.rss) / 1024), "", fmt(kb(fresh.heapUsed) / 1024), "", "", fmt(kb(fresh.youngGen) / 1024)]);
+      table.push(zeroRow("0 (fresh)", fresh));
     }
     await open(0, WARMUP_SESSIONS);
     await closeAll();
     await sleep(settleMs);
     const empty = await sample();
-    table.push([label, `0 (after ${WARMUP_SESSIONS} came and went)`, "", fmt(kb(empty.rss) / 1024), "", fmt(kb(empty.heapUsed) / 1024), "", "", fmt(kb(empty.youngGen) / 1024)]);
+    table.push(zeroRow(`0 (after ${WARMUP_SESSIONS} came and went)`, empty));
     await snapshot("empty");
     const points: MemoryPoint[] = [];
     let opened = 0;
@@ -74,11 +76,11 @@ export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
       const point = { sessions: count, rssPerSession: (now.rss - empty.rss) / count, heapPerSession: (now.heapUsed - empty.heapUsed) / count, rss: now.rss, heapUsed: now.heapUsed };
       points.push(point);
       const heapTotalPerSession = (now.heapTotal - empty.heapTotal) / count;
-      table.push([label, count, fmt(kb(empty.rss) / 1024), fmt(kb(now.rss) / 1024), fmt(kb(point.rssPerSession)), fmt(kb(now.heapUsed) / 1024), fmt(kb(point.heapPerSession)), fmt(kb(heapTotalPerSession)), `${fmt(kb(empty.youngGen) / 1024)} → ${fmt(kb(now.youngGen) / 1024)}`]);
+      table.push([label, count, mb(empty.rss), mb(now.rss), fmt(kb(point.rssPerSession)), mb(now.heapUsed), fmt(kb(point.heapPerSession)), fmt(kb(heapTotalPerSession)), `${mb(empty.youngGen)} → ${mb(now.youngGen)}`]);
       ctx.log(`  ${label} ${count}: RSS ${fmt(kb(point.rssPerSession))} KB/session, heap ${fmt(kb(point.heapPerSession))} KB/session`);
     }
     await snapshot(`${opened}-sessions`);
-    const warmup = fresh === undefined ? `${label}: not sampled (quick run)` : `${label}: +${fmt(kb(empty.rss - fresh.rss) / 1024)} MB RSS, +${fmt(kb(empty.heapUsed - fresh.heapUsed) / 1024)} MB heap`;
+    const warmup = fresh === undefined ? `${label}: not sampled (quick run)` : `${label}: +${mb(empty.rss - fresh.rss)} MB RSS, +${mb(empty.heapUsed - fresh.heapUsed)} MB heap`;
     return { points, table, warmup };
   };
 
