@@ -55,6 +55,21 @@ export type ResourceUpdatedMessage = Extract<BusMessage, { kind: "resource.updat
 const isCount = (value: unknown, min: number): value is number => typeof value === "number" && Number.isInteger(value) && value >= min;
 
 /**
+ * A bus message as JSON. A `resource.updated` always begins with its kind, version and origin, in
+ * that order (see `ownUpdateHead`), whatever order its fields were given in.
+ */
+export function encodeBusMessage(message: BusMessage): string {
+  if (message.kind !== "resource.updated") return JSON.stringify(message);
+  const { kind, v, origin, backendId, key, uri, at, update, keys } = message;
+  return JSON.stringify({ kind, v, origin, backendId, key, uri, at, update, keys });
+}
+
+/** How every encoded `resource.updated` from `origin` begins. */
+export function ownUpdateHead(origin: string): string {
+  return `{"kind":"resource.updated","v":1,"origin":${JSON.stringify(origin)},`;
+}
+
+/**
  * Decodes a bus message as `busMessageSchema` does. `resource.updated`, one per backend update and
  * subscribed key, is checked by hand (the schema's union parse was a tenth of a receiving
  * instance's CPU); anything else, and anything the hand check refuses, goes through the schema.
@@ -88,6 +103,8 @@ export function decodeBusMessage(value: unknown): { ok: true; message: BusMessag
  * Delivery guarantee: at-most-once per subscribed process, in publish order per channel; a
  * subscriber that is not subscribed when a message is published does not get it. A handler
  * throwing does not stop delivery to other channels.
+ * A process's own `resource.updated` messages may not come back to it (the Redis bus drops them):
+ * a publisher delivers to its own sessions itself, so receivers ignore them anyway.
  */
 export interface Bus {
   publish(channel: string, message: BusMessage): Promise<void>;

@@ -65,6 +65,26 @@ describe("Redis engine", () => {
     expect(got).toEqual(sent);
   });
 
+  it("does not hand an instance its own resource updates back; the others, and its other messages, still arrive", async () => {
+    const [a, b] = await cluster(2);
+    const [idA, idB] = [0, 1].map((i) => `${prefixes.at(-1)}${i}`);
+    const gotA: BusMessage[] = [];
+    const gotB: BusMessage[] = [];
+    a!.bus.onMessage((_channel, message) => gotA.push(message));
+    b!.bus.onMessage((_channel, message) => gotB.push(message));
+    await a!.bus.subscribe("ch");
+    await b!.bus.subscribe("ch");
+    // Fields in another order than the broker builds them: the encoding puts the origin first anyway.
+    const fromA = { keys: 1, update: 2, at: 1, uri: "u", key: "u", backendId: "b", origin: idA!, v: 1, kind: "resource.updated" } as const;
+    const releaseFromA: BusMessage = { kind: "watch.release", v: 1, origin: idA!, backendId: "b", uri: "u" };
+    const fromB: BusMessage = { ...update, origin: idB!, update: 3 };
+    await a!.bus.publish("ch", fromA);
+    await a!.bus.publish("ch", releaseFromA);
+    await b!.bus.publish("ch", fromB);
+    await vi.waitFor(() => expect(gotB).toEqual([fromA, releaseFromA]));
+    await vi.waitFor(() => expect(gotA).toEqual([releaseFromA, fromB]));
+  });
+
   it("rejects every publish of a burst when they cannot be written", async () => {
     const [a] = await cluster(1);
     a!.redis.disconnect();

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { busMessageSchema, decodeBusMessage } from "../../src/engine/bus.js";
+import { busMessageSchema, decodeBusMessage, encodeBusMessage, ownUpdateHead, type BusMessage } from "../../src/engine/bus.js";
 
 const valid = { kind: "resource.updated", v: 1, origin: "o", backendId: "b", key: "k", uri: "u", at: 1.5, update: 0, keys: 1 };
 
@@ -30,5 +30,17 @@ describe("decodeBusMessage", () => {
       expect(decoded.ok, JSON.stringify(sample)).toBe(schema.success);
       if (decoded.ok && schema.success) expect(decoded.message).toEqual(schema.data);
     }
+  });
+});
+
+describe("encodeBusMessage", () => {
+  it("begins every resource update with its kind, version and origin, whatever the field order, and decodes back", () => {
+    const scrambled = { keys: 2, update: 7, at: 3, uri: "u/x", key: "u", backendId: "b", origin: 'in"st', v: 1, kind: "resource.updated" } as const;
+    const encoded = encodeBusMessage(scrambled);
+    expect(encoded.startsWith(ownUpdateHead('in"st'))).toBe(true);
+    expect(encoded.startsWith(ownUpdateHead("in"))).toBe(false);
+    expect(decodeBusMessage(JSON.parse(encoded))).toEqual({ ok: true, message: scrambled });
+    const release: BusMessage = { kind: "watch.release", v: 1, origin: 'in"st', backendId: "b", uri: "u" };
+    expect(JSON.parse(encodeBusMessage(release))).toEqual(release);
   });
 });

@@ -1,5 +1,5 @@
 import { Command, type Redis } from "ioredis";
-import { decodeBusMessage, type Bus, type BusMessage } from "../bus.js";
+import { decodeBusMessage, encodeBusMessage, ownUpdateHead, type Bus, type BusMessage } from "../bus.js";
 import type { RedisKeys } from "./keys.js";
 
 /**
@@ -11,6 +11,11 @@ import type { RedisKeys } from "./keys.js";
  * run so receivers can make up for what they may have missed; the same when the publishing
  * connection is back, for publishers. Both connections are pinged, so a silently dropped one is
  * noticed and reconnected.
+ *
+ * Redis hands a publisher its own messages back on every channel it also subscribes to. This
+ * instance's own `resource.updated` (its receivers ignore them: the publisher delivers to its own
+ * sessions itself) are dropped on arrival, from the raw bytes, before they are decoded: the watcher
+ * of a busy backend would otherwise decode every update it published for its own sessions once more.
  */
 export class RedisBus implements Bus {
   private readonly channels = new Set<string>();
@@ -20,16 +25,22 @@ export class RedisBus implements Bus {
   private readonly health: NodeJS.Timeout;
   /** The publishing connection is corked until the current tick ends (see `publish`). */
   private corked = false;
+  /** How this instance's own `resource.updated` messages begin (see `encodeBusMessage`). */
+  private readonly ownUpdateHead: Buffer;
 
   constructor(
     private readonly publisher: Redis,
     private readonly subscriber: Redis,
     private readonly keys: RedisKeys,
+    /** This instance, the `origin` of what it publishes. */
+    instanceId: string,
     private readonly onInvalid: (channel: string, reason: string) => void,
     /** How often both connections are pinged; one that does not answer within it is reconnected. */
     healthIntervalMs = 5_000,
   ) {
-    subscriber.on("message", (redisChannel: string, payload: string) => this.receive(redisChannel, payload));
+    this.ownUpdateHead = Buffer.from(ownUpdateHead(instanceId));
+    // Buffers, not strings: an own update is recognised without converting it.
+    subscriber.on("messageBuffer", (redisChannel: Buffer, payload: Buffer) => this.receive(redisChannel, payload));
     let subscriberWasReady = subscriber.status === "ready";
     subscriber.on("ready", () => {
       if (subscriberWasReady) void this.resubscribe();
@@ -76,7 +87,7 @@ export class RedisBus implements Bus {
    * connection is corked until the tick ends. Order is kept: commands go out in order on one connection.
    */
   publish(channel: string, message: BusMessage): Promise<void> {
-    const command = new Command("publish", [this.keys.channel(channel), JSON.stringify(message)]);
+    const command = new Command("publish", [this.keys.channel(channel), encodeBusMessage(message)]);
     this.corkUntilTickEnds();
     this.publisher.sendCommand(command);
     return command.promise.then(() => undefined);
@@ -120,12 +131,14 @@ export class RedisBus implements Bus {
     this.handler = undefined;
   }
 
-  private receive(redisChannel: string, payload: string): void {
-    const channel = this.keys.channelName(redisChannel);
+  private receive(redisChannel: Buffer, payload: Buffer): void {
+    const head = this.ownUpdateHead;
+    if (payload.length > head.length && payload.compare(head, 0, head.length, 0, head.length) === 0) return;
+    const channel = this.keys.channelName(redisChannel.toString());
     if (channel === undefined || !this.channels.has(channel)) return;
     let parsed: unknown;
     try {
-      parsed = JSON.parse(payload);
+      parsed = JSON.parse(payload.toString());
     } catch {
       this.onInvalid(channel, "not JSON");
       return;

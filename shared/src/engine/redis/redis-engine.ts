@@ -50,7 +50,7 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     options.onConnectionError("subscriber", error);
   });
   const keys = new RedisKeys(options.keyPrefix);
-  const bus = new RedisBus(redis, subscriber, keys, options.onInvalidMessage);
+  const bus = new RedisBus(redis, subscriber, keys, options.instanceId, options.onInvalidMessage);
   return {
     keys,
     bus,
