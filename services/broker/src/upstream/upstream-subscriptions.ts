@@ -106,7 +106,7 @@ const RESUBSCRIBE_CONCURRENCY = 16;
 export class UpstreamSubscriptions implements UpstreamPort {
   /** Numbers each backend update this instance publishes (see the bus message's `update`). */
   private updates = 0;
-  private readonly slots = new Map<string, Map<string, Slot>>();
+  private readonly slots = new Map<string, SlotMap>();
   /** Bumped on every disconnect: an operation that spans one must not record its result. */
   private readonly epochs = new Map<string, number>();
   private readonly retries = new Map<string, RetryState>();
@@ -239,7 +239,7 @@ export class UpstreamSubscriptions implements UpstreamPort {
   resourceUpdated(backendId: string, uri: string): void {
     const slots = this.slots.get(backendId);
     if (slots === undefined) return;
-    const keys = [uri, ...ancestorsOf(uri)].filter((key) => slots.get(key)?.watch !== undefined);
+    const keys = [uri, ...ancestorsOf(uri, (length) => slots.hasLength(length))].filter((key) => slots.get(key)?.watch !== undefined);
     if (keys.length === 0) return;
     const at = this.deps.clock.now();
     const update = ++this.updates;
@@ -296,7 +296,7 @@ export class UpstreamSubscriptions implements UpstreamPort {
   private slot(backendId: string, uri: string): Slot {
     let slots = this.slots.get(backendId);
     if (slots === undefined) {
-      slots = new Map();
+      slots = new SlotMap();
       this.slots.set(backendId, slots);
     }
     let slot = slots.get(uri);
@@ -523,6 +523,36 @@ export class UpstreamSubscriptions implements UpstreamPort {
   private stopPoll(poll: PollState): void {
     poll.stopped = true;
     if (poll.timer !== undefined) this.deps.clock.clearTimeout(poll.timer);
+  }
+}
+
+/**
+ * One backend's slots by URI, counting the URI lengths present: an update's ancestors (a handful
+ * of cuts of its URI, one lookup each, for every update) are looked up only at those lengths.
+ */
+class SlotMap extends Map<string, Slot> {
+  private readonly lengths = new Map<number, number>();
+
+  override set(uri: string, slot: Slot): this {
+    if (!this.has(uri)) this.lengths.set(uri.length, (this.lengths.get(uri.length) ?? 0) + 1);
+    return super.set(uri, slot);
+  }
+
+  override delete(uri: string): boolean {
+    if (!super.delete(uri)) return false;
+    const left = (this.lengths.get(uri.length) ?? 1) - 1;
+    if (left === 0) this.lengths.delete(uri.length);
+    else this.lengths.set(uri.length, left);
+    return true;
+  }
+
+  override clear(): void {
+    super.clear();
+    this.lengths.clear();
+  }
+
+  hasLength(length: number): boolean {
+    return this.lengths.has(length);
   }
 }
 

@@ -96,6 +96,7 @@ describe("catalog", () => {
 
   it("lists exactly the ancestors isSubResource accepts, nearest first", () => {
     expect(ancestorsOf("file:///a/b")).toEqual(["file:///a/", "file:///a", "file:///", "file://", "file:/", "file:"]);
+    expect(ancestorsOf("file:///a/b", (length) => length === 9 || length === 6)).toEqual(["file:///a", "file:/"]);
     for (const uri of ["file:///a/b", "demo://files/x.txt", "ui://w//x/", "a/b/c", "/x", "urn:isbn:1", "test://odd/a%20b?x=1#frag/y", "s://h/", "x"]) {
       const expected = Array.from({ length: uri.length }, (_, n) => uri.slice(0, n)).filter((parent) => parent !== "" && isSubResource(uri, parent));
       expect([...ancestorsOf(uri)].sort(), uri).toEqual(expected.sort());

@@ -133,6 +133,29 @@ describe("upstream subscriptions", () => {
     expect(events.slice(3)).toEqual([`local ${channel("file:///d/a")} file:///d/a`, `local ${channel("file:///d")} file:///d/a`, `local ${channel("file:///d")} file:///d/b`]);
   });
 
+  it("finds the watched ancestors of an update while URIs of the same and other lengths come and go", async () => {
+    const published: string[] = [];
+    const bus = new MemoryBus();
+    bus.publish = async (_channel, message) => void published.push(message.kind === "resource.updated" ? `${message.key} ${message.uri}` : "");
+    const registry = new MemoryRegistry();
+    const upstream = new UpstreamSubscriptions({ registry, bus, clock, logger, instanceId: "i", releaseGraceMs: GRACE_MS, pollIntervalMs: 60_000 });
+    const backend = fakeBackend();
+    upstream.attach({ get: () => backend });
+    const ref = (uri: string): SubscriptionRef => ({ principal: "p", sessionId: "s1", backendId: "b", uri });
+    // u://a and u://b have one length, u://cc another.
+    for (const uri of ["u://a", "u://b", "u://cc"]) {
+      await registry.add(ref(uri), limits);
+      await upstream.ensure("b", uri);
+    }
+    await registry.remove(ref("u://a"));
+    upstream.release("b", "u://a");
+    await vi.advanceTimersByTimeAsync(GRACE_MS);
+    expect(upstream.watched("b")).toEqual(["u://b", "u://cc"]);
+
+    for (const uri of ["u://a/x", "u://b/x", "u://cc/x/y", "u://b"]) upstream.resourceUpdated("b", uri);
+    expect(published).toEqual(["u://b u://b/x", "u://cc u://cc/x/y", "u://b u://b"]);
+  });
+
   it("releases an upstream subscription whose only holder left while the subscribe was in flight", async () => {
     const { registry, backend, upstream, ref } = world();
     await registry.add(ref("u://a"), limits);
