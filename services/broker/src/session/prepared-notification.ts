@@ -11,7 +11,7 @@ let lastEventId = 0;
  */
 export class PreparedNotification {
   /** The SSE event id it carries on every legacy stream. */
-  readonly eventId = ++lastEventId;
+  readonly eventId: number;
   private legacy: Buffer | undefined;
   private modern: { head: Buffer; tail: Buffer } | undefined;
   private line: string | undefined;
@@ -19,10 +19,19 @@ export class PreparedNotification {
   private constructor(
     private readonly method: string,
     private readonly params: Record<string, unknown>,
-  ) {}
+    eventId = ++lastEventId,
+  ) {
+    this.eventId = eventId;
+  }
 
-  static resourceUpdated(uri: string): PreparedNotification {
-    return new PreparedNotification(NOTIFICATION.resourceUpdated, { uri });
+  /** `eventId`: the id it had when first sent, for a replay (a new one otherwise). */
+  static resourceUpdated(uri: string, eventId?: number): PreparedNotification {
+    return new PreparedNotification(NOTIFICATION.resourceUpdated, { uri }, eventId);
+  }
+
+  /** The URI of a `resources/updated`; undefined for any other notification. */
+  updatedUri(): string | undefined {
+    return this.method === NOTIFICATION.resourceUpdated ? (this.params.uri as string) : undefined;
   }
 
   static listChanged(list: ListName): PreparedNotification {

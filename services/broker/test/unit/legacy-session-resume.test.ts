@@ -100,6 +100,40 @@ describe("legacy session: event ids and resumption", () => {
     expect(tooLate.events[0]?.text).toContain("x://a");
   });
 
+  it("replays resource updates, kept as their URIs, with the very frames first sent, after the ring wrapped", () => {
+    const s = session(3);
+    const first = stream();
+    s.attachStream(first, undefined);
+    const notes = [
+      PreparedNotification.resourceUpdated("x://a/1"),
+      PreparedNotification.resourceUpdated("x://a/2"),
+      PreparedNotification.listChanged("tools"),
+      PreparedNotification.resourceUpdated("x://b"),
+      PreparedNotification.resourceUpdated("x://a/3"),
+    ];
+    for (const n of notes) s.deliver(n);
+    const resumed = stream();
+    s.attachStream(resumed, String(notes[1]?.eventId));
+    expect(resumed.events).toEqual(first.events.slice(2));
+    const none = stream();
+    s.attachStream(none, String(notes[4]?.eventId));
+    expect(none.events).toEqual([]);
+  });
+
+  it("keeps no events with server.resumeHistory 0: only the latest id resumes without a re-notification", async () => {
+    const s = session(0);
+    await s.subscribe("x://a");
+    const notes = [PreparedNotification.resourceUpdated("x://a/1"), PreparedNotification.resourceUpdated("x://a/2")];
+    for (const n of notes) s.deliver(n);
+    const current = stream();
+    s.attachStream(current, String(notes[1]?.eventId));
+    expect(current.events).toEqual([]);
+    const behind = stream();
+    s.attachStream(behind, String(notes[0]?.eventId));
+    expect(behind.events).toHaveLength(4);
+    expect(behind.events[0]?.text).toContain('"uri":"x://a"');
+  });
+
   it("treats an empty Last-Event-ID as none, and tells a client that replaced an open stream without one everything once", async () => {
     const s = session();
     await s.subscribe("x://a");
