@@ -14,10 +14,11 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
   "unicast:redis": [
     "Why (Redis engine; step profiles, GC traces and event-loop lag of the watcher): the update crosses two process hops more than on the raw path: the backend's HTTP event stream to the broker that watches it, " +
       "and that broker's publish through Redis to the broker holding the session (the watcher serves its own sessions directly). " +
-      "Slow updates come in bursts that hit the sessions of both brokers alike, so they start in the watcher: its event loop stalls now and then for 4-17 ms (GC, or waiting for a core), " +
-      "and at 5k/s it is the busiest process on the path (~30-40 % of a core: the HTTP intake, one publish per update, its own sessions' writes). " +
-      "Its young-generation GC pauses were 3-8 ms every few hundred updates while publishes went through ioredis pipelines, which left ~1.6 MB surviving each collection; " +
-      "plain corked commands leave ~200 KB and pause it 1-2 ms (shared/src/engine/redis/redis-bus.ts). " +
+      "Slow updates come in bursts that hit the sessions of both brokers alike, so they start in the watcher, the busiest process on the path (~30 % of a core at 5k/s): " +
+      "over a third of its busy time is the kernel's `writev` (its own sessions' SSE writes, and one corked write of each tick's publishes to Redis), about a sixth the HTTP intake (undici's fetch body stream and the update filter), " +
+      "and when it stalls (a GC pause, or waiting for a core) the updates queue in the backend's stream and drain at its per-update cost. " +
+      "Fixed so far: publishes as plain corked commands instead of ioredis pipelines (~1.6 MB surviving each young-generation GC, 3-8 ms pauses; shared/src/engine/redis/redis-bus.ts); " +
+      "the watcher's own publishes, which Redis hands back, dropped before decoding; and the resume history keeping URIs instead of whole notifications, which V8 promoted to its old space and collected in full GCs of up to 17 ms every ~7 s (session/legacy-session.ts `remember`). " +
       "On this 2-core machine six processes (backend, two brokers, Redis, two load generators) share the cores, and the p99 of both paths moves by 2× between runs: compare the CPU columns, and rerun.",
   ],
   "hot-uri": [
