@@ -25,7 +25,7 @@ export function benchPlan(quick: boolean): BenchPlan {
       mode: "quick",
       generators: 2,
       unicast: { sessions: 1_000, rates: [1_000, 5_000], stepSeconds: 1.2, slices: 2, warmupSeconds: 1, target: { stepSeconds: 1.2, slices: 2 } },
-      hotUri: { sessions: 1_000, rates: [200, 400], stepSeconds: 1.2, slices: 2, p99LimitMs: 100 },
+      hotUri: { sessions: 1_000, rates: [100, 200, 400], stepSeconds: 1.2, slices: 2, p99LimitMs: 100 },
       broadcast: { sessions: 10_000, updates: 8, slices: 2, intervalMs: 250 },
       memory: { counts: [1_000, 10_000], uriPool: 100, settleMs: 1_000, sampleFresh: false },
       subscribe: { workers: 16, opsPerWorker: 60 },
