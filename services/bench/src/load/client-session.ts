@@ -25,6 +25,16 @@ export interface Agents {
  * - raw: GET /sse?key=K on the baseline server.
  * Every `data:` line of the stream goes to `onData`.
  */
+/** `work`'s failure, saying which step of opening a session it was (a bare "socket hang up" does not). */
+async function during<T>(step: string, work: Promise<T>): Promise<T> {
+  try {
+    return await work;
+  } catch (error) {
+    const message = (error as Error).message;
+    throw message.startsWith(`${step}:`) ? error : new Error(`${step}: ${message}`, { cause: error });
+  }
+}
+
 export class ClientSession {
   sessionId: string | undefined;
   private req: ClientRequest | undefined;
@@ -45,14 +55,14 @@ export class ClientSession {
       return;
     }
     if (this.kind === "legacy") {
-      const init = await this.request("initialize", { protocolVersion: LEGACY_VERSION, capabilities: {}, clientInfo: CLIENT_INFO });
+      const init = await during("initialize", this.request("initialize", { protocolVersion: LEGACY_VERSION, capabilities: {}, clientInfo: CLIENT_INFO }));
       const id = init.headers["mcp-session-id"];
       if (init.status !== 200 || typeof id !== "string") throw new Error(`initialize: HTTP ${init.status} ${init.body.slice(0, 200)}`);
       this.sessionId = id;
-      const initialized = await this.post({ jsonrpc: "2.0", method: NOTIFICATION.initialized });
+      const initialized = await during("notifications/initialized", this.post({ jsonrpc: "2.0", method: NOTIFICATION.initialized }));
       if (initialized.status !== 202) throw new Error(`notifications/initialized: HTTP ${initialized.status}`);
-      await this.attachStream(this.url, { method: "GET", headers: { accept: "text/event-stream", ...this.legacyHeaders() } });
-      if (uri !== "") await this.call("resources/subscribe", { uri });
+      await during("GET stream", this.attachStream(this.url, { method: "GET", headers: { accept: "text/event-stream", ...this.legacyHeaders() } }));
+      if (uri !== "") await during("resources/subscribe", this.call("resources/subscribe", { uri }));
       return;
     }
     const notifications = { ...(uri !== "" && { resourceSubscriptions: [uri] }), ...(toolsListChanged && { toolsListChanged: true }) };
