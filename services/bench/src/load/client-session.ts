@@ -16,15 +16,6 @@ export interface Agents {
   streams: Agent;
 }
 
-/**
- * One client session driven by hand over raw HTTP (no SDK, so thousands fit in one process).
- * - legacy: POST initialize → Mcp-Session-Id, POST notifications/initialized, GET the standalone
- *   SSE stream, POST resources/subscribe.
- * - modern: one POST subscriptions/listen (MCP-Protocol-Version 2026-07-28, Mcp-Method, `_meta`
- *   envelope) whose SSE response is the stream; open once the acknowledgement arrives.
- * - raw: GET /sse?key=K on the baseline server.
- * Every `data:` line of the stream goes to `onData`.
- */
 /** `work`'s failure, saying which step of opening a session it was (a bare "socket hang up" does not). */
 async function during<T>(step: string, work: Promise<T>): Promise<T> {
   try {
@@ -35,6 +26,15 @@ async function during<T>(step: string, work: Promise<T>): Promise<T> {
   }
 }
 
+/**
+ * One client session driven by hand over raw HTTP (no SDK, so thousands fit in one process).
+ * - legacy: POST initialize → Mcp-Session-Id, POST notifications/initialized, GET the standalone
+ *   SSE stream, POST resources/subscribe.
+ * - modern: one POST subscriptions/listen (MCP-Protocol-Version 2026-07-28, Mcp-Method, `_meta`
+ *   envelope) whose SSE response is the stream; open once the acknowledgement arrives.
+ * - raw: GET /sse?key=K on the baseline server.
+ * Every `data:` line of the stream goes to `onData`.
+ */
 export class ClientSession {
   sessionId: string | undefined;
   private req: ClientRequest | undefined;

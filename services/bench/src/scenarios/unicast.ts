@@ -50,7 +50,8 @@ export async function runUnicast(ctx: BenchContext): Promise<ScenarioResult> {
       const brokerOutcomes: StepOutcome[] = [];
       const rawOutcomes: StepOutcome[] = [];
       for (const rate of rates) {
-        const outcomes = await runInterleaved(paths, plan(rate, stepOf(rate).stepSeconds), stepOf(rate).slices, nextStep, (path) => ({
+        const step = stepOf(rate);
+        const outcomes = await runInterleaved(paths, plan(rate, step.stepSeconds), step.slices, nextStep, (path) => ({
           fanout: 1,
           drainMs: ctx.plan.drainMs,
           ...(path === broker && { profileAs: `${rate}-per-s` }),

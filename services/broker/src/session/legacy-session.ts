@@ -163,12 +163,13 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
       return;
     }
     const history = this.history;
-    for (let n = Math.max(0, this.remembered - this.historyLimit); history !== undefined && n < this.remembered; n++) {
-      const slot = n % this.historyLimit;
-      const id = history.ids[slot] ?? 0;
-      const event = history.events[slot];
-      if (id <= last || event === undefined) continue;
-      stream.write(typeof event === "string" ? PreparedNotification.resourceUpdated(event, id) : event);
+    if (history !== undefined) {
+      for (let n = Math.max(0, this.remembered - this.historyLimit); n < this.remembered; n++) {
+        const slot = n % this.historyLimit;
+        const id = history.ids[slot] ?? 0;
+        const event = history.events[slot];
+        if (id > last && event !== undefined) stream.write(typeof event === "string" ? PreparedNotification.resourceUpdated(event, id) : event);
+      }
     }
     this.written = latest;
   }
@@ -191,8 +192,8 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
 
   /** The newest event id this session has had. */
   private latest(): number {
-    if (this.history === undefined || this.remembered === 0) return this.trimmed;
-    return this.history.ids[(this.remembered - 1) % this.historyLimit] ?? this.trimmed;
+    // The history exists from the first event on (none is kept with a limit of 0).
+    return this.history?.ids[(this.remembered - 1) % this.historyLimit] ?? this.trimmed;
   }
 
   /** Keeps the newest `historyLimit` events: once the ring is full, the oldest event's slot takes the new one. */
