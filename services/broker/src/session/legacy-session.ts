@@ -139,6 +139,8 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
    */
   attachStream(stream: NotificationWriter, lastEventId: string | undefined): void {
     const previous = this.stream;
+    // Read before closing it: a closed stream reports closed at once.
+    const replacesOpen = previous !== undefined && !previous.closed;
     this.stream = stream;
     previous?.close();
     this.actor.send({ type: "stream.opened" });
@@ -151,7 +153,7 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     if (resumeFrom !== undefined) this.replay(stream, resumeFrom);
     // Replacing a stream that looked open, without saying what it received: what went onto the
     // old one may be lost, so the client is told about everything once.
-    else if (previous !== undefined && !previous.closed) this.renotify(stream);
+    else if (replacesOpen) this.renotify(stream);
     else this.replay(stream, String(this.written));
   }
 

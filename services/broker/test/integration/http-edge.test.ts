@@ -2,56 +2,7 @@ import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PreparedNotification } from "../../src/session/prepared-notification.js";
 import { connectClient, eventually, startBroker, type RunningBroker } from "../helpers/harness.js";
-
-interface RawResponse {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  body: string;
-}
-
-/** A raw HTTP exchange, so tests can send what well-behaved clients never would (Host, sizes, junk). */
-function raw(url: string, options: { method?: string; headers?: Record<string, string>; body?: string | Buffer }): Promise<RawResponse> {
-  return new Promise((resolve, reject) => {
-    const req = request(url, { method: options.method ?? "POST", headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...options.headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString("utf8") }));
-      if ((res.headers["content-type"] ?? "").includes("text/event-stream")) {
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: "" });
-        res.destroy();
-      }
-    });
-    req.on("error", reject);
-    if (options.body !== undefined) req.write(options.body);
-    req.end();
-  });
-}
-
-/** A raw SSE reader: parsed events as they arrive, and when the server ends the stream. */
-async function openSse(url: string, headers: Record<string, string>): Promise<{ events: { id?: string; data: unknown }[]; ended: Promise<void>; close(): void }> {
-  return new Promise((resolve, reject) => {
-    const events: { id?: string; data: unknown }[] = [];
-    const req = request(url, { method: "GET", headers }, (res) => {
-      if (res.statusCode !== 200) reject(new Error(`GET answered ${res.statusCode}`));
-      let buffer = "";
-      const ended = new Promise<void>((done) => res.on("close", () => done()));
-      res.setEncoding("utf8");
-      res.on("data", (chunk: string) => {
-        buffer += chunk;
-        let end: number;
-        while ((end = buffer.indexOf("\n\n")) >= 0) {
-          const block = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          const fields = Object.fromEntries(block.split("\n").filter((l) => !l.startsWith(":")).map((l) => [l.slice(0, l.indexOf(":")), l.slice(l.indexOf(":") + 1).trim()]));
-          if (fields.data !== undefined) events.push({ ...(fields.id !== undefined && { id: fields.id }), data: JSON.parse(fields.data) });
-        }
-      });
-      resolve({ events, ended, close: () => req.destroy() });
-    });
-    req.on("error", reject);
-    req.end();
-  });
-}
+import { openSse, raw } from "../helpers/raw-http.js";
 
 async function openModernListen(url: string): Promise<{ close(): void }> {
   return new Promise((resolve, reject) => {

@@ -30,14 +30,20 @@ function session(historyLimit?: number): LegacySession {
   return session;
 }
 
+/** Like SseStream, it reports closed as soon as it is closed. */
 function stream(): NotificationWriter & { events: { id: number; text: string }[] } {
   const events: { id: number; text: string }[] = [];
+  let closed = false;
   return {
     events,
-    closed: false,
+    get closed() {
+      return closed;
+    },
     write: (n) => events.push({ id: n.eventId, text: n.legacyFrame().toString("utf8") }),
     onClose: () => undefined,
-    close: () => undefined,
+    close: () => {
+      closed = true;
+    },
   };
 }
 
@@ -141,11 +147,12 @@ describe("legacy session: event ids and resumption", () => {
     s.attachStream(first, undefined);
     s.deliver(PreparedNotification.listChanged("tools"));
     const blank = stream();
-    s.attachStream(blank, "  "); // replaces `first`, which the fake never closes: it still looks open
+    s.attachStream(blank, "  "); // replaces `first`, which was still open
     expect(blank.events.map((e) => e.id)).toHaveLength(4);
-    const closedFirst = { ...stream(), closed: true };
-    const afterClose = stream();
+    const closedFirst = stream();
     s.attachStream(closedFirst, undefined);
+    closedFirst.close();
+    const afterClose = stream();
     s.attachStream(afterClose, ""); // the stream it replaces was closed: only what it missed (nothing)
     expect(afterClose.events).toEqual([]);
   });

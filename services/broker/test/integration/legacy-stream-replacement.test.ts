@@ -1,0 +1,65 @@
+import { request } from "node:http";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startLegacyHttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
+import { createTestServer, type TestServer } from "../fixtures/test-server.js";
+import { eventually, post, startBroker, type RunningBroker } from "../helpers/harness.js";
+import { openSse } from "../helpers/raw-http.js";
+
+/**
+ * A client whose GET stream went half-open opens another one without Last-Event-ID: what went
+ * onto the old stream may never have been read, so the new one must announce everything once.
+ * Real broker, real SSE streams, a real backend.
+ */
+describe("a replaced legacy GET stream", () => {
+  let server: TestServer;
+  let backend: LegacyHttpBackend;
+  let running: RunningBroker;
+
+  beforeAll(async () => {
+    server = createTestServer({ name: "fixture" });
+    backend = await startLegacyHttpBackend(server);
+    running = await startBroker({ backends: [{ id: "fixture", url: backend.url, era: "legacy" }] });
+  }, 60_000);
+
+  afterAll(async () => {
+    await running?.close();
+    await backend?.close();
+  });
+
+  it("re-announces every subscription and the three lists on the replacement stream", async () => {
+    const init = await post(running.url, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
+    const sessionId = init.headers.get("mcp-session-id") ?? "";
+    const headers = { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-11-25" };
+    await post(running.url, { jsonrpc: "2.0", method: "notifications/initialized" }, headers);
+    const uri = "fixture+test://static/a";
+    expect((await post(running.url, { jsonrpc: "2.0", id: 2, method: "resources/subscribe", params: { uri } }, headers)).json).toMatchObject({ result: {} });
+
+    // A stream nobody reads: the updates go into its socket and stay there.
+    const unread = await new Promise<{ close(): void }>((resolve, reject) => {
+      const req = request(running.url, { method: "GET", headers: { ...headers, accept: "text/event-stream" } }, (res) => {
+        res.pause();
+        resolve({ close: () => req.destroy() });
+      });
+      req.on("error", () => undefined);
+      req.on("response", (res) => (res.statusCode === 200 ? undefined : reject(new Error(`GET answered ${res.statusCode}`))));
+      req.end();
+    });
+    const session = running.broker.sessions.legacySession(sessionId, "anonymous");
+    const delivered = () => running.broker.sessions.deliveries().resourceUpdated;
+    const before = delivered();
+    for (let i = 0; i < 3; i++) server.emitUpdate("test://static/a");
+    await eventually(() => delivered() === before + 3, "three updates written to the unread stream");
+    expect(session?.subscriptions()).toEqual([uri]);
+
+    const replacement = await openSse(running.url, { ...headers, accept: "text/event-stream" });
+    await eventually(() => replacement.events.length >= 4, "the re-announcement");
+    expect(replacement.events.map((e) => (e.data as { method: string; params?: { uri?: string } })).map((m) => m.params?.uri ?? m.method)).toEqual([
+      uri,
+      "notifications/tools/list_changed",
+      "notifications/prompts/list_changed",
+      "notifications/resources/list_changed",
+    ]);
+    replacement.close();
+    unread.close();
+  });
+});
