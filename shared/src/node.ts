@@ -5,3 +5,4 @@ export * from "./engine/redis/redis-bus.js";
 export * from "./engine/redis/redis-registry.js";
 export * from "./engine/redis/redis-leases.js";
 export * from "./engine/redis/redis-engine.js";
+export * from "./engine/redis/bullmq-job-queue.js";

@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
 import type { Bus, BusMessage } from "../../src/engine/bus.js";
-import type { JobQueue } from "../../src/engine/jobs.js";
+import { UnrecoverableJobError, type JobQueue, type JobQueueOptions } from "../../src/engine/jobs.js";
 import type { Leases } from "../../src/engine/leases.js";
 import type { SubscriptionRegistry } from "../../src/engine/registry.js";
 
@@ -123,44 +123,123 @@ export function leasesContract(name: string, make: () => Promise<{ leases: Lease
   });
 }
 
-export function jobQueueContract(name: string, make: () => Promise<JobQueue<number>>, advance: (ms: number) => Promise<void>): void {
+/**
+ * What the job queue contract needs of its time: `make` builds a fresh queue; `until` resolves once
+ * `predicate` holds, letting time pass (fake timers for the memory queue, real time for Redis).
+ */
+export interface JobQueueHarness {
+  make(options?: Partial<JobQueueOptions>): Promise<JobQueue<number>>;
+  until(predicate: () => boolean | Promise<boolean>, what: string): Promise<void>;
+  /** Lets `ms` pass (only to show that something does not happen). */
+  elapse(ms: number): Promise<void>;
+  now(): number;
+}
+
+export function jobQueueContract(name: string, harness: JobQueueHarness): void {
   describe(`JobQueue contract: ${name}`, () => {
-    it("coalesces a burst into one run and a schedule during a run into exactly one more", async () => {
-      const queue = await make();
+    const idle = async (queue: JobQueue<number>) => (await queue.pending()).length === 0;
+
+    it("coalesces a burst into one run", async () => {
+      const queue = await harness.make();
       const runs: number[] = [];
-      let release: () => void = () => undefined;
       queue.process(async (_key, data) => {
         runs.push(data);
-        if (runs.length === 1) await new Promise<void>((r) => (release = r));
       });
-      for (let i = 1; i <= 10; i++) await queue.schedule("k", i, 1_000);
-      await advance(999);
-      expect(runs).toEqual([]);
-      await advance(1);
+      for (let i = 1; i <= 10; i++) await queue.schedule("k", i, 100);
+      await harness.until(async () => runs.length > 0 && (await idle(queue)), "the burst's run");
       expect(runs).toEqual([1]);
-      await queue.schedule("k", 11, 1_000);
-      await queue.schedule("k", 12, 1_000);
+      await queue.close();
+    });
+
+    it("runs a key scheduled while it runs exactly once more, after the run, with the newest data, and never two at once", async () => {
+      const queue = await harness.make();
+      const runs: [string, number][] = [];
+      let running = 0;
+      let mostAtOnce = 0;
+      let release: () => void = () => undefined;
+      const blocked = new Promise<void>((resolve) => (release = resolve));
+      queue.process(async (key, data) => {
+        runs.push([key, data]);
+        if (key !== "k") return;
+        mostAtOnce = Math.max(mostAtOnce, ++running);
+        if (data === 1) await blocked;
+        running--;
+      });
+      await queue.schedule("k", 1, 10);
+      await harness.until(() => runs.length === 1, "the first run");
+      await queue.schedule("k", 11, 10);
+      await queue.schedule("k", 12, 10);
+      // Another key runs meanwhile: the queue took jobs, and none of them was k's next run.
+      await queue.schedule("other", 0, 10);
+      await harness.until(() => runs.some(([key]) => key === "other"), "another key's run");
+      expect(runs.filter(([key]) => key === "k")).toEqual([["k", 1]]);
       release();
-      await advance(1_000);
-      expect(runs).toEqual([1, 12]);
-      await advance(5_000);
-      expect(runs).toEqual([1, 12]);
-      expect(await queue.pending()).toEqual([]);
+      await harness.until(async () => runs.length === 3 && (await idle(queue)), "the one more run");
+      expect(runs.filter(([key]) => key === "k")).toEqual([["k", 1], ["k", 12]]);
+      expect(mostAtOnce).toBe(1);
       await queue.close();
     });
 
     it("keeps keys independent", async () => {
-      const queue = await make();
+      const queue = await harness.make();
       const runs: string[] = [];
       queue.process(async (key) => {
         runs.push(key);
       });
       await queue.schedule("a", 1, 10);
       await queue.schedule("b", 1, 10);
-      await advance(10);
+      await harness.until(() => runs.length === 2, "both keys' runs");
       expect(runs.sort()).toEqual(["a", "b"]);
+      await queue.close();
+    });
+
+    it("retries a failing run with exponential backoff until it succeeds", async () => {
+      const queue = await harness.make({ attempts: 3, backoffMs: 50 });
+      const at: number[] = [];
+      queue.process(async () => {
+        at.push(harness.now());
+        if (at.length < 3) throw new Error("not yet");
+      });
+      await queue.schedule("k", 1, 0);
+      await harness.until(async () => at.length === 3 && (await idle(queue)), "three runs");
+      const [first = 0, second = 0, third = 0] = at;
+      expect(second - first).toBeGreaterThanOrEqual(50);
+      expect(third - second).toBeGreaterThanOrEqual(100);
+      expect((await queue.stats()).failed).toBe(0);
+      await queue.close();
+    });
+
+    it("fails a run for good after its attempts, and at once on an unrecoverable error", async () => {
+      const queue = await harness.make({ attempts: 2, backoffMs: 10 });
+      const runs: string[] = [];
+      queue.process(async (key) => {
+        runs.push(key);
+        throw key === "bad" ? new UnrecoverableJobError("never works") : new Error("fails");
+      });
+      await queue.schedule("bad", 1, 0);
+      await queue.schedule("flaky", 1, 0);
+      await harness.until(async () => (await queue.stats()).failed === 2, "both jobs failed");
+      expect(runs.sort()).toEqual(["bad", "flaky", "flaky"]);
+      expect(await queue.pending()).toEqual([]);
+      await queue.close();
+    });
+
+    it("repeats a key until the repetition stops", async () => {
+      const queue = await harness.make();
+      const runs: number[] = [];
+      queue.process(async (_key, data) => {
+        runs.push(data);
+      });
+      await queue.repeat("r", 7, 100);
+      await queue.repeat("r", 8, 100); // replaces the first: one repetition per key
+      await harness.until(() => runs.length >= 2, "two repeated runs");
+      expect(new Set(runs)).toEqual(new Set([8]));
+      await queue.stopRepeat("r");
+      await harness.until(() => idle(queue), "the last run");
+      const seen = runs.length;
+      await harness.elapse(350);
+      expect(runs).toHaveLength(seen);
       await queue.close();
     });
   });
 }
-

@@ -1,8 +1,14 @@
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { Queue } from "bullmq";
 import { afterAll, describe, expect, it, vi } from "vitest";
+import { z } from "zod";
+import type { JobQueue } from "../../src/engine/jobs.js";
+import type { BullJobQueueOptions } from "../../src/engine/redis/bullmq-job-queue.js";
 import { createRedisEngine, type RedisEngine } from "../../src/engine/redis/redis-engine.js";
 import { deleteKeys, testRedisUrl, uniquePrefix } from "../../src/testing/test-redis.js";
 import type { BusMessage } from "../../src/engine/bus.js";
-import { busContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
+import { busContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
 
 const url = await testRedisUrl();
 const prefixes: string[] = [];
@@ -19,6 +25,7 @@ async function cluster(n: number, onInvalid: (channel: string, reason: string) =
 }
 
 afterAll(async () => {
+  await Promise.all(queues.map((queue) => queue.close()));
   await Promise.all(engines.map((engine) => engine.close()));
   for (const prefix of prefixes) await deleteKeys(url, prefix);
 });
@@ -32,6 +39,66 @@ leasesContract("redis", async () => ({
   leases: (await cluster(1))[0]!.leases,
   elapse: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
 }));
+
+const queues: JobQueue<number>[] = [];
+let queueNumber = 0;
+/** A job queue of its own (fresh prefix and name) on a fresh engine. */
+async function jobQueue(options: Partial<Omit<BullJobQueueOptions<number>, "connect" | "prefix" | "name">> = {}): Promise<{ queue: JobQueue<number>; engine: RedisEngine; name: string }> {
+  const [engine] = await cluster(1);
+  const name = `q${++queueNumber}`;
+  const queue = engine!.jobQueue<number>(name, { attempts: 1, backoffMs: 10, lockMs: 500, decode: (data) => z.number().parse(data), ...options });
+  queues.push(queue);
+  return { queue, engine: engine!, name };
+}
+
+jobQueueContract("redis (BullMQ)", {
+  make: async (options) => (await jobQueue(options)).queue,
+  until: (predicate, what) => vi.waitFor(async () => expect(await predicate(), what).toBe(true), { timeout: 15_000, interval: 20 }),
+  elapse: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+  now: () => Date.now(),
+});
+
+describe("Redis job queue", () => {
+  it("hands a job whose member was killed mid-run to another member, with its data", async () => {
+    const { queue, engine, name } = await jobQueue({ lockMs: 500 });
+    const child = spawn(process.execPath, ["--import", "tsx", fileURLToPath(new URL("../fixtures/job-worker.ts", import.meta.url)), url, engine.keys.prefix, name], { stdio: ["ignore", "pipe", "inherit"] });
+    let output = "";
+    child.stdout.on("data", (chunk: Buffer) => (output += chunk.toString()));
+    const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()));
+    await vi.waitFor(() => expect(output).toContain("ready"), { timeout: 20_000 });
+    await queue.schedule("k", 42, 0);
+    await vi.waitFor(() => expect(output).toContain("started k 42"), { timeout: 10_000 });
+    child.kill("SIGKILL");
+    await exited;
+    const runs: [string, number][] = [];
+    queue.process(async (key, data) => {
+      runs.push([key, data]);
+    });
+    await vi.waitFor(() => expect(runs).toEqual([["k", 42]]), { timeout: 15_000, interval: 50 });
+    await vi.waitFor(async () => expect(await queue.pending()).toEqual([]));
+  });
+
+  it("fails a job whose payload does not decode, with the reason, without retrying it", async () => {
+    const failures: { key: string; error: string; final: boolean }[] = [];
+    const { queue, engine, name } = await jobQueue({ attempts: 5, onError: (key, error, final) => failures.push({ key, error: (error as Error).message, final }) });
+    const runs: number[] = [];
+    queue.process(async (_key, data) => {
+      runs.push(data);
+    });
+    const raw = new Queue(name, { connection: engine.redis.duplicate(), prefix: engine.keys.jobs() });
+    await raw.add("run", { key: "k", data: "not a number" });
+    await raw.add("run", { nokey: true });
+    await vi.waitFor(async () => expect((await queue.stats()).failed).toBe(2));
+    expect(runs).toEqual([]);
+    expect(failures).toEqual([
+      { key: "k", error: expect.stringContaining("does not decode"), final: true },
+      { key: expect.any(String), error: "the job has no key", final: true },
+    ]);
+    const [failed] = await raw.getJobs(["failed"]);
+    expect(failed?.failedReason).toMatch(/does not decode|no key/);
+    await raw.close();
+  });
+});
 
 const update: BusMessage = { kind: "resource.updated", v: 1, origin: "t", backendId: "b", key: "u", uri: "u", at: 1, update: 1, keys: 1 };
 

@@ -26,15 +26,20 @@ describe("memory job queue on fake timers", () => {
   afterEach(() => {
     vi.useRealTimers();
   });
-  const fakeClock: Clock = { now: () => Date.now(), setTimeout: (f, ms) => setTimeout(f, ms), clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };
-  jobQueueContract(
-    "memory",
-    async () => {
+  const clock: Clock = { now: () => Date.now(), setTimeout: (f, ms) => setTimeout(f, ms), clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };
+  jobQueueContract("memory", {
+    make: async (options) => {
       vi.useFakeTimers();
-      return new MemoryJobQueue<number>({ clock: fakeClock });
+      return new MemoryJobQueue<number>({ clock, ...options });
     },
-    async (ms) => {
-      await vi.advanceTimersByTimeAsync(ms);
+    until: async (predicate, what) => {
+      for (let i = 0; i < 10_000; i++) {
+        if (await predicate()) return;
+        await vi.advanceTimersByTimeAsync(5);
+      }
+      throw new Error(`never: ${what}`);
     },
-  );
+    elapse: (ms) => vi.advanceTimersByTimeAsync(ms).then(() => undefined),
+    now: () => Date.now(),
+  });
 });

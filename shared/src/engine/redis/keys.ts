@@ -55,4 +55,9 @@ export class RedisKeys {
   lease(name: string): string {
     return `${this.prefix}lease:${name}`;
   }
+
+  /** BullMQ's own prefix: it lays out its keys below it, as `<jobs()>:<queue>:...`. */
+  jobs(): string {
+    return `${this.prefix}bull`;
+  }
 }

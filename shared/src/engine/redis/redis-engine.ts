@@ -1,4 +1,6 @@
 import { Redis } from "ioredis";
+import type { JobQueue } from "../jobs.js";
+import { BullJobQueue, type BullJobQueueOptions } from "./bullmq-job-queue.js";
 import { RedisBus } from "./redis-bus.js";
 import { RedisKeys } from "./keys.js";
 import { RedisLeases } from "./redis-leases.js";
@@ -23,6 +25,8 @@ export interface RedisEngine {
   readonly leases: RedisLeases;
   /** The command connection, for operator tools and tests. */
   readonly redis: Redis;
+  /** A BullMQ job queue of this cluster (its connections are its own; `close` it before the engine). */
+  jobQueue<T>(name: string, options: Omit<BullJobQueueOptions<T>, "connect" | "prefix" | "name">): JobQueue<T>;
   /** Resolves once both connections are ready; rejects when Redis cannot be reached. */
   connect(): Promise<void>;
   close(): Promise<void>;
@@ -57,6 +61,14 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     registry: new RedisRegistry(redis, keys, options.instanceId),
     leases: new RedisLeases(redis, keys),
     redis,
+    jobQueue: (name, queueOptions) =>
+      new BullJobQueue({
+        ...queueOptions,
+        name,
+        prefix: keys.jobs(),
+        // BullMQ's commands wait out a Redis restart (a job scheduled then is not lost).
+        connect: () => new Redis(options.url, { maxRetriesPerRequest: null, retryStrategy: connection.retryStrategy, connectionName: `mcp-broker:${options.instanceId}:jobs` }),
+      }),
     async connect() {
       try {
         await Promise.all([redis.connect(), subscriber.connect()]);

@@ -1,0 +1,154 @@
+import { Queue, UnrecoverableError, Worker, type Job } from "bullmq";
+import type { Redis } from "ioredis";
+import { UnrecoverableJobError, type JobObserver, type JobQueue, type JobQueueOptions, type JobStats } from "../jobs.js";
+
+/** The job names on the queue: a job to run, and the trigger a repetition adds. */
+const RUN = "run";
+const REPEAT = "repeat";
+/** Finished jobs kept for inspection (and for `stats`), newest first. */
+const KEEP_COMPLETED = 100;
+const KEEP_FAILED = 1_000;
+/** How long `close` lets the jobs this process runs finish before it abandons them to another member. */
+const CLOSE_GRACE_MS = 5_000;
+
+interface Envelope {
+  key: string;
+  data: unknown;
+}
+
+export interface BullJobQueueOptions<T> extends JobQueueOptions {
+  /** Makes a connection for BullMQ (its commands must wait out a Redis restart: `maxRetriesPerRequest: null`). */
+  connect: () => Redis;
+  /** BullMQ's key prefix (see `RedisKeys.jobs`). */
+  prefix: string;
+  name: string;
+  /** Validates a payload read from Redis; throws when it is not a `T` (the job then fails without retry). */
+  decode: (data: unknown) => T;
+  /** Jobs one member runs at once (of different keys: a key never runs twice at once). */
+  concurrency?: number;
+  /**
+   * How long a running job's lock lasts without renewal (renewed at half of it). A member that
+   * dies mid-job loses the job to another member within about twice this.
+   */
+  lockMs?: number;
+  onError?: (key: string, error: unknown, final: boolean) => void;
+  onRun?: JobObserver;
+}
+
+/**
+ * `JobQueue` on BullMQ. Each key is one BullMQ deduplication id with `keepLastIfActive`: adding a
+ * key that waits is dropped (a burst gives one run), adding it while its job runs stores the newest
+ * data and BullMQ adds exactly one job when the running one finishes (so runs of a key never
+ * overlap). Retries are BullMQ's (exponential backoff); a job whose member died is found stalled
+ * by the other members' workers and runs again. Repetitions are BullMQ job schedulers, one per key
+ * for the cluster, whose jobs only schedule the key (so a slow run never overlaps the next).
+ */
+export class BullJobQueue<T> implements JobQueue<T> {
+  private readonly queue: Queue;
+  private readonly connections: Redis[] = [];
+  private worker: Worker | undefined;
+
+  constructor(private readonly options: BullJobQueueOptions<T>) {
+    this.queue = new Queue(options.name, { connection: this.connection(), prefix: options.prefix });
+    // Errors are reported per command (schedule, stats); the event would otherwise be unhandled.
+    this.queue.on("error", () => undefined);
+  }
+
+  async schedule(key: string, data: T, delayMs: number): Promise<void> {
+    await this.queue.add(RUN, { key, data } satisfies Envelope, {
+      delay: delayMs,
+      deduplication: { id: key, keepLastIfActive: true },
+      attempts: this.options.attempts,
+      backoff: { type: "exponential", delay: this.options.backoffMs },
+      removeOnComplete: { count: KEEP_COMPLETED },
+      removeOnFail: { count: KEEP_FAILED },
+    });
+  }
+
+  async repeat(key: string, data: T, everyMs: number): Promise<void> {
+    await this.queue.upsertJobScheduler(`${REPEAT}:${key}`, { every: everyMs }, {
+      name: REPEAT,
+      data: { key, data } satisfies Envelope,
+      opts: { removeOnComplete: { count: KEEP_COMPLETED }, removeOnFail: { count: KEEP_FAILED } },
+    });
+  }
+
+  async stopRepeat(key: string): Promise<void> {
+    await this.queue.removeJobScheduler(`${REPEAT}:${key}`);
+  }
+
+  process(handler: (key: string, data: T) => Promise<void>): void {
+    if (this.worker !== undefined) throw new Error("this queue already has a handler");
+    const lockMs = this.options.lockMs ?? 30_000;
+    this.worker = new Worker(this.options.name, (job) => this.run(job, handler), {
+      connection: this.connection(),
+      prefix: this.options.prefix,
+      concurrency: this.options.concurrency ?? 8,
+      lockDuration: lockMs,
+      stalledInterval: lockMs,
+      // A member that died mid-job loses its job to another, as often as members die: never failed for it.
+      maxStalledCount: Number.MAX_SAFE_INTEGER,
+    });
+    this.worker.on("error", () => undefined);
+  }
+
+  async pending(): Promise<string[]> {
+    const jobs = await this.queue.getJobs(["waiting", "delayed", "active", "prioritized"]);
+    return [...new Set(jobs.filter((job) => job.name === RUN).map((job) => (job.data as Envelope).key))];
+  }
+
+  async stats(): Promise<JobStats> {
+    const counts = await this.queue.getJobCounts("waiting", "prioritized", "delayed", "active", "failed", "completed");
+    return {
+      waiting: (counts.waiting ?? 0) + (counts.prioritized ?? 0),
+      delayed: counts.delayed ?? 0,
+      active: counts.active ?? 0,
+      failed: counts.failed ?? 0,
+      completed: counts.completed ?? 0,
+    };
+  }
+
+  /** Stops taking jobs; the ones running get `CLOSE_GRACE_MS` to finish, then are left for another member. */
+  async close(): Promise<void> {
+    const worker = this.worker;
+    if (worker !== undefined) {
+      let timer: NodeJS.Timeout | undefined;
+      const graceful = worker.close().then(() => true);
+      const late = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), CLOSE_GRACE_MS)));
+      if (!(await Promise.race([graceful, late]))) await worker.close(true);
+      clearTimeout(timer);
+    }
+    await this.queue.close();
+    for (const connection of this.connections) connection.disconnect();
+  }
+
+  private connection(): Redis {
+    const connection = this.options.connect();
+    this.connections.push(connection);
+    return connection;
+  }
+
+  private async run(job: Job, handler: (key: string, data: T) => Promise<void>): Promise<void> {
+    const envelope = job.data as Partial<Envelope> | undefined;
+    const key = typeof envelope?.key === "string" ? envelope.key : `job ${job.id ?? "?"}`;
+    const started = Date.now();
+    try {
+      if (typeof envelope?.key !== "string") throw new UnrecoverableJobError("the job has no key");
+      let data: T;
+      try {
+        data = this.options.decode(envelope.data);
+      } catch (error) {
+        throw new UnrecoverableJobError(`the job's payload does not decode: ${(error as Error).message}`);
+      }
+      if (job.name === REPEAT) await this.schedule(envelope.key, data, 0);
+      else await handler(envelope.key, data);
+    } catch (error) {
+      const unrecoverable = error instanceof UnrecoverableJobError;
+      const final = unrecoverable || job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
+      this.options.onError?.(key, error, final);
+      this.options.onRun?.({ key, outcome: final ? "failed" : "retry", durationMs: Date.now() - started, error });
+      throw unrecoverable ? new UnrecoverableError((error as Error).message) : error;
+    }
+    this.options.onRun?.({ key, outcome: "completed", durationMs: Date.now() - started });
+  }
+}
