@@ -6,3 +6,4 @@ export * from "./engine/redis/redis-registry.js";
 export * from "./engine/redis/redis-leases.js";
 export * from "./engine/redis/redis-engine.js";
 export * from "./engine/redis/bullmq-job-queue.js";
+export * from "./engine/redis/redis-catalog-store.js";

@@ -6,3 +6,6 @@ export * from "./memory/memory-bus.js";
 export * from "./memory/memory-registry.js";
 export * from "./memory/memory-leases.js";
 export * from "./memory/memory-job-queue.js";
+export * from "./catalog-store.js";
+export * from "./memory/memory-catalog-store.js";
+export * from "./memory/memory-positions.js";

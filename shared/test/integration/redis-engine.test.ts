@@ -8,7 +8,7 @@ import type { BullJobQueueOptions } from "../../src/engine/redis/bullmq-job-queu
 import { createRedisEngine, type RedisEngine } from "../../src/engine/redis/redis-engine.js";
 import { deleteKeys, testRedisUrl, uniquePrefix } from "../../src/testing/test-redis.js";
 import type { BusMessage } from "../../src/engine/bus.js";
-import { busContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
+import { busContract, catalogStoreContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
 
 const url = await testRedisUrl();
 const prefixes: string[] = [];
@@ -35,6 +35,7 @@ busContract("redis", async () => {
   return [a!.bus, b!.bus];
 });
 registryContract("redis", async () => (await cluster(1))[0]!.registry);
+catalogStoreContract("redis", async () => (await cluster(1))[0]!.catalog);
 leasesContract("redis", async () => ({
   leases: (await cluster(1))[0]!.leases,
   elapse: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
@@ -56,6 +57,16 @@ jobQueueContract("redis (BullMQ)", {
   until: (predicate, what) => vi.waitFor(async () => expect(await predicate(), what).toBe(true), { timeout: 15_000, interval: 20 }),
   elapse: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
   now: () => Date.now(),
+});
+
+describe("Redis catalog store", () => {
+  it("returns a stored body that does not decode as invalid, with no items, and a put replaces it", async () => {
+    const [engine] = await cluster(1);
+    await engine!.redis.hset(engine!.keys.catalogList("b", "tools"), "version", 3, "position", 9, "body", JSON.stringify({ items: "garbage" }));
+    const stored = await engine!.catalog.get("b", "tools");
+    expect(stored).toMatchObject({ version: 3, items: [], invalid: expect.stringContaining("items") });
+    expect(await engine!.catalog.put("b", "tools", 3, { items: [{ name: "t" }] })).toMatchObject({ version: 4, items: [{ name: "t" }] });
+  });
 });
 
 describe("Redis job queue", () => {

@@ -4,13 +4,20 @@ import { MemoryBus, MemoryBusHub } from "../../src/engine/memory/memory-bus.js";
 import { MemoryJobQueue } from "../../src/engine/memory/memory-job-queue.js";
 import { MemoryLeases } from "../../src/engine/memory/memory-leases.js";
 import { MemoryRegistry } from "../../src/engine/memory/memory-registry.js";
-import { busContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
+import { MemoryCatalogStore } from "../../src/engine/memory/memory-catalog-store.js";
+import { MemoryPositions } from "../../src/engine/memory/memory-positions.js";
+import { busContract, catalogStoreContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
 
 busContract("memory", async () => {
   const hub = new MemoryBusHub();
   return [new MemoryBus(hub), new MemoryBus(hub)];
 });
 registryContract("memory", async () => new MemoryRegistry());
+catalogStoreContract("memory", async () => {
+  const positions = new MemoryPositions();
+  const store = new MemoryCatalogStore(positions);
+  return Object.assign(store, { current: () => positions.current() });
+});
 leasesContract("memory", async () => {
   let now = 1_000;
   const clock: Clock = { now: () => now, setTimeout, clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };

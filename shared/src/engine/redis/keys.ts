@@ -56,6 +56,16 @@ export class RedisKeys {
     return `${this.prefix}lease:${name}`;
   }
 
+  /** Hash of one backend's stored list of one kind: version, position, body. */
+  catalogList(backendId: string, kind: string): string {
+    return `${this.prefix}catalog:${backendId}:${kind}`;
+  }
+
+  /** The cluster's event position counter (resource updates and catalog changes). */
+  positions(): string {
+    return `${this.prefix}position`;
+  }
+
   /** BullMQ's own prefix: it lays out its keys below it, as `<jobs()>:<queue>:...`. */
   jobs(): string {
     return `${this.prefix}bull`;

@@ -2,6 +2,7 @@ import { Redis } from "ioredis";
 import type { JobQueue } from "../jobs.js";
 import { BullJobQueue, type BullJobQueueOptions } from "./bullmq-job-queue.js";
 import { RedisBus } from "./redis-bus.js";
+import { RedisCatalogStore } from "./redis-catalog-store.js";
 import { RedisKeys } from "./keys.js";
 import { RedisLeases } from "./redis-leases.js";
 import { RedisRegistry } from "./redis-registry.js";
@@ -23,6 +24,8 @@ export interface RedisEngine {
   readonly bus: RedisBus;
   readonly registry: RedisRegistry;
   readonly leases: RedisLeases;
+  /** The cluster catalog; also the cluster's position counter. */
+  readonly catalog: RedisCatalogStore;
   /** The command connection, for operator tools and tests. */
   readonly redis: Redis;
   /** A BullMQ job queue of this cluster (its connections are its own; `close` it before the engine). */
@@ -60,6 +63,7 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     bus,
     registry: new RedisRegistry(redis, keys, options.instanceId),
     leases: new RedisLeases(redis, keys),
+    catalog: new RedisCatalogStore(redis, keys),
     redis,
     jobQueue: (name, queueOptions) =>
       new BullJobQueue({
