@@ -2,23 +2,28 @@ import { randomUUID } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import type { Server } from "node:http";
 import {
+  CHANNEL,
   MemoryBus,
+  MemoryCatalogStore,
   MemoryJobQueue,
   MemoryLeases,
+  MemoryPositions,
   MemoryRegistry,
   systemClock,
   type BrokerConfig,
-  type Bus,
   type Clock,
-  type Leases,
-  type SubscriptionRegistry,
+  type JobObserver,
+  type JobQueue,
 } from "@mcp-broker/shared";
 import { createRedisEngine } from "@mcp-broker/shared/node";
 import { CATALOG_KINDS } from "./catalog/catalog.js";
-import { CatalogService, type ReloadJob } from "./catalog/catalog-service.js";
+import { CatalogService } from "./catalog/catalog-service.js";
+import { ListChanges } from "./catalog/list-changes.js";
+import { ListReloader } from "./catalog/list-reloader.js";
 import { EdgeSecurity } from "./http/edge-security.js";
 import { createHttpServer } from "./http/http-server.js";
 import { McpEndpoint } from "./http/mcp-endpoint.js";
+import { clusterJobSchema, type ClusterJob } from "./jobs/cluster-jobs.js";
 import { createLogger, type Logger } from "./logger.js";
 import { createMetrics } from "./metrics.js";
 import { Dispatcher } from "./routing/dispatcher.js";
@@ -33,11 +38,6 @@ import { BROKER_VERSION } from "./version.js";
 export interface BrokerDeps {
   logger?: Logger;
   clock?: Clock;
-  /**
-   * Engine parts (tests share memory parts between brokers to model a cluster in one process).
-   * Without them: the Redis engine when `config.redisUrl` is set, else the memory engine.
-   */
-  engine?: { bus: Bus; registry: SubscriptionRegistry; leases: Leases };
   instanceId?: string;
 }
 
@@ -68,7 +68,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
   const clock = deps.clock ?? systemClock;
   const instanceId = deps.instanceId ?? randomUUID();
   const redis =
-    deps.engine === undefined && config.redisUrl !== undefined
+    config.redisUrl !== undefined
       ? createRedisEngine({
           url: config.redisUrl,
           keyPrefix: config.redis.keyPrefix,
@@ -77,23 +77,32 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
           onConnectionError: (role, error) => logger.warn({ role, err: error.message }, "Redis connection error"),
         })
       : undefined;
-  const { bus, registry, leases } = deps.engine ?? redis ?? { bus: new MemoryBus(), registry: new MemoryRegistry(), leases: new MemoryLeases(clock) };
-  const engineName = deps.engine !== undefined ? "custom" : redis !== undefined ? "redis" : "memory";
+  const positions = new MemoryPositions();
+  const { bus, registry, leases } = redis ?? { bus: new MemoryBus(), registry: new MemoryRegistry(), leases: new MemoryLeases(clock) };
+  const store = redis?.catalog ?? new MemoryCatalogStore(positions);
+  const engineName = redis !== undefined ? "redis" : "memory";
   const serverInfo = { name: "mcp-broker", version: BROKER_VERSION };
-  const jobs = new MemoryJobQueue<ReloadJob>({
-    clock,
-    onError: (key, error) => logger.warn({ key, err: (error as Error).message }, "list reload failed"),
-  });
+  let reloadsRun = 0;
+  const jobOptions = {
+    attempts: config.jobs.attempts,
+    backoffMs: config.jobs.backoffMs,
+    onError: (key: string, error: unknown, final: boolean) =>
+      logger.warn({ job: key, err: (error as Error).message, final }, final ? "job failed for good" : "job failed; it is retried"),
+    onRun: ((run) => {
+      if (run.key.startsWith("reload:") && run.outcome === "completed") reloadsRun++;
+      metrics.observeJob(run);
+    }) satisfies JobObserver,
+  };
+  const jobs: JobQueue<ClusterJob> =
+    redis?.jobQueue("jobs", { ...jobOptions, decode: (data) => clusterJobSchema.parse(data), concurrency: config.jobs.concurrency, lockMs: config.jobs.lockMs }) ??
+    new MemoryJobQueue<ClusterJob>({ ...jobOptions, clock });
 
   const catalog = new CatalogService(config.backends, {
     logger,
-    clock,
-    jobs,
-    debounceMs: config.lists.debounceMs,
-    relistIntervalMs: config.lists.relistIntervalMs,
-    // Each instance lists its backends itself: its list changes go to its own sessions.
+    store,
     onListChanged: (list) => sessions.listChanged(list),
   });
+  const reloader = new ListReloader({ backends: config.backends, store, bus, logger, instanceId, backend: (id) => pool.get(id) });
   const upstream = new UpstreamSubscriptions({
     registry,
     bus,
@@ -116,6 +125,15 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     connected: (backendId) => pool.get(backendId).state === "connected",
     leaseTtlMs: config.redis.leaseTtlMs,
     watcherTimeoutMs: config.redis.watcherTimeoutMs,
+    onWatching: (backendId) => listChanges.watching(pool.get(backendId)),
+  });
+  const listChanges = new ListChanges({
+    jobs,
+    backends: config.backends,
+    debounceMs: config.lists.debounceMs,
+    relistIntervalMs: config.lists.relistIntervalMs,
+    watching: (backendId) => watchers.holds(backendId),
+    logger,
   });
   const pool = new BackendPool(config.backends, {
     logger,
@@ -124,19 +142,18 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     listener: {
       connected: (backend) => {
         router?.backendConnected(backend);
-        void catalog.backendConnected(backend).then(() => watchers.backendConnected(backend.id));
+        void catalog.backendConnected(backend.id).then(() => watchers.backendConnected(backend.id));
       },
       disconnected: (backend) => {
         watchers.backendDisconnected(backend.id);
-        catalog.backendDisconnected(backend);
+        catalog.backendDisconnected(backend.id);
       },
       resourceUpdated: (backend, uri) => upstream.resourceUpdated(backend.id, uri),
-      listChanged: (backend, kind) => catalog.listChanged(backend, kind),
+      listChanged: (backend, kind) => listChanges.listChanged(backend.id, kind),
       updatesMissed: (backend, uris) => upstream.updatesMissed(backend.id, uris),
       log: (backend, params) => router?.relayLog(backend.id, params),
     },
   });
-  catalog.attach(pool);
   upstream.attach(pool);
   router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name) });
   const dispatcher = new Dispatcher(router, logger, { serverInfo, cacheScope: config.auth.apiKeys.length > 0 ? "private" : "public" });
@@ -148,9 +165,10 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     catalogItems: () => Object.fromEntries(CATALOG_KINDS.map((kind) => [kind, catalog.catalog.list(kind).length])),
     heldTools: () => catalog.heldTools().length,
     watching: (backendId) => watchers.holds(backendId),
+    jobs: () => jobs.stats(),
     counts: () => {
       const delivered = sessions.deliveries();
-      return { updatesIn: upstream.updatesReceived(), resourceDeliveries: delivered.resourceUpdated, listChangedDeliveries: delivered.listChanged, reloads: catalog.reloads() };
+      return { updatesIn: upstream.updatesReceived(), resourceDeliveries: delivered.resourceUpdated, listChangedDeliveries: delivered.listChanged, reloads: reloadsRun };
     },
   });
   const sessions = new SessionHost({
@@ -196,14 +214,36 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     retryReleases: () => sessions.retryReleases(),
   });
   bus.onMessage((channel, message) => {
-    // This instance's own updates reached its sessions already (deliverLocally).
-    if (message.kind !== "resource.updated") watchers.receive(message);
-    else if (message.origin !== instanceId) sessions.receive(channel, message);
+    switch (message.kind) {
+      case "resource.updated":
+        // This instance's own updates reached its sessions already (deliverLocally).
+        if (message.origin !== instanceId) sessions.receive(channel, message);
+        return;
+      case "catalog.changed":
+        void catalog.changed(message);
+        return;
+      default:
+        watchers.receive(message);
+    }
   });
   bus.onGap((side) => {
-    if (side === "receive") sessions.busGap();
-    else watchers.publishGap();
+    if (side === "publish") {
+      watchers.publishGap();
+      return;
+    }
+    sessions.busGap();
+    void catalog.resync();
   });
+  if (config.jobs.process) {
+    jobs.process(async (_key, job) => {
+      switch (job.type) {
+        case "reload":
+          return reloader.reload(job.backendId, job.list);
+        default:
+          logger.warn({ job: job.type }, "job not run: this member does not know it yet");
+      }
+    });
+  }
   let http: Server | undefined;
   let backendsStarted = false;
 
@@ -217,6 +257,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
         throw new Error(`Redis at ${redactUrl(config.redisUrl ?? "")} cannot be reached: ${(error as Error).message}`, { cause: error });
       }
     }
+    await bus.subscribe(CHANNEL.catalog);
     await presence.start();
     await watchers.start();
     pool.start();
@@ -256,7 +297,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     async whenReady(timeoutMs = 30_000) {
       const deadline = Date.now() + timeoutMs;
       while (Date.now() < deadline) {
-        if (pool.ready() && (await jobs.pending()).length === 0 && catalog.loading() === 0 && watchers.settled()) return true;
+        if (pool.ready() && pool.all().every((b) => b.state !== "connected" || catalog.ready(b.id)) && watchers.settled()) return true;
         await new Promise((r) => setTimeout(r, 25));
       }
       return false;
@@ -273,7 +314,6 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       presence.close();
       await watchers.close();
       upstream.close();
-      catalog.close();
       await jobs.close();
       await pool.close();
       await bus.close();

@@ -1,3 +1,4 @@
+import type { JobOutcome, JobStats } from "@mcp-broker/shared";
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 
 /** What the broker's parts report at scrape time (plain numbers, so the hot paths only add to a field). */
@@ -11,12 +12,16 @@ export interface MetricsSources {
   watching(backendId: string): boolean;
   /** Monotonic counts since start. */
   counts(): { updatesIn: number; resourceDeliveries: number; listChangedDeliveries: number; reloads: number };
+  /** The cluster's job queue by state (the whole cluster's, on the Redis engine). */
+  jobs(): Promise<JobStats>;
 }
 
 export interface BrokerMetrics {
   readonly registry: Registry;
   /** Time from a backend update's arrival to its fan-out (the bus hop), once per update. */
   observeBusLatency(ms: number): void;
+  /** One run of a job by this member. */
+  observeJob(run: { key: string; outcome: JobOutcome; durationMs: number }): void;
 }
 
 /**
@@ -63,12 +68,43 @@ export function createMetrics(sources: MetricsSources): BrokerMetrics {
   counter("mcp_broker_resource_updates_received_total", "resources/updated from backends (for watched resources).", (c) => c.updatesIn);
   counter("mcp_broker_resource_updated_delivered_total", "resources/updated written to client streams.", (c) => c.resourceDeliveries);
   counter("mcp_broker_list_changed_delivered_total", "list_changed written to client streams.", (c) => c.listChangedDeliveries);
-  counter("mcp_broker_list_reloads_total", "Backend list reloads run (after debounce).", (c) => c.reloads);
+  counter("mcp_broker_list_reloads_total", "Backend list reloads this member ran (reload jobs completed).", (c) => c.reloads);
   const busLatency = new Histogram({
     name: "mcp_broker_bus_latency_seconds",
     help: "From a backend update's arrival to its fan-out to sessions (the bus hop).",
     buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
     registers: [registry],
   });
-  return { registry, observeBusLatency: (ms) => busLatency.observe(Math.max(0, ms) / 1_000) };
+  new Gauge({
+    name: "mcp_broker_jobs",
+    help: "The cluster's jobs by state: waiting, delayed, active; failed and completed as retained (the newest 1000 and 100).",
+    labelNames: ["state"],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      try {
+        const stats: JobStats = await sources.jobs();
+        for (const [state, count] of Object.entries(stats) as [string, number][]) this.set({ state }, count);
+      } catch {
+        // Redis away: no figure rather than a wrong one.
+      }
+    },
+  });
+  const jobRuns = new Counter({ name: "mcp_broker_job_runs_total", help: "Job runs by this member, by job type and outcome (completed, retry, failed).", labelNames: ["type", "outcome"], registers: [registry] });
+  const jobDuration = new Histogram({
+    name: "mcp_broker_job_duration_seconds",
+    help: "How long this member's job runs took, by job type.",
+    labelNames: ["type"],
+    buckets: [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30],
+    registers: [registry],
+  });
+  return {
+    registry,
+    observeBusLatency: (ms) => busLatency.observe(Math.max(0, ms) / 1_000),
+    observeJob: ({ key, outcome, durationMs }) => {
+      const type = key.split(":", 1)[0] ?? key;
+      jobRuns.inc({ type, outcome });
+      jobDuration.observe({ type }, Math.max(0, durationMs) / 1_000);
+    },
+  };
 }

@@ -125,6 +125,25 @@ export const brokerConfigSchema = z
       })
       .strict()
       .prefault({}),
+    jobs: z
+      .object({
+        /**
+         * This member runs the cluster's jobs (list reloads, reaping, audits, lowered limits). A lone
+         * broker must; in a fleet with workers, brokers may leave them to the workers.
+         */
+        process: z.boolean().default(true),
+        /** Jobs this member runs at once (one key never runs twice at once). */
+        concurrency: z.number().int().min(1).max(100).default(8),
+        /** Runs a failing job gets before it fails for good; the retries back off exponentially from backoffMs. */
+        attempts: z.number().int().min(1).max(100).default(10),
+        backoffMs: positiveMs.default(500),
+        /** A running job's lock (Redis engine): a member that dies mid-job loses the job to another within about twice this. */
+        lockMs: z.number().int().min(1_000).max(MAX_TIMER_MS, TOO_LONG).default(30_000),
+        /** How often the subscription counts are recounted from the sessions' sets and repaired. */
+        auditIntervalMs: positiveMs.default(5 * 60_000),
+      })
+      .strict()
+      .prefault({}),
     logging: z
       .object({ level: z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]).default("info") })
       .strict()

@@ -39,6 +39,17 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
   }),
   /** To a backend's watcher: the cluster-wide count for (backend, uri) reached zero. */
   z.object({ kind: z.literal("watch.release"), v: z.literal(1), origin: z.string(), backendId: z.string(), uri: z.string() }),
+  /**
+   * A backend's lists were reloaded (on `CHANNEL.catalog`): the versions now stored in the cluster
+   * catalog, which members that applied an older one fetch and apply.
+   */
+  z.object({
+    kind: z.literal("catalog.changed"),
+    v: z.literal(1),
+    origin: z.string(),
+    backendId: z.string(),
+    lists: z.array(z.object({ kind: z.enum(["tools", "prompts", "resources", "resourceTemplates"]), version: z.number().int().nonnegative() })),
+  }),
   /** The watcher's answer to `watch.ensure`. */
   z.object({
     kind: z.literal("watch.result"),
@@ -137,6 +148,8 @@ export const CHANNEL = {
   watcher: (backendId: string) => `watch:${backendId}`,
   /** Answers to one instance. */
   replies: (instanceId: string) => `reply:${instanceId}`,
+  /** Catalog changes, for every member. */
+  catalog: "catalog",
 } as const;
 
 /** The lease whose holder watches a backend upstream for the whole cluster. */

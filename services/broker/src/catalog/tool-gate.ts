@@ -1,89 +1,63 @@
-import type { BackendConfig } from "@mcp-broker/shared";
+import type { BackendConfig, HeldTool, ListBody } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
 import { canonicalHash } from "./canonical-hash.js";
 
-const NONE: ReadonlySet<string> = new Set();
+export type { HeldTool };
 
-/** A tool definition the broker does not expose until an operator pins it. */
-export interface HeldTool {
-  backendId: string;
-  /** The backend's own name for it. */
-  name: string;
-  /** Canonical hash of the held definition: what `pinnedTools` needs to let it through. */
-  hash: string;
-  /** The hash it was pinned with, when the held definition is a change of a pinned tool. */
-  pinned?: string;
-}
+/** What the gate keeps of a backend's tools list between reloads: stored with the list in the cluster catalog. */
+export type ToolGateState = NonNullable<ListBody["gate"]>;
 
-interface BackendGate {
-  pins: Map<string, string>;
-  /** Pins come from the config only (`pinnedTools`): nothing is pinned on first sight. */
-  fixed: boolean;
-  /** The first tools list was admitted (trust on first use ends there). */
-  firstListSeen: boolean;
-  held: Map<string, HeldTool>;
+/** Whether a backend's tool changes are gated at all (`toolChanges: "hold"` or `pinnedTools`). */
+export function isGated(backend: Pick<BackendConfig, "toolChanges" | "pinnedTools">): boolean {
+  return backend.toolChanges === "hold" || backend.pinnedTools !== undefined;
 }
 
 /**
  * Backend list changes are untrusted (a changed tool description can change what an agent does).
- * For backends with `toolChanges: "hold"` the first definition of each tool the broker sees is
+ * For backends with `toolChanges: "hold"` the first definition of each tool the cluster sees is
  * pinned; a later different definition, or a tool that appears later, is held: left out of
  * `tools/list`, refused on `tools/call`, logged with its hash and listed in `/readyz`, until an
  * operator pins that hash in `pinnedTools` (and restarts). With `pinnedTools`, exactly those
- * definitions pass. Pins live as long as the broker process, across backend reconnects.
+ * definitions pass. The pins are stored with the tools list in the cluster catalog, so they live as
+ * long as it does (the memory engine's: the process; Redis's: until its keys are deleted), across
+ * backend reconnects and whichever member reloads the list.
+ *
+ * `previous` is the gate of the stored list (undefined when none is stored: the first list).
+ * Returns the gate to store with this list, or undefined for a backend that is not gated.
  */
-export class ToolGate {
-  private readonly gates = new Map<string, BackendGate>();
-
-  constructor(
-    backends: readonly BackendConfig[],
-    private readonly logger: Logger,
-  ) {
-    for (const backend of backends) {
-      if (backend.toolChanges !== "hold" && backend.pinnedTools === undefined) continue;
-      const pins = new Map(Object.entries(backend.pinnedTools ?? {}));
-      this.gates.set(backend.id, { pins, fixed: backend.pinnedTools !== undefined, firstListSeen: false, held: new Map() });
+export function gateTools(
+  backend: Pick<BackendConfig, "id" | "toolChanges" | "pinnedTools">,
+  previous: ToolGateState | undefined,
+  tools: readonly Record<string, unknown>[],
+  logger: Logger,
+): ToolGateState | undefined {
+  if (!isGated(backend)) return undefined;
+  const fixed = backend.pinnedTools !== undefined;
+  // Trust on first use ends with the first stored list; configured pins always come from the config.
+  const pins: Record<string, string> = fixed ? { ...backend.pinnedTools } : { ...previous?.pins };
+  const firstList = previous === undefined;
+  const heldBefore = new Map((previous?.held ?? []).map((held) => [held.name, held.hash]));
+  const held: HeldTool[] = [];
+  const seen = new Set<string>();
+  for (const tool of tools) {
+    // The catalog keeps the first of a repeated name; so does the gate.
+    if (typeof tool.name !== "string" || seen.has(tool.name)) continue;
+    seen.add(tool.name);
+    const hash = canonicalHash(tool);
+    const pinned = pins[tool.name];
+    if (pinned === hash || (pinned === undefined && !fixed && firstList)) {
+      pins[tool.name] = hash;
+      continue;
+    }
+    held.push({ backendId: backend.id, name: tool.name, hash, ...(pinned !== undefined && { pinned }) });
+    if (heldBefore.get(tool.name) !== hash) {
+      logger.warn(
+        { backend: backend.id, tool: tool.name, hash, pinned, definition: tool },
+        pinned === undefined
+          ? "tool held: not pinned; pin its hash in backends[].pinnedTools to expose it"
+          : "tool held: its definition changed since it was pinned; pin the new hash in backends[].pinnedTools to expose it",
+      );
     }
   }
-
-  /** Names of the tools of one complete list that are held (each logged once); the rest may be exposed. */
-  admit(backendId: string, tools: readonly Record<string, unknown>[]): ReadonlySet<string> {
-    const gate = this.gates.get(backendId);
-    if (gate === undefined) return NONE;
-    const held = new Map<string, HeldTool>();
-    const seen = new Set<string>();
-    for (const tool of tools) {
-      // The catalog keeps the first of a repeated name; so does the gate.
-      if (typeof tool.name !== "string" || seen.has(tool.name)) continue;
-      seen.add(tool.name);
-      const hash = canonicalHash(tool);
-      const pinned = gate.pins.get(tool.name);
-      if (pinned === hash || (pinned === undefined && !gate.fixed && !gate.firstListSeen)) {
-        gate.pins.set(tool.name, hash);
-        continue;
-      }
-      const entry: HeldTool = { backendId, name: tool.name, hash, ...(pinned !== undefined && { pinned }) };
-      held.set(tool.name, entry);
-      if (gate.held.get(tool.name)?.hash !== hash) {
-        this.logger.warn(
-          { backend: backendId, tool: tool.name, hash, pinned, definition: tool },
-          pinned === undefined
-            ? "tool held: not pinned; pin its hash in backends[].pinnedTools to expose it"
-            : "tool held: its definition changed since it was pinned; pin the new hash in backends[].pinnedTools to expose it",
-        );
-      }
-    }
-    gate.firstListSeen = true;
-    gate.held = held;
-    return new Set(held.keys());
-  }
-
-  /** The backend dropped: its tools, held ones included, are gone until it lists them again. */
-  clear(backendId: string): void {
-    this.gates.get(backendId)?.held.clear();
-  }
-
-  all(): HeldTool[] {
-    return [...this.gates.values()].flatMap((gate) => [...gate.held.values()]);
-  }
+  return { pins, held };
 }

@@ -27,6 +27,11 @@ export interface BackendWatchersDeps {
   leaseTtlMs: number;
   /** How long an ensure waits for the watcher on another instance. */
   watcherTimeoutMs: number;
+  /**
+   * This instance starts watching the backend (it took the lease, or its connection came back while
+   * it held it): whatever the backend changed while nobody was watching is caught up on.
+   */
+  onWatching?: (backendId: string) => void;
 }
 
 /**
@@ -259,7 +264,7 @@ export class BackendWatchers implements UpstreamPort {
         return;
       }
       // Reconnected while holding the lease: the connection's subscriptions are gone, watch again.
-      if (reason === "connected") void this.deps.local.backendConnected({ id: backendId });
+      if (reason === "connected") this.watchingNow(backendId);
       if (reason === "periodic" && !this.reconciling.has(backendId)) {
         this.reconciling.add(backendId);
         void this.deps.local.reconcile(backendId).finally(() => this.reconciling.delete(backendId));
@@ -269,7 +274,12 @@ export class BackendWatchers implements UpstreamPort {
     if (!(await this.deps.leases.acquire(name, instanceId, leaseTtlMs))) return;
     this.held.add(backendId);
     this.deps.logger.info({ backend: backendId }, "watching the backend for the cluster");
+    this.watchingNow(backendId);
+  }
+
+  private watchingNow(backendId: string): void {
     void this.deps.local.backendConnected({ id: backendId });
+    this.deps.onWatching?.(backendId);
   }
 }
 

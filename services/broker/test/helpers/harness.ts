@@ -26,7 +26,7 @@ export async function startBroker(
   const ready =
     wanted === undefined
       ? await broker.whenReady(30_000)
-      : await eventually(() => wanted.every((id) => broker.pool.get(id).state === "connected") && broker.catalog.loading() === 0, `backends ${wanted.join(", ")}`, 30_000).then(
+      : await eventually(() => wanted.every((id) => broker.pool.get(id).state === "connected" && broker.catalog.ready(id)), `backends ${wanted.join(", ")}`, 30_000).then(
           () => true,
           () => false,
         );

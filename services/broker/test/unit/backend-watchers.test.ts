@@ -35,7 +35,7 @@ function member(hub: MemoryBusHub, leases: Leases, instanceId: string, connected
     watcherTimeoutMs: 2_000,
   });
   bus.onMessage((_channel, message) => {
-    if (message.kind !== "resource.updated") watchers.receive(message);
+    if (message.kind !== "resource.updated" && message.kind !== "catalog.changed") watchers.receive(message);
   });
   return { local, watchers };
 }

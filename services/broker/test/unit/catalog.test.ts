@@ -1,10 +1,11 @@
-import { BrokerError, MemoryJobQueue, type Clock } from "@mcp-broker/shared";
+import { BrokerError, CHANNEL, MemoryBus, MemoryCatalogStore, MemoryJobQueue, MemoryPositions, type BackendConfig, type Clock } from "@mcp-broker/shared";
 import { pino } from "pino";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { ancestorsOf, Catalog, isSubResource } from "../../src/catalog/catalog.js";
-import { CatalogService, type ReloadJob } from "../../src/catalog/catalog-service.js";
-import type { BackendConnection } from "../../src/upstream/backend-connection.js";
-import type { BackendPool } from "../../src/upstream/backend-pool.js";
+import { CatalogService } from "../../src/catalog/catalog-service.js";
+import { ListChanges } from "../../src/catalog/list-changes.js";
+import { ListReloader, type ListedBackend } from "../../src/catalog/list-reloader.js";
+import type { ClusterJob } from "../../src/jobs/cluster-jobs.js";
 
 describe("catalog", () => {
   const catalog = () =>
@@ -104,230 +105,196 @@ describe("catalog", () => {
   });
 });
 
-describe("catalog service: debounced reloads on fake timers", () => {
+/**
+ * One member's catalog path on the memory engine, on fake timers: list_changed → a debounced reload
+ * job → the cluster catalog → the announcement on the bus → this member's lists and their
+ * list_changed. The backend is a fake that counts its list requests.
+ */
+describe("catalog: reload jobs, the cluster catalog and what members apply", () => {
   const clock: Clock = { now: () => Date.now(), setTimeout: (f, ms) => setTimeout(f, ms), clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };
-  let tools: Record<string, unknown>[];
-  let listCalls: number;
-  let release: (() => void) | undefined;
-  let backend: BackendConnection;
-  let service: CatalogService;
+  const config: BackendConfig = { id: "a", command: "x", args: [], prefix: true, era: "auto", timeoutMs: 1000, reconnect: { initialDelayMs: 1, maxDelayMs: 1, multiplier: 1 }, healthIntervalMs: 1000, toolChanges: "accept" };
+  let lists: Record<string, unknown>;
+  let calls: string[];
+  let failures: number;
+  let hold: Promise<void> | undefined;
+  let backend: ListedBackend & { state: string; capabilities: Record<string, unknown> };
+  let jobs: MemoryJobQueue<ClusterJob>;
+  let catalog: CatalogService;
+  let changes: ListChanges;
   let announced: string[];
+  let bus: MemoryBus;
 
-  beforeEach(() => {
+  beforeEach(async () => {
     vi.useFakeTimers();
-    tools = [{ name: "one" }];
-    listCalls = 0;
-    release = undefined;
+    lists = { tools: [{ name: "one" }], resources: [], resourceTemplates: [], prompts: [] };
+    calls = [];
+    failures = 0;
+    hold = undefined;
     announced = [];
     backend = {
       id: "a",
       state: "connected",
-      capabilities: { tools: { listChanged: true } },
-      request: async (method: string) => {
-        if (method !== "tools/list") return {};
-        listCalls++;
-        const snapshot = [...tools];
-        if (release === undefined && listCalls === 2) await new Promise<void>((r) => (release = r));
-        return { tools: snapshot };
-      },
-    } as unknown as BackendConnection;
-    service = new CatalogService([{ id: "a", command: "x", args: [], prefix: true, era: "auto", timeoutMs: 1000, reconnect: { initialDelayMs: 1, maxDelayMs: 1, multiplier: 1 }, healthIntervalMs: 1000, toolChanges: "accept" }], {
-      logger: pino({ level: "silent" }),
-      clock,
-      jobs: new MemoryJobQueue<ReloadJob>({ clock }),
-      debounceMs: 1_000,
-      relistIntervalMs: 60_000,
-      onListChanged: (list) => announced.push(list),
-    });
-    service.attach({ get: () => backend } as unknown as BackendPool);
-  });
-
-  afterEach(() => {
-    service.close();
-    vi.useRealTimers();
-  });
-
-  it("turns a burst into one reload, a change during a reload into exactly one more, and announces only real changes", async () => {
-    await service.backendConnected(backend);
-    expect(listCalls).toBe(1);
-    expect(announced).toEqual(["tools"]);
-
-    tools = [{ name: "one" }, { name: "two" }];
-    for (let i = 0; i < 50; i++) service.listChanged(backend, "tools");
-    await vi.advanceTimersByTimeAsync(999);
-    expect(listCalls).toBe(1);
-    await vi.advanceTimersByTimeAsync(1);
-    expect(listCalls).toBe(2); // running, held open by the test
-
-    tools = [{ name: "one" }, { name: "two" }, { name: "three" }];
-    service.listChanged(backend, "tools");
-    service.listChanged(backend, "tools");
-    release?.();
-    await vi.advanceTimersByTimeAsync(0);
-    expect(announced).toEqual(["tools", "tools"]);
-    await vi.advanceTimersByTimeAsync(1_000);
-    expect(listCalls).toBe(3);
-    expect(announced).toEqual(["tools", "tools", "tools"]);
-    expect(service.catalog.list("tools").map((t) => t.exposedKey)).toEqual(["a__one", "a__two", "a__three"]);
-
-    // list_changed without a real change: a reload, but nothing announced.
-    service.listChanged(backend, "tools");
-    await vi.advanceTimersByTimeAsync(1_000);
-    expect(listCalls).toBe(4);
-    expect(announced).toHaveLength(3);
-    await vi.advanceTimersByTimeAsync(10_000);
-    expect(listCalls).toBe(4);
-  });
-
-  it("reloads a backend's resources and templates together: one resources list_changed for both", async () => {
-    let resources = [{ uri: "x://one", name: "one" }];
-    let templates = [{ uriTemplate: "x://{id}", name: "item" }];
-    const calls: string[] = [];
-    backend = {
-      id: "a",
-      state: "connected",
-      capabilities: { resources: { listChanged: true } },
+      capabilities: { tools: { listChanged: true }, resources: { listChanged: true } },
       request: async (method: string) => {
         calls.push(method);
-        return method === "resources/list" ? { resources } : method === "resources/templates/list" ? { resourceTemplates: templates } : {};
-      },
-    } as unknown as BackendConnection;
-    await service.backendConnected(backend);
-    expect(announced).toEqual(["resources"]);
-    resources = [...resources, { uri: "x://two", name: "two" }];
-    templates = [{ uriTemplate: "x://{id}/v2", name: "item" }];
-    calls.length = 0;
-    service.listChanged(backend, "resources");
-    await vi.advanceTimersByTimeAsync(1_000);
-    expect(calls.sort()).toEqual(["resources/list", "resources/templates/list"]);
-    expect(announced).toEqual(["resources", "resources"]);
-  });
-
-  it("does not store a list fetched before the backend reconnected", async () => {
-    await service.backendConnected(backend); // call 1
-    tools = [{ name: "stale" }];
-    const stale = service.backendConnected(backend); // call 2, held open
-    await vi.advanceTimersByTimeAsync(0);
-    service.backendDisconnected(backend);
-    tools = [{ name: "fresh" }];
-    await service.backendConnected(backend); // call 3
-    release?.();
-    await stale;
-    expect(service.catalog.list("tools").map((t) => t.exposedKey)).toEqual(["a__fresh"]);
-  });
-});
-
-describe("catalog service: failed list loads are retried with the backend's backoff", () => {
-  const clock: Clock = { now: () => Date.now(), setTimeout: (f, ms) => setTimeout(f, ms), clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };
-  // Delays lie in [d/2, d]: attempt 0 in [50, 100] ms, attempt 1 in [100, 200], then [200, 400]. Each
-  // step below advances 1 ms past the latest moment it waits for, so the run's promises settle too.
-  const reconnect = { initialDelayMs: 100, maxDelayMs: 400, multiplier: 2 };
-  let tools: Record<string, unknown>[];
-  let listCalls: number;
-  let failures: number;
-  let backend: { id: string; state: string; capabilities: unknown; request: (method: string) => Promise<Record<string, unknown>> };
-  let service: CatalogService;
-  let announced: string[];
-
-  const listed = () => service.catalog.list("tools").map((t) => t.exposedKey);
-
-  beforeEach(() => {
-    vi.useFakeTimers();
-    tools = [{ name: "one" }];
-    listCalls = 0;
-    failures = 0;
-    announced = [];
-    backend = {
-      id: "a",
-      state: "connected",
-      capabilities: { tools: { listChanged: true } },
-      request: async (method: string) => {
-        if (method !== "tools/list") return {};
-        listCalls++;
+        const field = { "tools/list": "tools", "prompts/list": "prompts", "resources/list": "resources", "resources/templates/list": "resourceTemplates" }[method] ?? "";
+        const snapshot = lists[field];
+        if (hold !== undefined) await hold;
         if (failures > 0) {
           failures--;
           throw new BrokerError("BACKEND_TIMEOUT", "Backend 'a' did not answer within 1000 ms.");
         }
-        return { tools: [...tools] };
+        return { [field]: snapshot };
       },
     };
-    service = new CatalogService([{ id: "a", command: "x", args: [], prefix: true, era: "auto", timeoutMs: 1000, reconnect, healthIntervalMs: 1000, toolChanges: "accept" }], {
-      logger: pino({ level: "silent" }),
-      clock,
-      jobs: new MemoryJobQueue<ReloadJob>({ clock }),
-      debounceMs: 10,
-      relistIntervalMs: 60_000,
-      onListChanged: (list) => announced.push(list),
+    const logger = pino({ level: "silent" });
+    const store = new MemoryCatalogStore(new MemoryPositions());
+    bus = new MemoryBus();
+    jobs = new MemoryJobQueue<ClusterJob>({ clock, attempts: 3, backoffMs: 100 });
+    const reloader = new ListReloader({ backends: [config], store, bus, logger, instanceId: "me", backend: () => backend });
+    jobs.process(async (_key, job) => (job.type === "reload" ? reloader.reload(job.backendId, job.list) : undefined));
+    catalog = new CatalogService([config], { logger, store, onListChanged: (list) => announced.push(list) });
+    changes = new ListChanges({ jobs, backends: [config], debounceMs: 1_000, relistIntervalMs: 60_000, watching: () => true, logger });
+    await bus.subscribe(CHANNEL.catalog);
+    bus.onMessage((_channel, message) => {
+      if (message.kind === "catalog.changed") void catalog.changed(message);
     });
-    service.attach({ get: () => backend } as unknown as BackendPool);
+    await catalog.backendConnected("a");
+    changes.watching(backend);
+    await vi.advanceTimersByTimeAsync(1);
   });
 
-  afterEach(() => {
-    service.close();
+  afterEach(async () => {
+    await jobs.close();
     vi.useRealTimers();
   });
 
-  const connection = () => backend as unknown as BackendConnection;
+  const listed = () => catalog.catalog.list("tools").map((t) => t.exposedKey);
+  const toolLists = () => calls.filter((method) => method === "tools/list").length;
 
-  it("reloads a list whose reload failed, with growing delays, until one succeeds", async () => {
-    await service.backendConnected(connection());
-    expect(listed()).toEqual(["a__one"]);
-
-    tools = [{ name: "one" }, { name: "two" }];
-    failures = 2;
-    service.listChanged(connection(), "tools");
-    await vi.advanceTimersByTimeAsync(11);
-    expect(listCalls).toBe(2); // failed at 10 ms; retried in [60, 110]
-    await vi.advanceTimersByTimeAsync(100);
-    expect(listCalls).toBe(3); // failed again; retried in [160, 310]
-    await vi.advanceTimersByTimeAsync(200);
-    expect(listCalls).toBe(4);
-    expect(listed()).toEqual(["a__one", "a__two"]);
-    expect(announced).toEqual(["tools", "tools"]);
-
-    // Loaded: nothing more, and the next failure starts the backoff over.
-    await vi.advanceTimersByTimeAsync(10_000);
-    expect(listCalls).toBe(4);
-    failures = 1;
-    service.listChanged(connection(), "tools");
-    await vi.advanceTimersByTimeAsync(11 + 100);
-    expect(listCalls).toBe(6);
-  });
-
-  it("retries a list that failed while loading at connect", async () => {
-    failures = 1;
-    await service.backendConnected(connection());
-    expect(listed()).toEqual([]);
-    await vi.advanceTimersByTimeAsync(101);
-    expect(listCalls).toBe(2);
+  it("loads every list when the member starts watching, and is ready once all are applied", () => {
+    expect(catalog.ready("a")).toBe(true);
     expect(listed()).toEqual(["a__one"]);
     expect(announced).toEqual(["tools"]);
+    // Resources and templates together; prompts (not offered) stored empty without a request.
+    expect(calls.sort()).toEqual(["resources/list", "resources/templates/list", "tools/list"]);
   });
 
-  it("keeps the job queue's contract: a list_changed during the backoff reloads after the debounce, and the retry is then dropped", async () => {
-    await service.backendConnected(connection());
-    failures = 1;
-    service.listChanged(connection(), "tools");
-    await vi.advanceTimersByTimeAsync(11);
-    expect(listCalls).toBe(2); // failed at 10 ms; a retry waits until [60, 110]
-    tools = [{ name: "one" }, { name: "three" }];
-    service.listChanged(connection(), "tools");
-    await vi.advanceTimersByTimeAsync(11);
-    expect(listCalls).toBe(3);
-    expect(listed()).toEqual(["a__one", "a__three"]);
+  it("turns a burst into one reload, a change during a reload into exactly one more, and announces only real changes", async () => {
+    lists.tools = [{ name: "one" }, { name: "two" }];
+    for (let i = 0; i < 50; i++) changes.listChanged("a", "tools");
+    await vi.advanceTimersByTimeAsync(999);
+    expect(toolLists()).toBe(1);
+    let release: () => void = () => undefined;
+    hold = new Promise<void>((resolve) => (release = resolve));
+    await vi.advanceTimersByTimeAsync(1);
+    expect(toolLists()).toBe(2); // running, held open by the test
+
+    lists.tools = [{ name: "one" }, { name: "two" }, { name: "three" }];
+    changes.listChanged("a", "tools");
+    changes.listChanged("a", "tools");
+    hold = undefined;
+    release();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(announced).toEqual(["tools", "tools"]);
+    expect(listed()).toEqual(["a__one", "a__two"]);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(toolLists()).toBe(3);
+    expect(announced).toEqual(["tools", "tools", "tools"]);
+    expect(listed()).toEqual(["a__one", "a__two", "a__three"]);
+
+    // list_changed without a real change: a reload, but nothing stored or announced.
+    changes.listChanged("a", "tools");
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(toolLists()).toBe(4);
+    expect(announced).toHaveLength(3);
     await vi.advanceTimersByTimeAsync(10_000);
-    expect(listCalls).toBe(3);
+    expect(toolLists()).toBe(4);
   });
 
-  it("stops retrying when the backend drops (its reconnect loads everything anyway)", async () => {
-    await service.backendConnected(connection());
-    failures = Number.POSITIVE_INFINITY;
-    service.listChanged(connection(), "tools");
-    await vi.advanceTimersByTimeAsync(11 + 100 + 200);
-    expect(listCalls).toBe(4); // the next retry comes at 360 ms at the earliest
+  it("reloads a backend's resources and templates together: one resources list_changed for both", async () => {
+    lists.resources = [{ uri: "x://one", name: "one" }];
+    lists.resourceTemplates = [{ uriTemplate: "x://{id}", name: "item" }];
+    calls.length = 0;
+    changes.listChanged("a", "resources");
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(calls.sort()).toEqual(["resources/list", "resources/templates/list"]);
+    expect(announced).toEqual(["tools", "resources"]);
+  });
+
+  it("leaves list_changed to the backend's watcher when this member does not watch it", async () => {
+    const bystander = new ListChanges({ jobs, backends: [config], debounceMs: 1_000, relistIntervalMs: 60_000, watching: () => false, logger: pino({ level: "silent" }) });
+    lists.tools = [{ name: "two" }];
+    bystander.listChanged("a", "tools");
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(toolLists()).toBe(1);
+    expect(listed()).toEqual(["a__one"]);
+  });
+
+  it("keeps the last good version when a backend answers a list with garbage, and retries the job", async () => {
+    lists.tools = "not a list";
+    changes.listChanged("a", "tools");
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(toolLists()).toBe(2);
+    expect(listed()).toEqual(["a__one"]);
+    lists.tools = [{ name: "one" }, { name: "fixed" }];
+    await vi.advanceTimersByTimeAsync(100); // the first retry's backoff
+    expect(toolLists()).toBe(3);
+    expect(listed()).toEqual(["a__one", "a__fixed"]);
+  });
+
+  it("retries a reload that failed, with backoff, until one succeeds", async () => {
+    lists.tools = [{ name: "one" }, { name: "two" }];
+    failures = 2;
+    changes.listChanged("a", "tools");
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(toolLists()).toBe(2);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(toolLists()).toBe(3);
+    expect(listed()).toEqual(["a__one"]);
+    await vi.advanceTimersByTimeAsync(200);
+    expect(toolLists()).toBe(4);
+    expect(listed()).toEqual(["a__one", "a__two"]);
+  });
+
+  it("takes a backend's items out while this member's connection is down, and back from the store without listing it", async () => {
     backend.state = "backoff";
-    service.backendDisconnected(connection());
-    await vi.advanceTimersByTimeAsync(10_000);
-    expect(listCalls).toBe(4);
+    catalog.backendDisconnected("a");
+    await vi.advanceTimersByTimeAsync(0);
+    expect(listed()).toEqual([]);
+    expect(catalog.ready("a")).toBe(false);
+    backend.state = "connected";
+    await catalog.backendConnected("a");
+    expect(listed()).toEqual(["a__one"]);
+    expect(catalog.ready("a")).toBe(true);
+    expect(toolLists()).toBe(1);
+    expect(announced).toEqual(["tools", "tools", "tools"]);
+  });
+
+  it("applies a stored version once, however often and in whatever order it is announced", async () => {
+    lists.tools = [{ name: "one" }, { name: "two" }];
+    changes.listChanged("a", "tools");
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(announced).toEqual(["tools", "tools"]);
+    await catalog.changed({ kind: "catalog.changed", v: 1, origin: "other", backendId: "a", lists: [{ kind: "tools", version: 1 }] });
+    await catalog.changed({ kind: "catalog.changed", v: 1, origin: "other", backendId: "a", lists: [{ kind: "tools", version: 2 }] });
+    await catalog.resync();
+    expect(announced).toEqual(["tools", "tools"]);
+  });
+
+  it("re-lists a backend that does not announce changes on a schedule, one repetition per list", async () => {
+    backend.capabilities = { tools: {} };
+    changes.watching(backend);
+    changes.watching(backend); // a second watch start does not add a second repetition
+    await vi.advanceTimersByTimeAsync(1);
+    const before = toolLists();
+    lists.tools = [{ name: "one" }, { name: "relisted" }];
+    await vi.advanceTimersByTimeAsync(60_000);
+    await vi.advanceTimersByTimeAsync(1); // the run the repetition scheduled (a 0 ms timer waits 1 ms)
+    expect(toolLists()).toBe(before + 1);
+    await vi.advanceTimersByTimeAsync(60_000);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(toolLists()).toBe(before + 2);
+    expect(listed()).toEqual(["a__one", "a__relisted"]);
   });
 });

@@ -52,7 +52,7 @@ export class MemoryJobQueue<T> implements JobQueue<T> {
   }
 
   async repeat(key: string, data: T, everyMs: number): Promise<void> {
-    await this.stopRepeat(key);
+    this.clearRepeat(key);
     if (this.closed) return;
     const tick = (): void => {
       const timer = this.clock.setTimeout(() => {
@@ -66,6 +66,10 @@ export class MemoryJobQueue<T> implements JobQueue<T> {
   }
 
   async stopRepeat(key: string): Promise<void> {
+    this.clearRepeat(key);
+  }
+
+  private clearRepeat(key: string): void {
     const timer = this.repeats.get(key);
     if (timer !== undefined) this.clock.clearTimeout(timer);
     this.repeats.delete(key);
@@ -93,7 +97,7 @@ export class MemoryJobQueue<T> implements JobQueue<T> {
     this.closed = true;
     for (const state of this.keys.values()) if (state.timer !== undefined) this.clock.clearTimeout(state.timer);
     this.keys.clear();
-    for (const key of [...this.repeats.keys()]) await this.stopRepeat(key);
+    for (const key of [...this.repeats.keys()]) this.clearRepeat(key);
   }
 
   private arm(key: string, state: KeyState<T>, delayMs: number): void {

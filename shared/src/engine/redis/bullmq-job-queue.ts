@@ -108,17 +108,23 @@ export class BullJobQueue<T> implements JobQueue<T> {
     };
   }
 
-  /** Stops taking jobs; the ones running get `CLOSE_GRACE_MS` to finish, then are left for another member. */
+  /**
+   * Stops taking jobs; the ones running get `CLOSE_GRACE_MS` to finish, then are left for another
+   * member (stalled-job recovery). Bounded also while Redis is away: the connections are dropped.
+   */
   async close(): Promise<void> {
     const worker = this.worker;
-    if (worker !== undefined) {
-      let timer: NodeJS.Timeout | undefined;
-      const graceful = worker.close().then(() => true);
-      const late = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), CLOSE_GRACE_MS)));
-      if (!(await Promise.race([graceful, late]))) await worker.close(true);
-      clearTimeout(timer);
-    }
-    await this.queue.close();
+    const graceful = (async () => {
+      await worker?.close();
+      await this.queue.close();
+    })().then(
+      () => true,
+      () => true,
+    );
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), CLOSE_GRACE_MS)));
+    if (!(await Promise.race([graceful, late]))) void worker?.close(true).catch(() => undefined);
+    clearTimeout(timer);
     for (const connection of this.connections) connection.disconnect();
   }
 

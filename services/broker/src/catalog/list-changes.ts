@@ -1,0 +1,55 @@
+import type { BackendConfig, JobQueue } from "@mcp-broker/shared";
+import type { ServerCapabilities } from "@modelcontextprotocol/client";
+import type { Logger } from "../logger.js";
+import { jobKey, type ClusterJob } from "../jobs/cluster-jobs.js";
+import { LIST_KINDS, type ListKind } from "./list-reloader.js";
+
+/**
+ * Where a backend's list changes become reload jobs. Only the backend's watcher (the member holding
+ * its lease) takes its `list_changed` in: every member hears it over its own connection, and one
+ * reload per change is enough for the cluster. The watcher also reloads everything when it starts
+ * watching (the backend may have changed while nobody watched, or restarted), and keeps one
+ * repeated reload per list the backend does not announce (`relistIntervalMs`) for the cluster.
+ */
+export class ListChanges {
+  constructor(
+    private readonly deps: {
+      jobs: JobQueue<ClusterJob>;
+      backends: readonly BackendConfig[];
+      debounceMs: number;
+      relistIntervalMs: number;
+      /** Whether this member watches the backend now. */
+      watching: (backendId: string) => boolean;
+      logger: Logger;
+    },
+  ) {}
+
+  /** The backend said `list_changed` on this member's connection. */
+  listChanged(backendId: string, list: ListKind): void {
+    if (!this.deps.watching(backendId)) {
+      this.deps.logger.debug({ backend: backendId, list }, "list_changed left to the backend's watcher");
+      return;
+    }
+    this.schedule(backendId, list, this.deps.debounceMs);
+  }
+
+  /** This member started watching the backend (or reconnected to it while watching): reload every list it offers. */
+  watching(backend: { readonly id: string; readonly capabilities: ServerCapabilities | undefined }): void {
+    const caps = backend.capabilities ?? {};
+    const interval = this.deps.backends.find((b) => b.id === backend.id)?.relistIntervalMs ?? this.deps.relistIntervalMs;
+    for (const list of LIST_KINDS) {
+      this.schedule(backend.id, list, 0);
+      const job: ClusterJob = { type: "reload", backendId: backend.id, list };
+      const silent = caps[list] !== undefined && caps[list].listChanged !== true;
+      const done = silent ? this.deps.jobs.repeat(jobKey(job), job, interval) : this.deps.jobs.stopRepeat(jobKey(job));
+      done.catch((error: unknown) => this.deps.logger.warn({ backend: backend.id, list, err: (error as Error).message }, "cannot set the list's periodic reload"));
+    }
+  }
+
+  private schedule(backendId: string, list: ListKind, delayMs: number): void {
+    const job: ClusterJob = { type: "reload", backendId, list };
+    this.deps.jobs.schedule(jobKey(job), job, delayMs).catch((error: unknown) => {
+      this.deps.logger.warn({ backend: backendId, list, err: (error as Error).message }, "cannot schedule a list reload");
+    });
+  }
+}
