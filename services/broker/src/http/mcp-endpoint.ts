@@ -10,7 +10,7 @@ import {
 import type { Logger } from "../logger.js";
 import type { Dispatcher, JsonRpcRequest, JsonRpcResponse } from "../routing/dispatcher.js";
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
-import { nestsTooDeep, TOO_DEEP_MESSAGE } from "../routing/message-depth.js";
+import { nestsTooDeep, TOO_DEEP_MESSAGE, topLevelId } from "../routing/message-depth.js";
 import { validateParams } from "../routing/validate-params.js";
 import type { LegacySession, NotificationWriter } from "../session/legacy-session.js";
 import { honoredFilter, parseListenRequest, type ListenRequest } from "../session/listen-request.js";
@@ -116,15 +116,15 @@ export class McpEndpoint {
       return;
     }
     if (body === "aborted") return;
+    if (nestsTooDeep(body)) {
+      sendJson(res, 400, rpcError(topLevelId(body), -32600, TOO_DEEP_MESSAGE));
+      return;
+    }
     let message: unknown;
     try {
       message = JSON.parse(body.toString("utf8"));
     } catch {
       sendJson(res, 400, rpcError(null, -32700, "Parse error: the body is not valid JSON."));
-      return;
-    }
-    if (nestsTooDeep(message)) {
-      sendJson(res, 400, rpcError(null, -32600, TOO_DEEP_MESSAGE));
       return;
     }
     const headers = { protocolVersion: header(req, "mcp-protocol-version"), mcpMethod: header(req, "mcp-method"), mcpName: header(req, "mcp-name") };

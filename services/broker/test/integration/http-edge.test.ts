@@ -99,10 +99,14 @@ describe("HTTP edge", () => {
     expect(junk.status).toBe(400);
     expect(JSON.parse(junk.body)).toMatchObject({ id: null, error: { code: -32700 } });
     expect((await raw(running.url, { body: "[]", headers: auth(KEY_A) })).status).toBe(400);
-    // Nesting is bounded too (4000 levels fit in the size limit and would overflow a recursive walk).
-    const deep = await raw(running.url, { body: `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":${"[".repeat(4_000)}${"]".repeat(4_000)}}}`, headers: auth(KEY_A) });
+    // Nesting is bounded too (4000 levels fit in the size limit and would overflow a recursive
+    // walk), before the body is parsed; the refusal names the request, even with its id last.
+    const deep = await raw(running.url, { body: `{"method":"ping","params":{"s":"\\"[[[","a":${"[".repeat(4_000)}${"]".repeat(4_000)}},"jsonrpc":"2.0","id":"deep-1"}`, headers: auth(KEY_A) });
     expect(deep.status).toBe(400);
-    expect(JSON.parse(deep.body)).toMatchObject({ error: { code: -32600, message: expect.stringContaining("deeper than 100") } });
+    expect(JSON.parse(deep.body)).toEqual({ jsonrpc: "2.0", id: "deep-1", error: { code: -32600, message: expect.stringContaining("deeper than 100") } });
+    // Never parsed: a deep body that is cut short gets the depth refusal, not a parse error.
+    const cut = await raw(running.url, { body: `{"jsonrpc":"2.0","id":2,"method":"ping","params":{"a":${"[".repeat(4_000)}`, headers: auth(KEY_A) });
+    expect(JSON.parse(cut.body)).toEqual({ jsonrpc: "2.0", id: 2, error: { code: -32600, message: expect.stringContaining("deeper than 100") } });
     const fine = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: { x: JSON.parse(`${"[".repeat(90)}${"]".repeat(90)}`) as unknown }, clientInfo: { name: "raw", version: "1" } } });
     expect((await raw(running.url, { body: fine, headers: auth(KEY_A) })).status).toBe(200);
     expect((await raw(running.url, { body: initialize, headers: { ...auth(KEY_A), "content-type": "text/plain" } })).status).toBe(415);
