@@ -120,6 +120,23 @@ describe("HTTP edge", () => {
     expect(unknown.status).toBe(404);
   });
 
+  it("answers 406 to a POST whose Accept lists neither application/json nor text/event-stream, and serves one without Accept", async () => {
+    const ping = JSON.stringify({ jsonrpc: "2.0", id: 3, method: "ping" });
+    const init = await raw(running.url, { body: initialize, headers: auth(KEY_A) });
+    const session = { ...auth(KEY_A), "mcp-session-id": String(init.headers["mcp-session-id"]) };
+    for (const accept of ["text/html", "image/*", "application/xml, text/plain", "application/json;q=0, text/event-stream; q=0.000", "application/jsonx"]) {
+      const refused = await raw(running.url, { body: ping, headers: { ...session, accept } });
+      expect({ status: refused.status, body: JSON.parse(refused.body) as unknown }, accept).toEqual({
+        status: 406,
+        body: { jsonrpc: "2.0", id: null, error: { code: -32600, message: expect.stringMatching(/^Not Acceptable: Accept must list application\/json and text\/event-stream/) } },
+      });
+    }
+    for (const accept of [undefined, "", "application/json", "text/event-stream", "Application/JSON; charset=utf-8", "*/*", "application/*", "text/*;q=0.5", "text/html, */*;q=0.1"]) {
+      const served = await raw(running.url, { body: ping, headers: { ...session, accept } });
+      expect({ status: served.status, body: JSON.parse(served.body) as unknown }, String(accept)).toEqual({ status: 200, body: { jsonrpc: "2.0", id: 3, result: {} } });
+    }
+  });
+
   it("answers modern header/body disagreement with 400 and -32020", async () => {
     const body = JSON.stringify({
       jsonrpc: "2.0",
