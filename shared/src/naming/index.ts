@@ -1,2 +1,3 @@
-export { MAX_MATCH_LENGTH, UriTemplate, UriTemplateError, type UriTemplateMatch, type UriTemplateValue, type UriTemplateVariables } from "./uri-template.js";
+export { UriTemplate, UriTemplateError, type UriTemplateMatch, type UriTemplateValue, type UriTemplateVariables } from "./uri-template.js";
 export * from "./namespacing.js";
+export { MAX_URI_BYTES, MAX_URI_SLASHES } from "./uri-limits.js";

@@ -51,6 +51,8 @@
  * `match` still refuses URIs longer than `MAX_MATCH_LENGTH`, which bounds its work and memory.
  */
 
+import { MAX_URI_BYTES } from "./uri-limits.js";
+
 /** A variable's value: a string, a list, or an associative array (record or ordered pairs). */
 export type UriTemplateValue =
   | string
@@ -67,8 +69,12 @@ export type UriTemplateVariables = Readonly<Record<string, UriTemplateValue>>;
 /** Variable values recovered by `match`; undefined variables are absent. */
 export type UriTemplateMatch = Record<string, string | string[]>;
 
-/** The URI length above which `match` returns null without trying (bounds the matcher's work and memory). */
-export const MAX_MATCH_LENGTH = 16_384;
+/**
+ * The URI length above which `match` returns null without trying (bounds the matcher's work and
+ * memory). It is the broker's client URI limit: a URI of at most MAX_URI_BYTES UTF-8 bytes has at
+ * most as many UTF-16 code units, so a URI the broker lets in is never refused here.
+ */
+export const MAX_MATCH_LENGTH = MAX_URI_BYTES;
 
 /** A malformed template, or a value the template cannot expand (a prefix of a list). */
 export class UriTemplateError extends Error {

@@ -72,6 +72,8 @@ export class Catalog {
   private readonly views = new Map<CatalogKind, { list: CatalogItem[]; byExposed: Map<string, CatalogItem> }>();
   private readonly versions = new Map<CatalogKind, number>();
   private readonly collisionsByKind = new Map<CatalogKind, string[]>();
+  /** The lengths of each backend's listed resource URIs (its own form), for the sub-resource walk. */
+  private resourceLengths = new Map<string, Set<number>>();
 
   constructor(private readonly backends: readonly BackendNaming[]) {
     for (const kind of CATALOG_KINDS) {
@@ -173,7 +175,11 @@ export class Catalog {
       for (const template of this.backendItems("resourceTemplates", candidate.backendId)) {
         if (template.template?.match(candidate.uri)) return { ...candidate, match: "template" };
       }
-      for (const parent of ancestorsOf(candidate.uri)) {
+      // Only ancestors as long as one of the backend's listed resources are looked up: the walk
+      // then hashes no string longer than those, however long (and slashed) the client's URI.
+      const lengths = this.resourceLengths.get(candidate.backendId);
+      if (lengths === undefined) continue;
+      for (const parent of ancestorsOf(candidate.uri, (length) => lengths.has(length))) {
         if (this.get("resources", this.exposeUri(candidate.backendId, parent))?.backendId === candidate.backendId) {
           return { ...candidate, match: "sub-resource" };
         }
@@ -256,6 +262,13 @@ export class Catalog {
     }
     this.views.set(kind, { list, byExposed });
     this.collisionsByKind.set(kind, collisions);
+    if (kind === "resources") {
+      this.resourceLengths = new Map();
+      for (const item of list) {
+        const lengths = this.resourceLengths.get(item.backendId) ?? new Set<number>();
+        this.resourceLengths.set(item.backendId, lengths.add(item.key.length));
+      }
+    }
   }
 }
 

@@ -10,7 +10,7 @@ import {
 import type { Logger } from "../logger.js";
 import type { Dispatcher, JsonRpcRequest, JsonRpcResponse } from "../routing/dispatcher.js";
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
-import { nestsTooDeep, TOO_DEEP_MESSAGE } from "../routing/message-depth.js";
+import { nestsTooDeep, TOO_DEEP_MESSAGE, topLevelId } from "../routing/message-depth.js";
 import { validateParams } from "../routing/validate-params.js";
 import type { LegacySession, NotificationWriter } from "../session/legacy-session.js";
 import { honoredFilter, parseListenRequest, type ListenRequest } from "../session/listen-request.js";
@@ -105,6 +105,11 @@ export class McpEndpoint {
   }
 
   private async post(req: IncomingMessage, res: ServerResponse, principal: string): Promise<void> {
+    if (!acceptsPostAnswer(req.headers.accept)) {
+      req.resume();
+      sendJson(res, 406, rpcError(null, -32600, "Not Acceptable: Accept must list application/json and text/event-stream (the answer is one or the other)."));
+      return;
+    }
     if (!isJsonContentType(req.headers["content-type"] ?? "")) {
       req.resume();
       sendJson(res, 415, rpcError(null, -32600, "Content-Type must be application/json."));
@@ -116,15 +121,15 @@ export class McpEndpoint {
       return;
     }
     if (body === "aborted") return;
+    if (nestsTooDeep(body)) {
+      sendJson(res, 400, rpcError(topLevelId(body), -32600, TOO_DEEP_MESSAGE));
+      return;
+    }
     let message: unknown;
     try {
       message = JSON.parse(body.toString("utf8"));
     } catch {
       sendJson(res, 400, rpcError(null, -32700, "Parse error: the body is not valid JSON."));
-      return;
-    }
-    if (nestsTooDeep(message)) {
-      sendJson(res, 400, rpcError(null, -32600, TOO_DEEP_MESSAGE));
       return;
     }
     const headers = { protocolVersion: header(req, "mcp-protocol-version"), mcpMethod: header(req, "mcp-method"), mcpName: header(req, "mcp-name") };
@@ -383,6 +388,24 @@ class LegacyStreamWriter implements NotificationWriter {
 function header(req: IncomingMessage, name: string): string | undefined {
   const value = req.headers[name];
   return Array.isArray(value) ? value[0] : value;
+}
+
+/** What a POST is answered with: JSON, or an SSE stream when the request sends notifications first. */
+const POST_ANSWER_TYPES = ["application/json", "text/event-stream", "application/*", "text/*", "*/*"];
+
+/**
+ * Whether a POST's Accept header leaves the broker something to answer with: one of the two types
+ * or a wildcard covering one (a range weighted `q=0` is a refusal, not an offer), or no Accept at
+ * all, which HTTP reads as anything (many simple clients send none). The spec has clients list
+ * both; the SDK v2 server's legacy transport refuses anything less, absent included, and its
+ * modern handler checks nothing.
+ */
+function acceptsPostAnswer(accept: string | undefined): boolean {
+  if (accept === undefined || accept.trim() === "") return true;
+  return accept.split(",").some((range) => {
+    const [type = "", ...params] = range.split(";").map((part) => part.trim().toLowerCase());
+    return POST_ANSWER_TYPES.includes(type) && !params.some((param) => /^q=0(?:\.0{0,3})?$/.test(param));
+  });
 }
 
 function isObject(value: unknown): value is Json {

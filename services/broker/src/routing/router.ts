@@ -96,8 +96,8 @@ export class Router {
     try {
       result = await this.forward(target.backendId, "resources/read", { ...params, uri: target.uri }, ctx);
     } catch (error) {
-      // The backend's "not found" (whichever code its SDK used) in the client's era, with our URI.
-      if (isResourceNotFound(error)) throw unknownResource(uri);
+      // The backend's "not found" (whichever shape its SDK used) in the client's era, with our URI.
+      if (isResourceNotFound(error, target.uri)) throw unknownResource(uri);
       throw error;
     }
     return this.catalog.exposeResult(target.backendId, result);
@@ -220,15 +220,29 @@ export class Router {
 }
 
 /**
- * A backend's "no such resource": -32002 (older SDKs), or -32602 whose data is exactly `{ uri }`
- * (the SDK's ResourceNotFoundError, on every revision).
+ * A backend's answer that it has no resource `requested` (its own URI), in any SDK's shape: -32002
+ * (the spec's code, older SDK builds), -32602 whose data is exactly `{ uri }` (SDK v2's
+ * ResourceNotFoundError, on every revision), or SDK v1's (see `isSdkV1NotFound`).
  */
-function isResourceNotFound(error: unknown): boolean {
+function isResourceNotFound(error: unknown, requested: string): boolean {
   if (error instanceof ResourceNotFoundError) return true;
   if (!(error instanceof ProtocolError)) return false;
   if (error.code === Number(ProtocolErrorCode.ResourceNotFound)) return true;
   const data = error.data as Params | undefined;
-  return error.code === Number(ProtocolErrorCode.InvalidParams) && typeof data?.uri === "string" && Object.keys(data).length === 1;
+  if (error.code !== Number(ProtocolErrorCode.InvalidParams)) return false;
+  return data === undefined ? isSdkV1NotFound(error.message, requested) : typeof data.uri === "string" && Object.keys(data).length === 1;
+}
+
+/**
+ * SDK v1's McpServer answers a read of a resource it does not have with -32602, no data, and the
+ * message `MCP error -32602: Resource <uri> not found`, <uri> being the request's URI parsed as a
+ * WHATWG URL. Nothing else tells it from any other invalid-params error, so this is the one place
+ * that reads a message (a backend's, never ours): compared for equality with the messages made
+ * from the URI this very request asked for, as sent and as URL-serialised, never searched.
+ */
+function isSdkV1NotFound(message: string, requested: string): boolean {
+  const forms = URL.canParse(requested) ? [requested, new URL(requested).href] : [requested];
+  return forms.some((uri) => message === `MCP error ${ProtocolErrorCode.InvalidParams}: Resource ${uri} not found`);
 }
 
 /**

@@ -1,5 +1,5 @@
 import { specTypeSchemas } from "@modelcontextprotocol/server";
-import { BrokerError } from "@mcp-broker/shared";
+import { BrokerError, MAX_URI_BYTES, MAX_URI_SLASHES } from "@mcp-broker/shared";
 import { LOG_LEVELS, type LogLevel } from "./request-context.js";
 
 type Params = Record<string, unknown>;
@@ -33,5 +33,42 @@ export function validateParams(method: string, params: Params): Params {
   if (method === "logging/setLevel" && !LOG_LEVELS.includes(params.level as LogLevel)) {
     throw new BrokerError("BAD_PARAMS", `Unknown log level '${String(params.level)}'.`);
   }
+  for (const [field, uri] of clientUris(method, params)) checkUriLimits(field, uri);
   return params;
+}
+
+/**
+ * The resource URIs a valid request names, by field: every way a client URI reaches a catalog
+ * lookup, so the limits are checked here once, and never on the path of a backend's updates.
+ */
+function clientUris(method: string, params: Params): [string, string][] {
+  switch (method) {
+    case "resources/read":
+    case "resources/subscribe":
+    case "resources/unsubscribe":
+      return [["uri", params.uri as string]];
+    case "completion/complete": {
+      const ref = params.ref as Params;
+      return ref.type === "ref/resource" ? [["ref.uri", ref.uri as string]] : [];
+    }
+    case "subscriptions/listen": {
+      const uris = (params.notifications as { resourceSubscriptions?: string[] }).resourceSubscriptions ?? [];
+      return uris.map((uri, i) => [`notifications.resourceSubscriptions.${i}`, uri]);
+    }
+    default:
+      return [];
+  }
+}
+
+/** @throws BrokerError (BAD_PARAMS) for a URI over MAX_URI_BYTES or MAX_URI_SLASHES: looking it up would cost too much. */
+function checkUriLimits(field: string, uri: string): void {
+  const bytes = Buffer.byteLength(uri, "utf8");
+  if (bytes > MAX_URI_BYTES) {
+    throw new BrokerError("BAD_PARAMS", `URI too long: params.${field} has ${bytes} bytes; the limit is ${MAX_URI_BYTES} bytes (UTF-8).`, { field, maxBytes: MAX_URI_BYTES });
+  }
+  let slashes = 0;
+  for (let i = uri.indexOf("/"); i >= 0 && slashes <= MAX_URI_SLASHES; i = uri.indexOf("/", i + 1)) slashes++;
+  if (slashes > MAX_URI_SLASHES) {
+    throw new BrokerError("BAD_PARAMS", `URI too long: params.${field} has more than ${MAX_URI_SLASHES} '/' (path segments); the limit is ${MAX_URI_SLASHES}.`, { field, maxSlashes: MAX_URI_SLASHES });
+  }
 }

@@ -9,6 +9,8 @@ import { PreparedNotification } from "./prepared-notification.js";
 const LIST_NAMES = ["tools", "prompts", "resources"] as const;
 /** How many standalone-stream events a session keeps for `Last-Event-ID` resumption by default. */
 export const DEFAULT_HISTORY = 64;
+/** An event id as the broker writes it (`String(n)`): decimal digits, no sign, no leading zero. */
+const EVENT_ID = /^(?:0|[1-9]\d{0,15})$/;
 
 /** Where a session's unsolicited notifications go: its standalone SSE stream, or stdout in stdio mode. */
 export interface NotificationWriter {
@@ -158,9 +160,11 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   }
 
   private replay(stream: NotificationWriter, lastEventId: string): void {
-    const last = Number(lastEventId);
+    // Only an id written as the broker writes them counts: Number() read `0x10` as 16 and `-0` as
+    // 0 (the whole history). Anything else is unknown, and gets the conservative re-notification.
+    const last = EVENT_ID.test(lastEventId) ? Number(lastEventId) : Number.NaN;
     const latest = this.latest();
-    if (!Number.isInteger(last) || last < this.trimmed || last > latest) {
+    if (!Number.isSafeInteger(last) || last < this.trimmed || last > latest) {
       this.renotify(stream);
       return;
     }

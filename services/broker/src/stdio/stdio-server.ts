@@ -6,7 +6,7 @@ import type { Broker } from "../broker.js";
 import type { JsonRpcRequest } from "../routing/dispatcher.js";
 import { rpcError } from "../http/mcp-endpoint.js";
 import { unsupportedRevision } from "../http/modern-headers.js";
-import { nestsTooDeep, TOO_DEEP_MESSAGE } from "../routing/message-depth.js";
+import { nestsTooDeep, TOO_DEEP_MESSAGE, topLevelId } from "../routing/message-depth.js";
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
 import type { LegacySession } from "../session/legacy-session.js";
 import { honoredFilter, parseListenRequest, type ListenRequest } from "../session/listen-request.js";
@@ -177,15 +177,15 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
           send(oversized());
           continue;
         }
+        if (nestsTooDeep(line)) {
+          send(rpcError(topLevelId(line), -32600, TOO_DEEP_MESSAGE));
+          continue;
+        }
         let message: unknown;
         try {
           message = JSON.parse(line);
         } catch {
           send(rpcError(null, -32700, "Parse error: a line is not valid JSON."));
-          continue;
-        }
-        if (nestsTooDeep(message)) {
-          send(rpcError(null, -32600, TOO_DEEP_MESSAGE));
           continue;
         }
         handleMessage(message);

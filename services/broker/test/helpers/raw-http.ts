@@ -6,10 +6,16 @@ export interface RawResponse {
   body: string;
 }
 
-/** A raw HTTP exchange, so tests can send what well-behaved clients never would (Host, sizes, junk). */
-export function raw(url: string, options: { method?: string; headers?: Record<string, string>; body?: string | Buffer }): Promise<RawResponse> {
+/**
+ * A raw HTTP exchange, so tests can send what well-behaved clients never would (Host, sizes, junk).
+ * A header given as undefined is not sent.
+ */
+export function raw(url: string, options: { method?: string; headers?: Record<string, string | undefined>; body?: string | Buffer }): Promise<RawResponse> {
+  const headers = Object.entries({ "content-type": "application/json", accept: "application/json, text/event-stream", ...options.headers }).filter(
+    (entry): entry is [string, string] => entry[1] !== undefined,
+  );
   return new Promise((resolve, reject) => {
-    const req = request(url, { method: options.method ?? "POST", headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...options.headers } }, (res) => {
+    const req = request(url, { method: options.method ?? "POST", headers: Object.fromEntries(headers) }, (res) => {
       const chunks: Buffer[] = [];
       res.on("data", (c: Buffer) => chunks.push(c));
       res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString("utf8") }));

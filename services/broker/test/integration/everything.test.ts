@@ -70,6 +70,19 @@ describe("broker in front of server-everything", () => {
     expect(modern.json).toMatchObject({ error: { code: -32602, data: { uri: "nope://x" } } });
   });
 
+  it("answers a resource server-everything (SDK v1) does not have with the era's not-found code and our URI", async () => {
+    // SDK v1's McpServer says -32602 "Resource <uri> not found", without data; the broker names it
+    // as for any missing resource. Both forms of the URI v1 may echo (as sent, and as a WHATWG URL).
+    for (const uri of ["everything+demo://resource/zzz/1", "everything+demo://resource/static/document/architecture.md/x y"]) {
+      const legacy = await post(running.url, { jsonrpc: "2.0", id: 1, method: "resources/read", params: { uri } }, await sessionHeaders(running.url));
+      expect(legacy.json, uri).toEqual({ jsonrpc: "2.0", id: 1, error: { code: -32002, message: expect.stringContaining(`'${uri}'`), data: { uri } } });
+      const modern = await client("modern");
+      const failure = await modern.readResource({ uri }).then(() => undefined, (error: unknown) => error as { code: number; message: string; data: unknown });
+      expect({ code: failure?.code, data: failure?.data }, uri).toEqual({ code: -32602, data: { uri } });
+      expect(failure?.message, uri).toContain(`'${uri}'`);
+    }
+  });
+
   it("delivers the backend's updates to every subscriber in both eras and to no one else", async () => {
     const uri = "everything+demo://resource/static/document/architecture.md";
     const legacyA = await client("legacy");

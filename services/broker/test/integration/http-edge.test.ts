@@ -99,10 +99,14 @@ describe("HTTP edge", () => {
     expect(junk.status).toBe(400);
     expect(JSON.parse(junk.body)).toMatchObject({ id: null, error: { code: -32700 } });
     expect((await raw(running.url, { body: "[]", headers: auth(KEY_A) })).status).toBe(400);
-    // Nesting is bounded too (4000 levels fit in the size limit and would overflow a recursive walk).
-    const deep = await raw(running.url, { body: `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":${"[".repeat(4_000)}${"]".repeat(4_000)}}}`, headers: auth(KEY_A) });
+    // Nesting is bounded too (4000 levels fit in the size limit and would overflow a recursive
+    // walk), before the body is parsed; the refusal names the request, even with its id last.
+    const deep = await raw(running.url, { body: `{"method":"ping","params":{"s":"\\"[[[","a":${"[".repeat(4_000)}${"]".repeat(4_000)}},"jsonrpc":"2.0","id":"deep-1"}`, headers: auth(KEY_A) });
     expect(deep.status).toBe(400);
-    expect(JSON.parse(deep.body)).toMatchObject({ error: { code: -32600, message: expect.stringContaining("deeper than 100") } });
+    expect(JSON.parse(deep.body)).toEqual({ jsonrpc: "2.0", id: "deep-1", error: { code: -32600, message: expect.stringContaining("deeper than 100") } });
+    // Never parsed: a deep body that is cut short gets the depth refusal, not a parse error.
+    const cut = await raw(running.url, { body: `{"jsonrpc":"2.0","id":2,"method":"ping","params":{"a":${"[".repeat(4_000)}`, headers: auth(KEY_A) });
+    expect(JSON.parse(cut.body)).toEqual({ jsonrpc: "2.0", id: 2, error: { code: -32600, message: expect.stringContaining("deeper than 100") } });
     const fine = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: { x: JSON.parse(`${"[".repeat(90)}${"]".repeat(90)}`) as unknown }, clientInfo: { name: "raw", version: "1" } } });
     expect((await raw(running.url, { body: fine, headers: auth(KEY_A) })).status).toBe(200);
     expect((await raw(running.url, { body: initialize, headers: { ...auth(KEY_A), "content-type": "text/plain" } })).status).toBe(415);
@@ -114,6 +118,23 @@ describe("HTTP edge", () => {
     expect(noSession.status).toBe(400);
     const unknown = await raw(running.url, { body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" }), headers: { ...auth(KEY_A), "mcp-session-id": "no-such-session" } });
     expect(unknown.status).toBe(404);
+  });
+
+  it("answers 406 to a POST whose Accept lists neither application/json nor text/event-stream, and serves one without Accept", async () => {
+    const ping = JSON.stringify({ jsonrpc: "2.0", id: 3, method: "ping" });
+    const init = await raw(running.url, { body: initialize, headers: auth(KEY_A) });
+    const session = { ...auth(KEY_A), "mcp-session-id": String(init.headers["mcp-session-id"]) };
+    for (const accept of ["text/html", "image/*", "application/xml, text/plain", "application/json;q=0, text/event-stream; q=0.000", "application/jsonx"]) {
+      const refused = await raw(running.url, { body: ping, headers: { ...session, accept } });
+      expect({ status: refused.status, body: JSON.parse(refused.body) as unknown }, accept).toEqual({
+        status: 406,
+        body: { jsonrpc: "2.0", id: null, error: { code: -32600, message: expect.stringMatching(/^Not Acceptable: Accept must list application\/json and text\/event-stream/) } },
+      });
+    }
+    for (const accept of [undefined, "", "application/json", "text/event-stream", "Application/JSON; charset=utf-8", "*/*", "application/*", "text/*;q=0.5", "text/html, */*;q=0.1"]) {
+      const served = await raw(running.url, { body: ping, headers: { ...session, accept } });
+      expect({ status: served.status, body: JSON.parse(served.body) as unknown }, String(accept)).toEqual({ status: 200, body: { jsonrpc: "2.0", id: 3, result: {} } });
+    }
   });
 
   it("answers modern header/body disagreement with 400 and -32020", async () => {

@@ -140,6 +140,36 @@ describe("routing", () => {
     await expect(modern.readResource({ uri: "mod+test://nope" })).rejects.toMatchObject({ code: -32602, data: { uri: "mod+test://nope" } });
   });
 
+  it("refuses a URI over 16,384 bytes or 128 '/' at every entry with -32602 saying it is too long, and serves one at the limits", async () => {
+    const headers = await legacySession(running.url);
+    const send = async (id: number, method: string, params: Record<string, unknown>) => (await post(running.url, { jsonrpc: "2.0", id, method, params }, headers)).json;
+    const tooLong = (id: number, limit: string) => ({ id, error: { code: -32602, message: expect.stringMatching(new RegExp(`^URI too long: .*the limit is ${limit}`)) as unknown } });
+    // Below a listed resource, and 2 MB long: the sub-resource walk would take about a second.
+    const slashed = `leg+test://static/a/${"a/".repeat(1_000_000)}`;
+    expect(await send(1, "resources/read", { uri: slashed })).toMatchObject(tooLong(1, "16384 bytes"));
+    // One byte over the limit, and matching a template (whose matcher stops at the same limit).
+    const prefix = "leg+test://items/";
+    const atLimit = `${prefix}${"x".repeat(16_384 - prefix.length)}`;
+    for (const [id, method, params] of [
+      [2, "resources/read", { uri: `${atLimit}x` }],
+      [3, "resources/subscribe", { uri: `${atLimit}x` }],
+      [4, "resources/unsubscribe", { uri: `${atLimit}x` }],
+      [5, "completion/complete", { ref: { type: "ref/resource", uri: `${atLimit}x` }, argument: { name: "id", value: "" } }],
+      [6, "resources/read", { uri: `${prefix}${"é".repeat(8_184)}` }], // 16,385 bytes in 8,201 characters
+      [7, "resources/read", { uri: `leg+test://static/a/${"a/".repeat(125)}` }], // 129 '/'
+    ] as const) {
+      expect(await send(id, method, params), `${id}`).toMatchObject(tooLong(id, id === 7 ? "128" : "16384 bytes"));
+    }
+    const { client: modern } = await client("modern");
+    await expect(modern.listen({ resourceSubscriptions: ["leg+test://static/a", `${atLimit}x`] })).rejects.toMatchObject({ code: -32602, message: expect.stringContaining("URI too long") });
+    // At the limits: served.
+    const read = (await send(8, "resources/read", { uri: atLimit })) as { result: { contents: { uri: string }[] } };
+    expect(read.result.contents[0]?.uri).toBe(atLimit);
+    // 128 '/': looked up, and forwarded below test://static/a, which the backend does not have.
+    const deepest = `leg+test://static/a/${"a/".repeat(124)}`;
+    expect(await send(9, "resources/read", { uri: deepest })).toMatchObject({ id: 9, error: { code: -32002, data: { uri: deepest } } });
+  });
+
   it("lets the first unprefixed backend win a name collision and reports it in /readyz", async () => {
     const secondServer = createTestServer({ name: "second" });
     const second = await startLegacyHttpBackend(secondServer);

@@ -72,6 +72,19 @@ describe("catalog", () => {
     expect(cat.resolveResource("weather://paris?units=metric")).toEqual({ backendId: "b", uri: "weather://paris?units=metric", match: "template" });
     expect(cat.resolveResource("nope://x")).toBeUndefined();
     expect(cat.resolveResource("z+file:///docs")).toBeUndefined();
+    // Sub-resources of listed resources of any length, as the lists change; an unprefixed twin's
+    // hidden resource is no parent for its backend.
+    const below = "a+file:///a/much/longer/root/x/y";
+    cat.replace("resources", "a", [{ uri: "file:///docs", name: "docs" }, { uri: "file:///a/much/longer/root", name: "root" }]);
+    expect(cat.resolveResource(below)).toMatchObject({ backendId: "a", match: "sub-resource" });
+    cat.replace("resources", "a", [{ uri: "file:///docs", name: "docs" }]);
+    expect(cat.resolveResource(below)).toMatchObject({ backendId: "a", match: "prefix" });
+    cat.replace("resources", "b", [{ uri: "shared://r", name: "r" }]);
+    cat.replace("resources", "c", [{ uri: "shared://r", name: "r" }, { uri: "own://c", name: "c" }]);
+    expect(cat.resolveResource("shared://r/1")).toEqual({ backendId: "b", uri: "shared://r/1", match: "sub-resource" });
+    expect(cat.resolveResource("own://c/1")).toEqual({ backendId: "c", uri: "own://c/1", match: "sub-resource" });
+    cat.clearBackend("b");
+    expect(cat.resolveResource("shared://r/1")).toEqual({ backendId: "c", uri: "shared://r/1", match: "sub-resource" });
   });
 
   it("translates URIs inside results for prefixed backends only", () => {

@@ -89,6 +89,26 @@ describe("legacy session: event ids and resumption", () => {
     expect(described(foreign.events)).toEqual(everything);
   });
 
+  it("reads Last-Event-ID only as the decimal id the broker wrote: any other form is unknown and re-notifies", async () => {
+    const s = session();
+    await s.subscribe("x://a");
+    const notes = [PreparedNotification.listChanged("tools"), PreparedNotification.listChanged("prompts")];
+    for (const n of notes) s.deliver(n);
+    const from = notes[0]?.eventId ?? 0;
+    const replayed = (lastEventId: string) => {
+      const resumed = stream();
+      s.attachStream(resumed, lastEventId);
+      return resumed.events.map((e) => e.id);
+    };
+    expect(replayed(String(from))).toEqual([notes[1]?.eventId]);
+    // Number() reads each of these as `from` (or -0, which replayed the whole history).
+    for (const id of [`0x${from.toString(16)}`, "-0", `+${from}`, `0${from}`, `${from}.0`, `${from}e0`, ` ${from}`, `${from}\n`, "9".repeat(17)]) {
+      const events = replayed(id);
+      expect(events, JSON.stringify(id)).toHaveLength(4); // x://a updated, and the three list_changed
+      expect(events.includes(notes[0]?.eventId ?? -1), JSON.stringify(id)).toBe(false);
+    }
+  });
+
   it("keeps exactly server.resumeHistory events: a gap that size is replayed, one longer is re-notified", async () => {
     const s = session(4);
     await s.subscribe("x://a");
