@@ -90,7 +90,7 @@ async function main(argv: string[]): Promise<number> {
 
 async function waitForBackends(broker: Broker, logger: Logger): Promise<void> {
   if (await broker.whenReady(STARTUP_WAIT_MS)) return;
-  const down = broker.pool.all().filter((b) => b.state !== "connected").map((b) => ({ backend: b.id, state: b.state, reason: b.lastFailure }));
+  const down = broker.pool.all().filter((b) => b.readiness !== "connected").map((b) => ({ backend: b.id, state: b.readiness, reason: b.lastFailure }));
   logger.warn({ down, waitedMs: STARTUP_WAIT_MS }, "serving before every backend is connected; the others join when they connect");
 }
 

@@ -10,7 +10,7 @@ import { sendJson } from "./mcp-endpoint.js";
 
 /**
  * The broker's HTTP face: `/mcp`, `/healthz` (process up, says nothing else), `/readyz` (every
- * backend connected) and `/metrics` (Prometheus); the last two behind the Host check, as they
+ * backend connected and answering) and `/metrics` (Prometheus); the last two behind the Host check, as they
  * name backends and their failures.
  */
 export function createHttpServer(deps: {
@@ -65,7 +65,7 @@ export function createHttpServer(deps: {
     if (path === "/readyz" && req.method === "GET") {
       const backends = deps.pool.all().map((b) => ({
         id: b.id,
-        state: b.state,
+        state: b.readiness,
         ...(b.era !== undefined && { era: b.era }),
         ...(b.lastFailure !== undefined && { lastFailure: b.lastFailure }),
         watching: deps.cluster.watching(b.id),
