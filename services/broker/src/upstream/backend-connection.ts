@@ -15,6 +15,7 @@ import { BrokerError, NOTIFICATION, backoffDelay, isStdioBackend, type BackendCo
 import type { Logger } from "../logger.js";
 import { installStdioReadBuffer } from "./stdio-read-buffer.js";
 import { isConnectionFailure } from "./connection-failure.js";
+import { summarizeFailure } from "./failure-summary.js";
 import { NotificationStreamWatch } from "./notification-stream-watch.js";
 import { updateFilteringFetch } from "./sse-update-filter.js";
 import { UpstreamListen, type ListenFlags, type ListenGap } from "./upstream-listen.js";
@@ -129,7 +130,7 @@ export class BackendConnection {
     return this.inFlight;
   }
 
-  /** Human-readable reason of the last failure, for `/readyz` and errors. */
+  /** Human-readable reason of the last failure, for `/readyz` and errors: one line, at most `MAX_FAILURE_LENGTH` characters. */
   get lastFailure(): string | undefined {
     return this.lastError;
   }
@@ -399,20 +400,19 @@ export class BackendConnection {
   private fail(client: Client, reason: string): void {
     void client.close().catch(() => undefined);
     if (this.stateValue === "closed") return;
-    this.lastError = reason;
-    this.deps.logger.warn({ backend: this.id, reason, attempt: this.attempt }, "backend unavailable");
+    this.deps.logger.warn({ backend: this.id, reason: this.noteFailure(reason), attempt: this.attempt }, "backend unavailable");
     this.scheduleReconnect();
   }
 
   /** The live client went away: tell the listener once, then reconnect. */
-  private drop(client: Client, reason: string): void {
+  private drop(client: Client, fullReason: string): void {
     if (this.client !== client || this.stateValue === "closed") return;
+    const reason = this.noteFailure(fullReason);
     this.client = undefined;
     void this.listen?.dispose();
     this.listen = undefined;
     this.streamWatch?.dispose();
     this.streamWatch = undefined;
-    this.lastError = reason;
     this.clearTimers();
     void client.close().catch(() => undefined);
     // Only a connection that outlived the longest backoff delay starts the backoff over: one that
@@ -477,7 +477,7 @@ export class BackendConnection {
 
   private degrade(client: Client, reason: string): void {
     if (this.client !== client || this.stateValue !== "connected") return;
-    this.lastError = reason;
+    this.noteFailure(reason);
     if (this.degraded) return;
     this.degraded = true;
     this.deps.logger.warn({ backend: this.id, reason }, "backend degraded: connected but not answering");
@@ -537,6 +537,17 @@ export class BackendConnection {
     );
   }
 
+  /**
+   * Records why the backend is not ready, as `lastFailure` shows it (see `summarizeFailure`; the
+   * full text goes to the debug log) and returns that.
+   */
+  private noteFailure(reason: string): string {
+    const summary = summarizeFailure(reason);
+    if (summary !== reason) this.deps.logger.debug({ backend: this.id, reason }, "backend failure in full");
+    this.lastError = summary;
+    return summary;
+  }
+
   private unavailable(): BrokerError {
     return new BrokerError("BACKEND_UNAVAILABLE", `Backend '${this.id}' is not connected${this.lastError ? ` (${this.lastError})` : ""}; retry later.`, {
       backend: this.id,
@@ -563,7 +574,8 @@ function describe(error: unknown): string {
   if (error instanceof SdkHttpError) return `${error.message}`;
   if (error instanceof Error) {
     const cause = (error as { cause?: unknown }).cause;
-    return cause instanceof Error ? `${error.message} (${cause.message})` : error.message;
+    // The SDK often repeats its cause's message in its own (e.g. a version negotiation probe's validation error).
+    return cause instanceof Error && !error.message.includes(cause.message) ? `${error.message} (${cause.message})` : error.message;
   }
   return String(error);
 }

@@ -1,8 +1,10 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { connectClient, eventually, startBroker, type RunningBroker } from "../helpers/harness.js";
 
 const BROKER_DIR = resolve(import.meta.dirname, "../..");
@@ -144,5 +146,63 @@ describe("backend health: a backend that stops answering", () => {
 
     await client.callTool({ name: "mal__pid" });
     expect(await readyz(running)).toMatchObject({ status: 200, body: { backends: [{ id: "mal", state: "connected" }] } });
+  });
+});
+
+/** A backend URL that answers, but not MCP: `/readyz` says so in one short line, not a schema dump. */
+describe("backend health: the last failure of a backend that is not MCP", () => {
+  let server: Server;
+  let base: string;
+
+  beforeAll(async () => {
+    // A JSON API: a status document for anything; JSON-RPC without MCP under /rpc (it echoes the id).
+    server = createServer((req, res) => {
+      let body = "";
+      req.setEncoding("utf8");
+      req.on("data", (chunk: string) => (body += chunk));
+      req.on("end", () => {
+        const answer = req.url === "/rpc" && body !== "" ? { jsonrpc: "2.0", id: (JSON.parse(body) as { id?: unknown }).id ?? null, result: { items: [] } } : { status: "ok", service: "inventory-api", version: "1.2.3" };
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(answer));
+      });
+    });
+    await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
+    base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+
+  afterAll(async () => {
+    server.closeAllConnections();
+    await new Promise((done) => server.close(done));
+  });
+
+  it("is one short line naming what is wrong", async () => {
+    const once = { reconnect: { initialDelayMs: 60_000, maxDelayMs: 60_000 } };
+    const running = await startBroker(
+      {
+        backends: [
+          { id: "api", url: `${base}/mcp`, ...once },
+          { id: "rpc", url: `${base}/rpc`, era: "legacy", ...once },
+        ],
+      },
+      {},
+      { readyBackends: [] },
+    );
+    try {
+      let failures: Record<string, string | undefined> = {};
+      await eventually(async () => {
+        const { body } = await readyz(running);
+        failures = Object.fromEntries(body.backends.map((b) => [b.id, b.lastFailure]));
+        return failures.api !== undefined && failures.rpc !== undefined;
+      }, "both backends to have failed");
+      for (const failure of Object.values(failures)) {
+        expect(failure?.length).toBeLessThanOrEqual(300);
+        expect(failure).not.toContain("\n");
+      }
+      // Not JSON-RPC at all: the first issue of the message schema's first branch.
+      expect(failures.api).toMatch(/^connect failed: .*jsonrpc: .*"2\.0"/);
+      // JSON-RPC, but no initialize result: the first missing field, and how many more there are.
+      expect(failures.rpc).toMatch(/^connect failed: Invalid result for initialize: protocolVersion: .* \(and 2 more\)$/);
+    } finally {
+      await running.close();
+    }
   });
 });
