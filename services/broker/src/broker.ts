@@ -23,6 +23,7 @@ import { ListReloader } from "./catalog/list-reloader.js";
 import { EdgeSecurity } from "./http/edge-security.js";
 import { createHttpServer } from "./http/http-server.js";
 import { McpEndpoint } from "./http/mcp-endpoint.js";
+import { StartupGate } from "./http/startup-gate.js";
 import { clusterJobSchema, type ClusterJob } from "./jobs/cluster-jobs.js";
 import { createLogger, type Logger } from "./logger.js";
 import { createMetrics } from "./metrics.js";
@@ -53,9 +54,17 @@ export interface Broker {
   readonly dispatcher: Dispatcher;
   readonly router: Router;
   readonly logger: Logger;
-  /** Starts backends and the HTTP listener; resolves with the bound URL of the MCP endpoint. */
+  /** `bind()`, `startBackends()`, then `serve()` at once; resolves with the bound URL of the MCP endpoint. */
   listen(): Promise<string>;
-  /** Starts backends only (stdio mode). */
+  /**
+   * Binds the HTTP port, before anything else starts, so that a port in use fails fast. From here
+   * `/healthz`, `/readyz` and `/metrics` answer; `/mcp` requests wait until `serve()`. Resolves
+   * with the bound URL of the MCP endpoint.
+   */
+  bind(): Promise<string>;
+  /** `/mcp` answers from now on, the requests held since `bind()` first. */
+  serve(): void;
+  /** Starts the engine's connections and the backends (alone: stdio mode and the worker). */
   startBackends(): Promise<void>;
   /** Resolves once every backend has connected and loaded its lists (or the timeout passed). */
   whenReady(timeoutMs?: number): Promise<boolean>;
@@ -244,6 +253,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       }
     });
   }
+  const gate = new StartupGate();
   let http: Server | undefined;
   let backendsStarted = false;
 
@@ -263,6 +273,27 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     pool.start();
   };
 
+  const bind = async (): Promise<string> => {
+    if (http !== undefined) throw new Error("the broker is bound already");
+    const server = createHttpServer({ endpoint, gate, security, pool, catalog: catalog.catalog, heldTools: () => catalog.heldTools(),
+      cluster: { engine: engineName, instanceId, watching: (backendId) => watchers.holds(backendId) },
+      metrics: metrics.registry, logger, requestTimeoutMs: config.server.requestTimeoutMs });
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(config.server.port, config.server.host, () => {
+        server.off("error", reject);
+        resolve();
+      });
+    });
+    http = server;
+    const address = server.address() as AddressInfo;
+    const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
+    const url = `http://${host}:${address.port}/mcp`;
+    logger.info({ url, backends: config.backends.map((b) => b.id) }, "mcp-broker listening");
+    return url;
+  };
+  const serve = (): void => gate.open();
+
   return {
     config,
     pool,
@@ -275,23 +306,12 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     router,
     logger,
     startBackends,
+    bind,
+    serve,
     async listen() {
+      const url = await bind();
       await startBackends();
-      http = createHttpServer({ endpoint, security, pool, catalog: catalog.catalog, heldTools: () => catalog.heldTools(),
-        cluster: { engine: engineName, instanceId, watching: (backendId) => watchers.holds(backendId) },
-        metrics: metrics.registry, logger, requestTimeoutMs: config.server.requestTimeoutMs });
-      const server = http;
-      await new Promise<void>((resolve, reject) => {
-        server.once("error", reject);
-        server.listen(config.server.port, config.server.host, () => {
-          server.off("error", reject);
-          resolve();
-        });
-      });
-      const address = server.address() as AddressInfo;
-      const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
-      const url = `http://${host}:${address.port}/mcp`;
-      logger.info({ url, backends: config.backends.map((b) => b.id) }, "mcp-broker listening");
+      serve();
       return url;
     },
     async whenReady(timeoutMs = 30_000) {
@@ -305,6 +325,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     async close() {
       // No new connections from here on; then every session and stream ends, the connections
       // close (listen streams end with theirs), and what they held is released before Redis goes.
+      gate.close();
       const stopped = http === undefined ? Promise.resolve() : new Promise<void>((resolve) => http?.close(() => resolve()));
       endpoint.closeStreams();
       sessions.close();

@@ -16,7 +16,8 @@ PORT, HOST and REDIS_URL override the file.`;
 
 /**
  * Clients list right after connecting and many never re-list: the broker waits this long for its
- * backends before it serves (a backend that is still down then joins later, with list_changed).
+ * backends before it serves /mcp (requests that arrive meanwhile wait too; a backend that is still
+ * down then joins later, with list_changed).
  */
 const STARTUP_WAIT_MS = 10_000;
 
@@ -74,23 +75,40 @@ async function main(argv: string[]): Promise<number> {
     await stop("stdin closed");
     return 0;
   }
-  if (!(await startBackendsOrClose(broker, logger))) return 1;
+  // The port first: one that cannot be bound fails before Redis is reached or a backend is spawned.
+  let url;
   try {
-    await waitForBackends(broker, logger);
-    const url = await broker.listen();
-    const engine = config.redisUrl === undefined ? "memory engine" : `Redis engine at ${redactUrl(config.redisUrl)}, key prefix ${config.redis.keyPrefix}`;
-    process.stderr.write(`mcp-broker ready: ${url} (${engine})\n`);
+    url = await broker.bind();
   } catch (error) {
     logger.fatal({ err: (error as Error).message }, "cannot listen");
+    process.stderr.write(`mcp-broker: cannot listen on ${config.server.host}:${config.server.port}: ${listenFailure(error)}\n`);
     await broker.close();
     return 1;
   }
+  if (!(await startBackendsOrClose(broker, logger))) return 1;
+  await waitForBackends(broker, logger);
+  broker.serve();
+  const engine = config.redisUrl === undefined ? "memory engine" : `Redis engine at ${redactUrl(config.redisUrl)}, key prefix ${config.redis.keyPrefix}`;
+  process.stderr.write(`mcp-broker ready: ${url} (${engine})\n`);
   return -1; // keep running
+}
+
+function listenFailure(error: unknown): string {
+  switch ((error as NodeJS.ErrnoException).code) {
+    case "EADDRINUSE":
+      return "the port is in use (is another broker running?); choose another with --port or PORT";
+    case "EACCES":
+      return "permission denied (ports below 1024 need privileges); choose another with --port or PORT";
+    case "EADDRNOTAVAIL":
+      return "no such address on this machine; choose another with --host or HOST";
+    default:
+      return (error as Error).message;
+  }
 }
 
 async function waitForBackends(broker: Broker, logger: Logger): Promise<void> {
   if (await broker.whenReady(STARTUP_WAIT_MS)) return;
-  const down = broker.pool.all().filter((b) => b.state !== "connected").map((b) => ({ backend: b.id, state: b.state, reason: b.lastFailure }));
+  const down = broker.pool.all().filter((b) => b.readiness !== "connected").map((b) => ({ backend: b.id, state: b.readiness, reason: b.lastFailure }));
   logger.warn({ down, waitedMs: STARTUP_WAIT_MS }, "serving before every backend is connected; the others join when they connect");
 }
 

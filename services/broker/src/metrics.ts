@@ -4,7 +4,7 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom
 /** What the broker's parts report at scrape time (plain numbers, so the hot paths only add to a field). */
 export interface MetricsSources {
   sessions(): { legacy: number; listen: number };
-  backends(): readonly { id: string; state: string }[];
+  backends(): readonly { id: string; state: string; readiness: string }[];
   upstreamSubscriptions(backendId: string): number;
   catalogItems(): Record<string, number>;
   heldTools(): number;
@@ -25,7 +25,7 @@ export interface BrokerMetrics {
 }
 
 /**
- * Prometheus metrics (`GET /metrics`): sessions and listen streams, backends up and watched, upstream
+ * Prometheus metrics (`GET /metrics`): sessions and listen streams, backends up, degraded and watched, upstream
  * subscriptions, catalog sizes, held tools, updates in, notifications out, list reloads, the bus
  * hop's latency, and Node's process metrics. Gauges and counters are read at scrape time.
  */
@@ -41,6 +41,10 @@ export function createMetrics(sources: MetricsSources): BrokerMetrics {
   });
   gauge("mcp_broker_backend_up", "1 when the backend is connected, else 0.", ["backend"], (g) => {
     for (const b of sources.backends()) g.set({ backend: b.id }, b.state === "connected" ? 1 : 0);
+  });
+  // Apart from backend_up, which stays about the connection: a degraded backend is up, and its items stay listed.
+  gauge("mcp_broker_backend_degraded", "1 when the backend is connected but stopped answering (a health probe or several requests in a row timed out), else 0.", ["backend"], (g) => {
+    for (const b of sources.backends()) g.set({ backend: b.id }, b.readiness === "degraded" ? 1 : 0);
   });
   gauge("mcp_broker_upstream_subscriptions", "Resources watched upstream (one per backend resource, however many subscribers).", ["backend"], (g) => {
     for (const b of sources.backends()) g.set({ backend: b.id }, sources.upstreamSubscriptions(b.id));

@@ -36,8 +36,10 @@ const backendCommon = {
   pollIntervalMs: positiveMs.optional(),
   /** Re-list interval when the backend does not announce list changes. */
   relistIntervalMs: positiveMs.optional(),
-  /** HTTP backends: ping interval that detects a backend gone away between requests. */
+  /** Ping interval that detects a backend gone away (HTTP) or hung (any) between requests. */
   healthIntervalMs: positiveMs.default(15_000),
+  /** How long a ping may take before the backend counts as degraded; unset: min(5000, timeoutMs). */
+  healthTimeoutMs: positiveMs.optional(),
   /** `hold`: a tool definition that changed (or a tool that appeared) after the first list is held until pinned. */
   toolChanges: z.enum(["accept", "hold"]).default("accept"),
   /** Tool name → canonical hash of the one definition to expose (implies `toolChanges: "hold"`; others are held). */

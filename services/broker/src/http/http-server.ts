@@ -7,14 +7,17 @@ import type { BackendPool } from "../upstream/backend-pool.js";
 import type { EdgeSecurity } from "./edge-security.js";
 import type { McpEndpoint } from "./mcp-endpoint.js";
 import { sendJson } from "./mcp-endpoint.js";
+import type { StartupGate } from "./startup-gate.js";
 
 /**
- * The broker's HTTP face: `/mcp`, `/healthz` (process up, says nothing else), `/readyz` (every
- * backend connected) and `/metrics` (Prometheus); the last two behind the Host check, as they
- * name backends and their failures.
+ * The broker's HTTP face: `/mcp`, `/healthz` (process up, says nothing else), `/readyz` (serving,
+ * and every backend connected and answering) and `/metrics` (Prometheus); the last two behind the
+ * Host check, as they name backends and their failures. All but `/mcp` answer from the moment the
+ * port is bound; `/mcp` requests wait at `gate` until the broker serves.
  */
 export function createHttpServer(deps: {
   endpoint: McpEndpoint;
+  gate: StartupGate;
   security: EdgeSecurity;
   pool: BackendPool;
   catalog: Catalog;
@@ -29,14 +32,19 @@ export function createHttpServer(deps: {
   const mcpPath = deps.mcpPath ?? "/mcp";
   // Timeouts are checked on this period (Node's default is 30 s, far coarser than the timeout).
   const connectionsCheckingInterval = Math.max(50, Math.min(5_000, Math.floor(deps.requestTimeoutMs / 4)));
+  const handleMcp = (req: IncomingMessage, res: ServerResponse): void => {
+    deps.endpoint.handle(req, res).catch((error: unknown) => {
+      deps.logger.error({ err: error }, "unhandled error in the MCP endpoint");
+      if (!res.headersSent) sendJson(res, 500, { jsonrpc: "2.0", id: null, error: { code: -32603, message: "Internal error" } });
+      else res.end();
+    });
+  };
   const server = createServer({ connectionsCheckingInterval }, (req: IncomingMessage, res: ServerResponse) => {
     const path = (req.url ?? "/").split("?")[0];
     if (path === mcpPath) {
-      deps.endpoint.handle(req, res).catch((error: unknown) => {
-        deps.logger.error({ err: error }, "unhandled error in the MCP endpoint");
-        if (!res.headersSent) sendJson(res, 500, { jsonrpc: "2.0", id: null, error: { code: -32603, message: "Internal error" } });
-        else res.end();
-      });
+      if (deps.gate.state === "open") handleMcp(req, res);
+      // Held while the broker starts; dropped if it shuts down first (its connection ends with the rest).
+      else void deps.gate.pass().then((open) => (open ? handleMcp(req, res) : res.destroy()));
       return;
     }
     req.resume();
@@ -65,16 +73,16 @@ export function createHttpServer(deps: {
     if (path === "/readyz" && req.method === "GET") {
       const backends = deps.pool.all().map((b) => ({
         id: b.id,
-        state: b.state,
+        state: b.readiness,
         ...(b.era !== undefined && { era: b.era }),
         ...(b.lastFailure !== undefined && { lastFailure: b.lastFailure }),
         watching: deps.cluster.watching(b.id),
       }));
-      const ready = deps.pool.ready();
+      const ready = deps.gate.state === "open" && deps.pool.ready();
       const collisions = deps.catalog.collisions();
       const heldTools = deps.heldTools();
       sendJson(res, ready ? 200 : 503, {
-        status: ready ? "ready" : "degraded",
+        status: ready ? "ready" : deps.gate.state === "holding" ? "starting" : "degraded",
         engine: deps.cluster.engine,
         instance: deps.cluster.instanceId,
         backends,

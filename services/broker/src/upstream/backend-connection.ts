@@ -15,11 +15,14 @@ import { BrokerError, NOTIFICATION, backoffDelay, isStdioBackend, type BackendCo
 import type { Logger } from "../logger.js";
 import { installStdioReadBuffer } from "./stdio-read-buffer.js";
 import { isConnectionFailure } from "./connection-failure.js";
+import { summarizeFailure } from "./failure-summary.js";
 import { NotificationStreamWatch } from "./notification-stream-watch.js";
 import { updateFilteringFetch } from "./sse-update-filter.js";
 import { UpstreamListen, type ListenFlags, type ListenGap } from "./upstream-listen.js";
 
 export type BackendState = "connecting" | "connected" | "backoff" | "closed";
+/** What `/readyz` and the metrics show: `state`, or `degraded` for a connected backend that stopped answering. */
+export type BackendReadiness = BackendState | "degraded";
 export type ListKind = "tools" | "prompts" | "resources";
 export type BackendEra = "legacy" | "modern";
 
@@ -46,16 +49,26 @@ const MODERN_REVISION = "2026-07-28";
 const CONNECT_TIMEOUT_MS = 20_000;
 /** How long a shutdown waits for an HTTP backend to acknowledge the end of its session. */
 const TERMINATE_TIMEOUT_MS = 2_000;
+/** Default health probe timeout (or `timeoutMs`, if shorter): a hung backend shows in `/readyz` within seconds, not after a whole request timeout. */
+const HEALTH_TIMEOUT_MS = 5_000;
+/** Requests in a row without an answer in time before a connected backend counts as degraded: one may just be a slow tool. */
+const DEGRADED_AFTER_TIMEOUTS = 3;
 /** Reopen attempts of a legacy backend's notification stream before the connection counts as dropped. */
 const NOTIFICATION_STREAM_ATTEMPTS = 5;
 const LIST_KINDS: readonly ListKind[] = ["tools", "prompts", "resources"];
 
 /**
  * One backend MCP server: an SDK v2 client that is kept connected. A drop (process exit, a
- * connection-level request failure, a failed health probe, a notification stream that cannot be
+ * connection-level request failure, a health probe that fails other than by timing out, a notification stream that cannot be
  * reopened, a listen stream down for a health interval) moves to `backoff` and reconnects with
  * capped exponential delays; the listener hears `disconnected` once per drop and `connected` once
  * per successful connect. A request that fails for any other reason fails alone.
+ *
+ * A connected backend that stops answering (a health probe without an answer within
+ * `healthTimeoutMs`, or `DEGRADED_AFTER_TIMEOUTS` requests in a row without one within `timeoutMs`)
+ * is `degraded` (see `readiness`) until it answers anything again. It stays connected: its items
+ * stay listed and requests still go to it, since a slow backend may still serve them, and dropping
+ * it would only make every client reload its lists twice when it comes back.
  */
 export class BackendConnection {
   private stateValue: BackendState = "connecting";
@@ -69,6 +82,9 @@ export class BackendConnection {
   private streamWatch: NotificationStreamWatch | undefined;
   private lastError: string | undefined;
   private inFlight = 0;
+  /** Connected, but its last health probe or its last few requests got no answer in time. */
+  private degraded = false;
+  private timeoutsInARow = 0;
 
   constructor(
     readonly config: BackendConfig,
@@ -86,6 +102,11 @@ export class BackendConnection {
 
   get state(): BackendState {
     return this.stateValue;
+  }
+
+  /** `state`, except that a connected backend that stopped answering is `degraded` (`lastFailure` says how). */
+  get readiness(): BackendReadiness {
+    return this.stateValue === "connected" && this.degraded ? "degraded" : this.stateValue;
   }
 
   get era(): BackendEra | undefined {
@@ -109,7 +130,7 @@ export class BackendConnection {
     return this.inFlight;
   }
 
-  /** Human-readable reason of the last failure, for `/readyz` and errors. */
+  /** Human-readable reason of the last failure, for `/readyz` and errors: one line, at most `MAX_FAILURE_LENGTH` characters. */
   get lastFailure(): string | undefined {
     return this.lastError;
   }
@@ -146,7 +167,7 @@ export class BackendConnection {
     const client = this.client;
     if (client === undefined || this.stateValue !== "connected") throw this.unavailable();
     try {
-      return await this.counted(() =>
+      const result = await this.counted(() =>
         client.request(
           { method: method as "ping", ...(params !== undefined && { params }) },
           {
@@ -156,6 +177,8 @@ export class BackendConnection {
           },
         ),
       );
+      this.answered(client);
+      return result;
     } catch (error) {
       throw this.translateError(client, error);
     }
@@ -231,8 +254,11 @@ export class BackendConnection {
     this.stateValue = "connected";
     this.connectedAt = this.deps.clock.now();
     this.lastError = undefined;
+    this.degraded = false;
+    this.timeoutsInARow = 0;
     logger.info({ backend: this.id, era: client.getProtocolEra(), server: client.getServerVersion() }, "backend connected");
-    if (!isStdioBackend(this.config)) this.scheduleHealthCheck(client);
+    // Stdio backends too: a child that exits closes the connection, but a hung one (stopped, deadlocked) only shows here.
+    this.scheduleHealthCheck(client);
     if (client.getProtocolEra() === "modern") {
       this.listen = this.createListen(client);
       this.listen.start();
@@ -271,7 +297,9 @@ export class BackendConnection {
 
   private async openListen(client: Client, filter: SubscriptionFilter): Promise<McpSubscription> {
     try {
-      return await client.listen(filter, { timeout: this.config.timeoutMs });
+      const subscription = await client.listen(filter, { timeout: this.config.timeoutMs });
+      this.answered(client);
+      return subscription;
     } catch (error) {
       throw this.translateError(client, error);
     }
@@ -372,20 +400,19 @@ export class BackendConnection {
   private fail(client: Client, reason: string): void {
     void client.close().catch(() => undefined);
     if (this.stateValue === "closed") return;
-    this.lastError = reason;
-    this.deps.logger.warn({ backend: this.id, reason, attempt: this.attempt }, "backend unavailable");
+    this.deps.logger.warn({ backend: this.id, reason: this.noteFailure(reason), attempt: this.attempt }, "backend unavailable");
     this.scheduleReconnect();
   }
 
   /** The live client went away: tell the listener once, then reconnect. */
-  private drop(client: Client, reason: string): void {
+  private drop(client: Client, fullReason: string): void {
     if (this.client !== client || this.stateValue === "closed") return;
+    const reason = this.noteFailure(fullReason);
     this.client = undefined;
     void this.listen?.dispose();
     this.listen = undefined;
     this.streamWatch?.dispose();
     this.streamWatch = undefined;
-    this.lastError = reason;
     this.clearTimers();
     void client.close().catch(() => undefined);
     // Only a connection that outlived the longest backoff delay starts the backoff over: one that
@@ -405,18 +432,55 @@ export class BackendConnection {
     }, delay);
   }
 
+  /**
+   * Probes the backend every `healthIntervalMs`. No answer within the health timeout degrades it and
+   * it is probed again (the next answer restores it); any other failure drops the connection.
+   */
   private scheduleHealthCheck(client: Client): void {
     this.healthTimer = this.deps.clock.setTimeout(() => {
       this.healthTimer = undefined;
       if (this.client !== client) return;
+      const timeout = this.config.healthTimeoutMs ?? Math.min(HEALTH_TIMEOUT_MS, this.config.timeoutMs);
       // The modern era has no ping; server/discover is its cheap liveness probe.
-      const probe = this.counted(() => (client.getProtocolEra() === "modern" ? client.discover({ timeout: this.config.timeoutMs }) : client.ping({ timeout: this.config.timeoutMs })));
+      const probe = this.counted(() => (client.getProtocolEra() === "modern" ? client.discover({ timeout }) : client.ping({ timeout })));
       probe.then(
         () => this.afterHealthProbe(client),
-        (error: unknown) => this.drop(client, `health check failed: ${describe(error)}`),
+        (error: unknown) => {
+          if (!isTimeout(error)) {
+            this.drop(client, `health check failed: ${describe(error)}`);
+            return;
+          }
+          this.degrade(client, `health check got no answer within ${timeout} ms`);
+          if (this.client === client) this.scheduleHealthCheck(client);
+        },
       );
     }, this.config.healthIntervalMs);
     this.healthTimer.unref?.();
+  }
+
+  /** The backend answered (anything, an error included): it is not hung. */
+  private answered(client: Client): void {
+    if (this.client !== client) return;
+    this.timeoutsInARow = 0;
+    if (!this.degraded) return;
+    this.degraded = false;
+    this.lastError = undefined;
+    this.deps.logger.info({ backend: this.id }, "backend answers again: no longer degraded");
+  }
+
+  /** A request got no answer within `timeoutMs`: one may be a slow tool, a few in a row are a hung backend. */
+  private timedOut(client: Client): void {
+    if (this.client !== client) return;
+    this.timeoutsInARow++;
+    if (this.timeoutsInARow >= DEGRADED_AFTER_TIMEOUTS) this.degrade(client, `${this.timeoutsInARow} requests in a row got no answer within ${this.config.timeoutMs} ms`);
+  }
+
+  private degrade(client: Client, reason: string): void {
+    if (this.client !== client || this.stateValue !== "connected") return;
+    this.noteFailure(reason);
+    if (this.degraded) return;
+    this.degraded = true;
+    this.deps.logger.warn({ backend: this.id, reason }, "backend degraded: connected but not answering");
   }
 
   /**
@@ -427,6 +491,7 @@ export class BackendConnection {
    */
   private afterHealthProbe(client: Client): void {
     if (this.client !== client) return;
+    this.answered(client);
     const listen = this.listen;
     const down = listen?.downFor(this.deps.clock.now()) ?? 0;
     if (down >= this.config.healthIntervalMs && listen?.opening !== true) {
@@ -438,9 +503,14 @@ export class BackendConnection {
   }
 
   private translateError(client: Client, error: unknown): Error {
-    if (error instanceof ProtocolError || error instanceof BrokerError) return error;
+    if (error instanceof ProtocolError) {
+      this.answered(client);
+      return error;
+    }
+    if (error instanceof BrokerError) return error;
     if (isAbort(error)) return error as Error;
-    if (error instanceof SdkError && error.code === SdkErrorCode.RequestTimeout) {
+    if (isTimeout(error)) {
+      this.timedOut(client);
       return new BrokerError("BACKEND_TIMEOUT", `Backend '${this.id}' did not answer within ${this.config.timeoutMs} ms.`, {
         backend: this.id,
         timeoutMs: this.config.timeoutMs,
@@ -456,6 +526,7 @@ export class BackendConnection {
       return new BrokerError("BACKEND_UNAVAILABLE", `Backend '${this.id}' failed: ${reason}; retry later.`, { backend: this.id }, { cause: error });
     }
     // One unusable answer (malformed result, `input_required`, an HTTP error on one POST): this request fails, the connection stays.
+    this.answered(client);
     const code = error instanceof SdkError ? error.code : undefined;
     this.deps.logger.warn({ backend: this.id, code, err: reason }, "backend request failed");
     return new BrokerError(
@@ -464,6 +535,17 @@ export class BackendConnection {
       { backend: this.id, ...(code !== undefined && { reason: code }) },
       { cause: error },
     );
+  }
+
+  /**
+   * Records why the backend is not ready, as `lastFailure` shows it (see `summarizeFailure`; the
+   * full text goes to the debug log) and returns that.
+   */
+  private noteFailure(reason: string): string {
+    const summary = summarizeFailure(reason);
+    if (summary !== reason) this.deps.logger.debug({ backend: this.id, reason }, "backend failure in full");
+    this.lastError = summary;
+    return summary;
   }
 
   private unavailable(): BrokerError {
@@ -480,6 +562,10 @@ export class BackendConnection {
   }
 }
 
+function isTimeout(error: unknown): boolean {
+  return error instanceof SdkError && error.code === SdkErrorCode.RequestTimeout;
+}
+
 function isAbort(error: unknown): boolean {
   return error instanceof Error && error.name === "AbortError";
 }
@@ -488,7 +574,8 @@ function describe(error: unknown): string {
   if (error instanceof SdkHttpError) return `${error.message}`;
   if (error instanceof Error) {
     const cause = (error as { cause?: unknown }).cause;
-    return cause instanceof Error ? `${error.message} (${cause.message})` : error.message;
+    // The SDK often repeats its cause's message in its own (e.g. a version negotiation probe's validation error).
+    return cause instanceof Error && !error.message.includes(cause.message) ? `${error.message} (${cause.message})` : error.message;
   }
   return String(error);
 }

@@ -31,8 +31,8 @@ export class BackendPool {
     return connection;
   }
 
-  /** Every backend is connected (the `/readyz` condition). */
+  /** Every backend is connected and answering (the `/readyz` condition). */
   ready(): boolean {
-    return this.all().every((c) => c.state === "connected");
+    return this.all().every((c) => c.readiness === "connected");
   }
 }

@@ -2,6 +2,7 @@ import { ProtocolError, SdkError, SdkErrorCode, SdkHttpError } from "@modelconte
 import type { Clock } from "@mcp-broker/shared";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { isConnectionFailure } from "../../src/upstream/connection-failure.js";
+import { summarizeFailure } from "../../src/upstream/failure-summary.js";
 import { NotificationStreamWatch } from "../../src/upstream/notification-stream-watch.js";
 
 const clock: Clock = { now: () => Date.now(), setTimeout: (f, ms) => setTimeout(f, ms), clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };
@@ -116,5 +117,29 @@ describe("the notification stream watch", () => {
     watch.scheduler(() => void get(), 100, 0); // a second gap is a second report
     await vi.advanceTimersByTimeAsync(100);
     expect(reopened).toHaveBeenCalledTimes(2);
+  });
+});
+
+describe("a backend failure as /readyz shows it", () => {
+  it("is the first line, cut at 300 characters", () => {
+    expect(summarizeFailure(`connect failed: Error POSTing to endpoint (HTTP 502): <html>\n<body>${"x".repeat(5_000)}</body>\n</html>`)).toBe(
+      "connect failed: Error POSTing to endpoint (HTTP 502): <html>",
+    );
+    const long = summarizeFailure(`request failed: ${"y".repeat(1_000)}`);
+    expect(long).toHaveLength(300);
+    expect(long.endsWith("…")).toBe(true);
+  });
+
+  it("turns a zod issue list into its first issue, and leaves other brackets alone", () => {
+    const issues = JSON.stringify(
+      [
+        { code: "invalid_type", path: ["result", "tools", 0, "name"], message: "Invalid input: expected string, received number" },
+        { code: "invalid_type", path: ["result", "nextCursor"], message: "Invalid input: expected string, received null" },
+      ],
+      null,
+      2,
+    );
+    expect(summarizeFailure(`Invalid result for tools/list: ${issues}`)).toBe("Invalid result for tools/list: result.tools.0.name: Invalid input: expected string, received number (and 1 more)");
+    expect(summarizeFailure("a [b] of [ {not json")).toBe("a [b] of [ {not json");
   });
 });

@@ -1,0 +1,102 @@
+import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { createServer, type Server } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { parseConfig } from "@mcp-broker/shared";
+import { pino } from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import { createBroker } from "../../src/broker.js";
+import { startModernHttpBackend } from "../fixtures/http-backends.js";
+import { createTestServer } from "../fixtures/test-server.js";
+import { connectClient, eventually } from "../helpers/harness.js";
+
+const BROKER_DIR = resolve(import.meta.dirname, "../..");
+const CLI = join(BROKER_DIR, "src/cli.ts");
+
+/** The CLI's environment without the variables that would override the config file. */
+function cliEnv(): NodeJS.ProcessEnv {
+  const env = { ...process.env };
+  for (const name of ["PORT", "HOST", "REDIS_URL", "MCP_BROKER_CONFIG"]) delete env[name];
+  return env;
+}
+
+/** The broker binds its port before anything else: a port it cannot have fails before any backend starts. */
+describe("startup: the port first", () => {
+  const cleanup: (() => Promise<void>)[] = [];
+
+  afterEach(async () => {
+    for (const step of cleanup.splice(0).reverse()) await step();
+  });
+
+  /** A config whose one stdio backend, when spawned, leaves `marker` behind (and exits: it is never connected). */
+  async function markerConfig(): Promise<{ configFile: string; marker: string }> {
+    const dir = await mkdtemp(join(tmpdir(), "broker-startup-"));
+    cleanup.push(() => rm(dir, { recursive: true, force: true }));
+    const marker = join(dir, "backend-was-spawned");
+    const configFile = join(dir, "broker.json");
+    const backend = { id: "b", command: process.execPath, args: ["-e", `require("node:fs").writeFileSync(${JSON.stringify(marker)}, "")`] };
+    await writeFile(configFile, JSON.stringify({ backends: [backend], logging: { level: "warn" } }));
+    return { configFile, marker };
+  }
+
+  function runCli(configFile: string, port: number): { exited: Promise<number | null>; stderr: () => string; kill: () => void } {
+    const child = spawn(process.execPath, ["--import", "tsx", CLI, "--config", configFile, "--port", String(port)], { cwd: BROKER_DIR, env: cliEnv(), stdio: ["ignore", "ignore", "pipe"] });
+    let stderr = "";
+    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
+    const exited = new Promise<number | null>((done) => child.once("exit", (code) => done(code)));
+    cleanup.push(async () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+      await exited;
+    });
+    return { exited, stderr: () => stderr, kill: () => child.kill("SIGTERM") };
+  }
+
+  it("the CLI on a port in use exits 1 saying so, without spawning a backend", async () => {
+    const occupant: Server = createServer();
+    await new Promise<void>((done) => occupant.listen(0, "127.0.0.1", done));
+    cleanup.push(() => new Promise((done) => occupant.close(() => done())));
+    const port = (occupant.address() as { port: number }).port;
+    const { configFile, marker } = await markerConfig();
+
+    const cli = runCli(configFile, port);
+    expect(await cli.exited).toBe(1);
+    expect(existsSync(marker)).toBe(false);
+    expect(cli.stderr()).toContain(`mcp-broker: cannot listen on 127.0.0.1:${port}: the port is in use`);
+  });
+
+  it("spawns that backend on a free port (so the marker does tell)", async () => {
+    const { configFile, marker } = await markerConfig();
+    const cli = runCli(configFile, 0);
+    await eventually(() => existsSync(marker), "the backend to be spawned");
+    cli.kill();
+    expect(await cli.exited).toBe(0);
+  });
+
+  it("holds /mcp requests that arrive before the broker serves, and answers them with the full lists", async () => {
+    const backend = await startModernHttpBackend(createTestServer({ name: "early" }));
+    cleanup.push(() => backend.close());
+    const broker = createBroker(parseConfig({ backends: [{ id: "t", url: backend.url }], server: { port: 0 } }, "test config"), {
+      logger: pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" }),
+    });
+    cleanup.push(() => broker.close());
+    const url = await broker.bind();
+
+    expect((await fetch(new URL("/healthz", url))).status).toBe(200);
+    const starting = await fetch(new URL("/readyz", url));
+    expect(starting.status).toBe(503);
+    expect(await starting.json()).toMatchObject({ status: "starting", backends: [{ id: "t", state: "connecting" }] });
+    // A client that connects and lists at once, before any backend is even started.
+    const early = connectClient(url, "legacy").then(async (client) => {
+      cleanup.push(() => client.close());
+      return (await client.listTools()).tools.map((t) => t.name);
+    });
+
+    await broker.startBackends();
+    expect(await broker.whenReady()).toBe(true);
+    broker.serve();
+    expect(await early).toContain("t__echo");
+    expect((await fetch(new URL("/readyz", url))).status).toBe(200);
+  });
+});
