@@ -24,7 +24,8 @@ import { EdgeSecurity } from "./http/edge-security.js";
 import { createHttpServer } from "./http/http-server.js";
 import { McpEndpoint } from "./http/mcp-endpoint.js";
 import { StartupGate } from "./http/startup-gate.js";
-import { clusterJobSchema, type ClusterJob } from "./jobs/cluster-jobs.js";
+import { clusterJobSchema, jobKey, type ClusterJob } from "./jobs/cluster-jobs.js";
+import { SubscriptionJobs } from "./jobs/subscription-jobs.js";
 import { createLogger, type Logger } from "./logger.js";
 import { createMetrics } from "./metrics.js";
 import { Dispatcher } from "./routing/dispatcher.js";
@@ -49,6 +50,8 @@ export interface Broker {
   readonly sessions: SessionHost;
   readonly upstream: UpstreamSubscriptions;
   readonly watchers: BackendWatchers;
+  /** The cluster's job queue (this member runs its jobs when `jobs.process` is set). */
+  readonly jobs: JobQueue<ClusterJob>;
   /** "memory" or "redis". */
   readonly engine: string;
   readonly dispatcher: Dispatcher;
@@ -177,7 +180,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     jobs: () => jobs.stats(),
     counts: () => {
       const delivered = sessions.deliveries();
-      return { updatesIn: upstream.updatesReceived(), resourceDeliveries: delivered.resourceUpdated, listChangedDeliveries: delivered.listChanged, reloads: reloadsRun };
+      return { updatesIn: upstream.updatesReceived(), resourceDeliveries: delivered.resourceUpdated, listChangedDeliveries: delivered.listChanged, reloads: reloadsRun, countRepairs: subscriptionJobs.repairs() };
     },
   });
   const sessions = new SessionHost({
@@ -218,7 +221,6 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     clock,
     logger,
     ttlMs: config.redis.instanceTtlMs,
-    release: (backendId, uri) => watchers.release(backendId, uri),
     presumedDead: () => sessions.endAll("this broker instance lost contact with the cluster; start a new session"),
     retryReleases: () => sessions.retryReleases(),
   });
@@ -230,6 +232,9 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
         return;
       case "catalog.changed":
         void catalog.changed(message);
+        return;
+      case "subscriptions.revoked":
+        sessions.revoke(message);
         return;
       default:
         watchers.receive(message);
@@ -243,16 +248,38 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     sessions.busGap();
     void catalog.resync();
   });
+  const limits = { perSession: config.subscriptions.maxPerSession, perPrincipal: config.subscriptions.maxPerPrincipal, total: config.subscriptions.maxTotal };
+  const subscriptionJobs = new SubscriptionJobs({
+    registry,
+    bus,
+    logger,
+    instanceId,
+    release: (backendId, uri) => watchers.release(backendId, uri),
+    enforceLater: (lowered) => jobs.schedule("limits", { type: "limits", limits: lowered }, 0),
+  });
   if (config.jobs.process) {
     jobs.process(async (_key, job) => {
       switch (job.type) {
         case "reload":
           return reloader.reload(job.backendId, job.list);
-        default:
-          logger.warn({ job: job.type }, "job not run: this member does not know it yet");
+        case "reap":
+          return subscriptionJobs.reap();
+        case "audit":
+          return subscriptionJobs.audit(job.limits);
+        case "limits":
+          return subscriptionJobs.enforce(job.limits);
       }
     });
   }
+  /** The cluster's periodic jobs, one repetition each however many members ask (the newest member's settings win). */
+  const scheduleHousekeeping = async (): Promise<void> => {
+    const reap: ClusterJob = { type: "reap" };
+    const audit: ClusterJob = { type: "audit", limits };
+    await jobs.repeat(jobKey(reap), reap, Math.max(200, Math.floor(config.redis.instanceTtlMs / 5)));
+    await jobs.repeat(jobKey(audit), audit, config.jobs.auditIntervalMs);
+    // A member that starts with lower limits than the cluster ran with finds the holdings beyond them now.
+    await jobs.schedule(jobKey(audit), audit, 0);
+  };
   const gate = new StartupGate();
   let http: Server | undefined;
   let backendsStarted = false;
@@ -268,6 +295,8 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       }
     }
     await bus.subscribe(CHANNEL.catalog);
+    await bus.subscribe(CHANNEL.revocations);
+    await scheduleHousekeeping();
     await presence.start();
     await watchers.start();
     pool.start();
@@ -301,6 +330,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     sessions,
     upstream,
     watchers,
+    jobs,
     engine: engineName,
     dispatcher,
     router,

@@ -11,7 +11,7 @@ export interface MetricsSources {
   /** Whether this instance is the cluster's watcher of the backend (always, with the memory engine, while it is connected). */
   watching(backendId: string): boolean;
   /** Monotonic counts since start. */
-  counts(): { updatesIn: number; resourceDeliveries: number; listChangedDeliveries: number; reloads: number };
+  counts(): { updatesIn: number; resourceDeliveries: number; listChangedDeliveries: number; reloads: number; countRepairs: number };
   /** The cluster's job queue by state (the whole cluster's, on the Redis engine). */
   jobs(): Promise<JobStats>;
 }
@@ -72,6 +72,7 @@ export function createMetrics(sources: MetricsSources): BrokerMetrics {
   counter("mcp_broker_resource_updates_received_total", "resources/updated from backends (for watched resources).", (c) => c.updatesIn);
   counter("mcp_broker_resource_updated_delivered_total", "resources/updated written to client streams.", (c) => c.resourceDeliveries);
   counter("mcp_broker_list_changed_delivered_total", "list_changed written to client streams.", (c) => c.listChangedDeliveries);
+  counter("mcp_broker_subscription_count_repairs_total", "Subscription counts (per principal, total) the audit job found drifted and repaired on this member.", (c) => c.countRepairs);
   counter("mcp_broker_list_reloads_total", "Backend list reloads this member ran (reload jobs completed).", (c) => c.reloads);
   const busLatency = new Histogram({
     name: "mcp_broker_bus_latency_seconds",

@@ -50,6 +50,21 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
     backendId: z.string(),
     lists: z.array(z.object({ kind: z.enum(["tools", "prompts", "resources", "resourceTemplates"]), version: z.number().int().nonnegative() })),
   }),
+  /**
+   * Subscriptions a limits job removed (the limits were lowered), on `CHANNEL.revocations`: the
+   * member holding the session or listen stream tells its client.
+   */
+  z.object({
+    kind: z.literal("subscriptions.revoked"),
+    v: z.literal(1),
+    origin: z.string(),
+    principal: z.string(),
+    sessionId: z.string(),
+    /** Backend resources, in the backend's form. */
+    resources: z.array(z.object({ backendId: z.string(), uri: z.string() })),
+    limit: z.enum(["session", "principal", "global"]),
+    max: z.number().int().positive(),
+  }),
   /** The watcher's answer to `watch.ensure`. */
   z.object({
     kind: z.literal("watch.result"),
@@ -150,6 +165,8 @@ export const CHANNEL = {
   replies: (instanceId: string) => `reply:${instanceId}`,
   /** Catalog changes, for every member. */
   catalog: "catalog",
+  /** Subscriptions removed by a limits job, for every member. */
+  revocations: "revocations",
 } as const;
 
 /** The lease whose holder watches a backend upstream for the whole cluster. */

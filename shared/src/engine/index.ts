@@ -1,5 +1,6 @@
 export * from "./bus.js";
 export * from "./registry.js";
+export * from "./limits.js";
 export * from "./leases.js";
 export * from "./jobs.js";
 export * from "./memory/memory-bus.js";

@@ -48,5 +48,35 @@ export interface SubscriptionRegistry {
    * the (backend, uri) whose cluster-wide count this dropped to zero (each to exactly one caller).
    */
   reapDead(): Promise<{ backendId: string; uri: string }[]>;
+  /**
+   * Recounts the per-principal and global counts from the sessions' own sets and repairs any that
+   * drifted; each principal's count (and then the total) is recounted and set in one atomic step,
+   * so subscribes and unsubscribes running meanwhile are neither lost nor counted twice.
+   */
+  audit(): Promise<AuditReport>;
+  /**
+   * The holdings beyond `limits` (after the limits were lowered), newest first within each scope:
+   * per session, then per principal, then cluster-wide. Removing them (with `remove`) brings the
+   * holdings within the limits; subscribes made meanwhile are caught by the next look.
+   */
+  beyond(limits: SubscriptionLimits): Promise<Beyond[]>;
   close(): Promise<void>;
+}
+
+/** What the audit found: the repairs it made, and the largest holdings (to tell whether any is beyond the limits). */
+export interface AuditReport {
+  repairs: CountRepair[];
+  total: number;
+  largestPrincipal: number;
+  largestSession: number;
+}
+
+/** One count the audit found wrong, and what it set it to. */
+export type CountRepair = { scope: "principal"; principal: string; was: number; now: number } | { scope: "total"; was: number; now: number };
+
+/** A subscription beyond a limit. */
+export interface Beyond {
+  ref: SubscriptionRef;
+  limit: "session" | "principal" | "global";
+  max: number;
 }

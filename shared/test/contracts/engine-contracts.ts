@@ -49,7 +49,8 @@ export function busContract(name: string, makePair: () => Promise<[Bus, Bus]>): 
   });
 }
 
-export function registryContract(name: string, make: () => Promise<SubscriptionRegistry>): void {
+/** `corrupt` damages the registry's counts as a bug or a hand edit would: principal "p" counted 99, the total 7. */
+export function registryContract(name: string, make: () => Promise<SubscriptionRegistry & { corrupt(): Promise<void> }>): void {
   describe(`SubscriptionRegistry contract: ${name}`, () => {
     const limits = { perSession: 2, perPrincipal: 3, total: 4 };
     const ref = (principal: string, sessionId: string, uri: string) => ({ principal, sessionId, backendId: "b", uri });
@@ -87,6 +88,45 @@ export function registryContract(name: string, make: () => Promise<SubscriptionR
       const outcomes = await Promise.all(Array.from({ length: 20 }, (_, i) => registry.add(ref("p", "s", `u${i}`), { perSession: 5, perPrincipal: 100, total: 100 })));
       expect(outcomes.filter((o) => o.status === "added")).toHaveLength(5);
       expect(await registry.ofSession("p", "s")).toHaveLength(5);
+      await registry.close();
+    });
+
+    it("finds the newest holdings beyond lowered limits: per session, then per principal, then cluster-wide", async () => {
+      const registry = await make();
+      const roomy = { perSession: 100, perPrincipal: 100, total: 100 };
+      for (const [principal, sessionId, uri] of [["p", "s1", "a"], ["p", "s1", "b"], ["p", "s1", "c"], ["p", "s2", "d"], ["p", "s2", "e"], ["q", "s3", "f"]] as const) {
+        await registry.add(ref(principal, sessionId, uri), roomy);
+      }
+      const lowered = { perSession: 2, perPrincipal: 3, total: 3 };
+      const beyond = await registry.beyond(lowered);
+      expect(beyond).toEqual([
+        { ref: ref("p", "s1", "c"), limit: "session", max: 2 },
+        { ref: ref("p", "s2", "e"), limit: "principal", max: 3 },
+        { ref: ref("q", "s3", "f"), limit: "global", max: 3 },
+      ]);
+      for (const { ref: extra } of beyond) await registry.remove(extra);
+      expect(await registry.beyond(lowered)).toEqual([]);
+      expect((await registry.audit()).repairs).toEqual([]);
+      await registry.close();
+    });
+
+    it("recounts drifted counts from the sessions' holdings and repairs them, so limits hold again", async () => {
+      const registry = await make();
+      await registry.add(ref("p", "s1", "a"), limits);
+      await registry.add(ref("p", "s2", "b"), limits);
+      await registry.add(ref("q", "s3", "c"), limits);
+      await registry.corrupt();
+      expect(await registry.add(ref("p", "s2", "x"), limits)).toEqual({ status: "limit", limit: "principal", max: 3 });
+      const report = await registry.audit();
+      expect(report.repairs).toEqual(
+        expect.arrayContaining([
+          { scope: "principal", principal: "p", was: 99, now: 2 },
+          { scope: "total", was: expect.any(Number), now: 3 },
+        ]),
+      );
+      expect(report).toMatchObject({ total: 3, largestPrincipal: 2, largestSession: 1 });
+      expect(await registry.add(ref("p", "s2", "x"), limits)).toEqual({ status: "added", first: true });
+      expect((await registry.audit()).repairs).toEqual([]);
       await registry.close();
     });
 

@@ -34,7 +34,15 @@ busContract("redis", async () => {
   const [a, b] = await cluster(2);
   return [a!.bus, b!.bus];
 });
-registryContract("redis", async () => (await cluster(1))[0]!.registry);
+registryContract("redis", async () => {
+  const [engine] = await cluster(1);
+  return Object.assign(engine!.registry, {
+    async corrupt() {
+      await engine!.redis.hset(engine!.keys.principalCounts(), "p", 99);
+      await engine!.redis.set(engine!.keys.total(), 7);
+    },
+  });
+});
 catalogStoreContract("redis", async () => (await cluster(1))[0]!.catalog);
 leasesContract("redis", async () => ({
   leases: (await cluster(1))[0]!.leases,
@@ -57,6 +65,24 @@ jobQueueContract("redis (BullMQ)", {
   until: (predicate, what) => vi.waitFor(async () => expect(await predicate(), what).toBe(true), { timeout: 15_000, interval: 20 }),
   elapse: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
   now: () => Date.now(),
+});
+
+describe("Redis registry audit", () => {
+  it("finds sessions its principal index lost by scanning, and recounts from them", async () => {
+    const [engine] = await cluster(1);
+    const limits = { perSession: 10, perPrincipal: 10, total: 10 };
+    await engine!.registry.add({ principal: "p:x", sessionId: "s/1", backendId: "b", uri: "u1" }, limits);
+    await engine!.registry.add({ principal: "p:x", sessionId: "s/1", backendId: "b", uri: "u2" }, limits);
+    await engine!.redis.del(engine!.keys.principalSessions("p:x"), engine!.keys.principals());
+    await engine!.redis.hdel(engine!.keys.principalCounts(), "p:x");
+    const report = await engine!.registry.audit();
+    expect(report.repairs).toEqual([
+      { scope: "principal", principal: "p:x", was: 0, now: 2 },
+      { scope: "total", was: 2, now: 2 },
+    ].filter((repair) => repair.was !== repair.now));
+    expect(await engine!.redis.hget(engine!.keys.principalCounts(), "p:x")).toBe("2");
+    expect(await engine!.redis.smembers(engine!.keys.principalSessions("p:x"))).toEqual([engine!.keys.session("p:x", "s/1")]);
+  });
 });
 
 describe("Redis catalog store", () => {

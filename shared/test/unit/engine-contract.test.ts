@@ -12,7 +12,15 @@ busContract("memory", async () => {
   const hub = new MemoryBusHub();
   return [new MemoryBus(hub), new MemoryBus(hub)];
 });
-registryContract("memory", async () => new MemoryRegistry());
+registryContract("memory", async () =>
+  Object.assign(new MemoryRegistry(), {
+    async corrupt(this: MemoryRegistry) {
+      const internals = this as unknown as { perPrincipal: Map<string, number>; total: number };
+      internals.perPrincipal.set("p", 99);
+      internals.total = 7;
+    },
+  }),
+);
 catalogStoreContract("memory", async () => {
   const positions = new MemoryPositions();
   const store = new MemoryCatalogStore(positions);

@@ -335,6 +335,10 @@ export class McpEndpoint {
           else stream?.writeParts(notification.modernBody(idJson));
         },
         end: () => stream?.close(),
+        fail: (error) => {
+          stream?.write(encodeEvent(this.deps.dispatcher.errorResponse(id, error, "modern")));
+          stream?.close();
+        },
       }),
       (outcome) => {
         if (res.destroyed) return;

@@ -39,6 +39,8 @@ export type LegacySessionEvent =
   | { type: "session.idle" }
   | { type: "stream.opened" }
   | { type: "stream.closed" }
+  /** The cluster removed these subscriptions (a limit was lowered): they are no longer held. */
+  | { type: "subscription.revoked"; uris: string[] }
   | { type: "session.close"; reason: string };
 
 /** Effects the host performs. */
@@ -108,6 +110,16 @@ export const legacySessionMachine = setup({
       on: {
         "subscription.add": { actions: "enqueue" },
         "subscription.remove": { actions: "enqueue" },
+        "subscription.revoked": {
+          actions: enqueueActions(({ context, event, enqueue }) => {
+            for (const uri of event.uris) {
+              const target = context.subscriptions[uri];
+              if (target === undefined) continue;
+              delete context.subscriptions[uri];
+              enqueue.emit({ type: "interest.remove", uri, target });
+            }
+          }),
+        },
         "session.close": { target: "closing" },
       },
       states: {

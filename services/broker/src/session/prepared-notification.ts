@@ -38,6 +38,11 @@ export class PreparedNotification {
     return new PreparedNotification(LIST_CHANGED_METHOD[list], {});
   }
 
+  /** A log message from the broker itself (`notifications/message`, logger `mcp-broker`). */
+  static brokerMessage(level: "warning" | "error", data: Record<string, unknown>): PreparedNotification {
+    return new PreparedNotification(NOTIFICATION.message, { level, logger: "mcp-broker", data });
+  }
+
   /** The whole SSE event for legacy streams, its id line included. */
   legacyFrame(): Buffer {
     this.legacy ??= encodeEvent({ jsonrpc: "2.0", method: this.method, params: this.params }, this.eventId);

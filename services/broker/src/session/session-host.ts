@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import {
   BrokerError,
+  type BusMessage,
   type Bus,
   type ResourceUpdatedMessage,
   type Clock,
@@ -52,7 +53,11 @@ export interface ListenSink extends NotificationSink {
   readonly flags: ListenFlags;
   /** Ends the stream from the broker's side (its listen failed). */
   end?(): void;
+  /** Ends the stream with an error answer to its listen request. */
+  fail?(error: BrokerError): void;
 }
+
+type SubscriptionsRevoked = Extract<BusMessage, { kind: "subscriptions.revoked" }>;
 
 /**
  * Runs the session and listen actors: provides their I/O (catalog validation, registry, upstream),
@@ -63,6 +68,8 @@ export class SessionHost {
   /** Notifications written to sessions and listen streams since start (for metrics). */
   private readonly delivered = { resourceUpdated: 0, listChanged: 0 };
   private readonly listens = new Set<ListenSink>();
+  /** Acknowledged listen streams by id (its actor's, which is its registry session id). */
+  private readonly listensById = new Map<string, ListenSink>();
   /** The last update that was published under several keys (see `deliverOnce`). */
   private multiKeyUpdate: { id: string; notification: PreparedNotification; delivered: Set<NotificationSink> } | undefined;
   /** What to release when a listen's actor fails (a bug): by actor id (a legacy session's is `legacyFailed`). */
@@ -242,6 +249,7 @@ export class SessionHost {
       forgotten = true;
       this.failureCleanups.delete(id);
       this.listens.delete(sink);
+      this.listensById.delete(id);
       this.releaseSession(principal);
     };
     actor.on("*", (effect) => {
@@ -263,6 +271,7 @@ export class SessionHost {
         case "listen.acknowledged":
           acknowledged = true;
           this.listens.add(sink);
+          this.listensById.set(id, sink);
           onOutcome(effect);
           break;
         case "listen.ended":
@@ -287,6 +296,29 @@ export class SessionHost {
         if (actor.getSnapshot().status === "active") actor.send({ type: "stream.closed" });
       },
     };
+  }
+
+  /**
+   * The cluster removed subscriptions of a session or listen stream (a limit was lowered): a legacy
+   * session stops delivering them and is told with a `notifications/message` at warning; a listen
+   * stream, whose filter can no longer be honored, ends with the limit's error. Not held here: nothing to do.
+   */
+  revoke(message: SubscriptionsRevoked): void {
+    const wanted = new Set(message.resources.map((r) => `${r.backendId}\u0000${r.uri}`));
+    const what = `${message.resources.length} subscription(s) removed: the ${message.limit} subscription limit was lowered to ${message.max}`;
+    const session = this.legacy.get(message.sessionId);
+    if (session !== undefined && session.principal === message.principal && !session.closed) {
+      const uris = Object.entries(session.actor.getSnapshot().context.subscriptions)
+        .filter(([, target]) => wanted.has(`${target.backendId}\u0000${target.uri}`))
+        .map(([uri]) => uri);
+      session.actor.send({ type: "subscription.revoked", uris });
+      session.deliver(PreparedNotification.brokerMessage("warning", { message: `${what}; subscribe again once under the limit`, limit: message.limit, max: message.max, uris }));
+      return;
+    }
+    const listen = this.listensById.get(message.sessionId);
+    if (listen === undefined || listen.principal !== message.principal) return;
+    const uris = message.resources.map((r) => this.deps.catalog.exposeUri(r.backendId, r.uri));
+    listen.fail?.(new BrokerError("SUBSCRIPTION_LIMIT", `${what}; open a new listen within the limit.`, { limit: message.limit, max: message.max, uris }));
   }
 
   /**

@@ -35,7 +35,7 @@ function member(hub: MemoryBusHub, leases: Leases, instanceId: string, connected
     watcherTimeoutMs: 2_000,
   });
   bus.onMessage((_channel, message) => {
-    if (message.kind !== "resource.updated" && message.kind !== "catalog.changed") watchers.receive(message);
+    if (message.kind.startsWith("watch.")) watchers.receive(message as Parameters<typeof watchers.receive>[0]);
   });
   return { local, watchers };
 }

@@ -1,11 +1,13 @@
-import type { AddOutcome, RemoveOutcome, SubscriptionLimits, SubscriptionRef, SubscriptionRegistry } from "../registry.js";
+import { beyondLimits, type Holding } from "../limits.js";
+import type { AddOutcome, AuditReport, Beyond, CountRepair, RemoveOutcome, SubscriptionLimits, SubscriptionRef, SubscriptionRegistry } from "../registry.js";
 
 const SEP = "\u0000";
 
 /** In-process registry; every operation runs synchronously, so limits hold exactly. */
 export class MemoryRegistry implements SubscriptionRegistry {
-  /** session key → resource keys */
-  private readonly sessions = new Map<string, Set<string>>();
+  /** session key → resource key → when it was added (a sequence: larger is newer) */
+  private readonly sessions = new Map<string, Map<string, number>>();
+  private added = 0;
   private readonly perPrincipal = new Map<string, number>();
   /** resource key → subscriber count */
   private readonly refcounts = new Map<string, number>();
@@ -19,8 +21,8 @@ export class MemoryRegistry implements SubscriptionRegistry {
     if ((held?.size ?? 0) >= limits.perSession) return { status: "limit", limit: "session", max: limits.perSession };
     if ((this.perPrincipal.get(ref.principal) ?? 0) >= limits.perPrincipal) return { status: "limit", limit: "principal", max: limits.perPrincipal };
     if (this.total >= limits.total) return { status: "limit", limit: "global", max: limits.total };
-    const set = held ?? new Set<string>();
-    set.add(resourceKey);
+    const set = held ?? new Map<string, number>();
+    set.set(resourceKey, ++this.added);
     this.sessions.set(sessionKey, set);
     this.perPrincipal.set(ref.principal, (this.perPrincipal.get(ref.principal) ?? 0) + 1);
     this.total++;
@@ -46,10 +48,42 @@ export class MemoryRegistry implements SubscriptionRegistry {
   }
 
   async ofSession(principal: string, sessionId: string): Promise<SubscriptionRef[]> {
-    return [...(this.sessions.get(principal + SEP + sessionId) ?? [])].map((key) => {
-      const [backendId = "", uri = ""] = key.split(SEP);
-      return { principal, sessionId, backendId, uri };
-    });
+    return [...(this.sessions.get(principal + SEP + sessionId)?.keys() ?? [])].map((key) => refOf(principal, sessionId, key));
+  }
+
+  /** Counts here change only with the holdings (nothing can drift), but the recount is the same. */
+  async audit(): Promise<AuditReport> {
+    const actual = new Map<string, number>();
+    let largestSession = 0;
+    for (const [sessionKey, held] of this.sessions) {
+      const principal = sessionKey.slice(0, sessionKey.indexOf(SEP));
+      actual.set(principal, (actual.get(principal) ?? 0) + held.size);
+      largestSession = Math.max(largestSession, held.size);
+    }
+    const repairs: CountRepair[] = [];
+    for (const principal of new Set([...actual.keys(), ...this.perPrincipal.keys()])) {
+      const was = this.perPrincipal.get(principal) ?? 0;
+      const now = actual.get(principal) ?? 0;
+      if (was === now) continue;
+      repairs.push({ scope: "principal", principal, was, now });
+      if (now === 0) this.perPrincipal.delete(principal);
+      else this.perPrincipal.set(principal, now);
+    }
+    const total = [...actual.values()].reduce((sum, n) => sum + n, 0);
+    if (this.total !== total) repairs.push({ scope: "total", was: this.total, now: total });
+    this.total = total;
+    return { repairs, total, largestPrincipal: Math.max(0, ...actual.values()), largestSession };
+  }
+
+  async beyond(limits: SubscriptionLimits): Promise<Beyond[]> {
+    const sessions: Holding[][] = [];
+    for (const [sessionKey, held] of this.sessions) {
+      const at = sessionKey.indexOf(SEP);
+      const principal = sessionKey.slice(0, at);
+      const sessionId = sessionKey.slice(at + 1);
+      sessions.push([...held].map(([key, since]) => ({ ref: refOf(principal, sessionId, key), since })));
+    }
+    return beyondLimits(sessions, limits);
   }
 
   async wanted(backendId: string): Promise<string[]> {
@@ -71,4 +105,9 @@ export class MemoryRegistry implements SubscriptionRegistry {
   }
 
   async close(): Promise<void> {}
+}
+
+function refOf(principal: string, sessionId: string, resourceKey: string): SubscriptionRef {
+  const at = resourceKey.indexOf(SEP);
+  return { principal, sessionId, backendId: resourceKey.slice(0, at), uri: resourceKey.slice(at + 1) };
 }

@@ -17,9 +17,37 @@ export class RedisKeys {
     return redisChannel.startsWith(head) ? redisChannel.slice(head.length) : undefined;
   }
 
-  /** Set of `backendId NUL uri` one session holds. */
+  /** Sorted set of `backendId NUL uri` one session holds, scored by when each was added (µs). */
   session(principal: string, sessionId: string): string {
     return `${this.prefix}sub:${encodeURIComponent(principal)}:${encodeURIComponent(sessionId)}`;
+  }
+
+  /** A SCAN pattern matching every session's holdings (and nothing else). */
+  sessionPattern(): string {
+    return `${this.prefix.replace(/[*?[\]\\]/g, "\\$&")}sub:*`;
+  }
+
+  /** The principal and session of a `session()` key, or undefined when it is not one. */
+  parseSession(key: string): { principal: string; sessionId: string } | undefined {
+    const head = `${this.prefix}sub:`;
+    if (!key.startsWith(head)) return undefined;
+    const [principal, sessionId, extra] = key.slice(head.length).split(":");
+    if (principal === undefined || sessionId === undefined || extra !== undefined) return undefined;
+    try {
+      return { principal: decodeURIComponent(principal), sessionId: decodeURIComponent(sessionId) };
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Set of the `session()` keys of one principal's sessions that hold something (the audit recounts from it). */
+  principalSessions(principal: string): string {
+    return `${this.prefix}sub-sessions:${encodeURIComponent(principal)}`;
+  }
+
+  /** Set of the principals that hold something. */
+  principals(): string {
+    return `${this.prefix}sub-principals`;
   }
 
   /** Hash principal → subscriptions held. */

@@ -1,25 +1,33 @@
 import type { Redis } from "ioredis";
 import { unavailable } from "./unavailable.js";
-import type { AddOutcome, RemoveOutcome, SubscriptionLimits, SubscriptionRef, SubscriptionRegistry } from "../registry.js";
+import { beyondLimits, type Holding } from "../limits.js";
+import type { AddOutcome, AuditReport, Beyond, CountRepair, RemoveOutcome, SubscriptionLimits, SubscriptionRef, SubscriptionRegistry } from "../registry.js";
 import type { RedisKeys } from "./keys.js";
 
 const SEP = "\u0000";
 
 /**
- * KEYS: session set, principal counts, total, backend refcounts, the instance's session set.
- * ARGV: member, principal, uri, perSession, perPrincipal, total, session (for the instance's set).
+ * KEYS: session holdings, principal counts, total, backend refcounts, the instance's session set,
+ * the principal's session index, the set of principals.
+ * ARGV: member, principal, uri, perSession, perPrincipal, total, session (for the instance's set),
+ * the session holdings' key (for the principal's index).
+ * A session's holdings are a sorted set scored by when each was added (Redis's clock, µs), so the
+ * newest can be found when limits are lowered.
  * Returns {0} exists, {1, first} added, {2, which, max} limit (which: 1 session, 2 principal, 3 global).
  */
 const ADD = `
-if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return {0} end
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {0} end
 local perSession = tonumber(ARGV[4])
-if redis.call('SCARD', KEYS[1]) >= perSession then return {2, 1, perSession} end
+if redis.call('ZCARD', KEYS[1]) >= perSession then return {2, 1, perSession} end
 local perPrincipal = tonumber(ARGV[5])
 if tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0') >= perPrincipal then return {2, 2, perPrincipal} end
 local total = tonumber(ARGV[6])
 if tonumber(redis.call('GET', KEYS[3]) or '0') >= total then return {2, 3, total} end
-redis.call('SADD', KEYS[1], ARGV[1])
+local now = redis.call('TIME')
+redis.call('ZADD', KEYS[1], tonumber(now[1]) * 1000000 + tonumber(now[2]), ARGV[1])
 redis.call('SADD', KEYS[5], ARGV[7])
+redis.call('SADD', KEYS[6], ARGV[8])
+redis.call('SADD', KEYS[7], ARGV[2])
 redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
 redis.call('INCR', KEYS[3])
 local count = redis.call('HINCRBY', KEYS[4], ARGV[3], 1)
@@ -28,12 +36,18 @@ return {1, 0}
 `;
 
 /**
- * KEYS as for ADD; ARGV: member, principal, uri, session. Returns {removed, last}.
+ * KEYS as for ADD; ARGV: member, principal, uri, session, the session holdings' key. Returns {removed, last}.
  */
 const REMOVE = `
-if redis.call('SREM', KEYS[1], ARGV[1]) == 0 then return {0, 0} end
-if redis.call('SCARD', KEYS[1]) == 0 then redis.call('SREM', KEYS[5], ARGV[4]) end
-if redis.call('HINCRBY', KEYS[2], ARGV[2], -1) <= 0 then redis.call('HDEL', KEYS[2], ARGV[2]) end
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return {0, 0} end
+if redis.call('ZCARD', KEYS[1]) == 0 then
+  redis.call('SREM', KEYS[5], ARGV[4])
+  redis.call('SREM', KEYS[6], ARGV[5])
+end
+if redis.call('HINCRBY', KEYS[2], ARGV[2], -1) <= 0 then
+  redis.call('HDEL', KEYS[2], ARGV[2])
+  redis.call('SREM', KEYS[7], ARGV[2])
+end
 redis.call('DECR', KEYS[3])
 if redis.call('HINCRBY', KEYS[4], ARGV[3], -1) <= 0 then
   redis.call('HDEL', KEYS[4], ARGV[3])
@@ -50,14 +64,54 @@ redis.call('SADD', KEYS[2], ARGV[1])
 return alive
 `;
 
+/**
+ * Recounts one principal from its sessions' holdings, in one step. KEYS: the principal's session
+ * index, principal counts, the set of principals; ARGV: principal. The index names the sessions'
+ * keys (a session with no holdings has none: it leaves the index). Returns {was, now, largest session}.
+ */
+const AUDIT_PRINCIPAL = `
+local actual = 0
+local largest = 0
+for _, key in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local n = redis.call('ZCARD', key)
+  if n == 0 then redis.call('SREM', KEYS[1], key) end
+  if n > largest then largest = n end
+  actual = actual + n
+end
+local stored = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+if actual == 0 then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  redis.call('SREM', KEYS[3], ARGV[1])
+elseif stored ~= actual then
+  redis.call('HSET', KEYS[2], ARGV[1], actual)
+end
+return {stored, actual, largest}
+`;
+
+/** KEYS: principal counts, total. Sets the total to the sum of the principals' counts. Returns {was, now, largest principal}. */
+const AUDIT_TOTAL = `
+local sum = 0
+local largest = 0
+for _, value in ipairs(redis.call('HVALS', KEYS[1])) do
+  local n = tonumber(value)
+  sum = sum + n
+  if n > largest then largest = n end
+end
+local stored = tonumber(redis.call('GET', KEYS[2]) or '0')
+if stored ~= sum then redis.call('SET', KEYS[2], sum) end
+return {stored, sum, largest}
+`;
+
 const LIMITS = ["session", "principal", "global"] as const;
 
 
-type Keys = [string, string, string, string, string];
+type Keys = [string, string, string, string, string, string, string];
 type RegistryCommands = {
   registryAdd(...args: [...Keys, ...(string | number)[]]): Promise<number[]>;
   registryRemove(...args: [...Keys, ...string[]]): Promise<number[]>;
   registryHeartbeat(heartbeat: string, instances: string, instanceId: string, ttlMs: number): Promise<number>;
+  registryAuditPrincipal(index: string, counts: string, principals: string, principal: string): Promise<number[]>;
+  registryAuditTotal(counts: string, total: string): Promise<number[]>;
 };
 
 /**
@@ -75,9 +129,11 @@ export class RedisRegistry implements SubscriptionRegistry {
     private readonly keys: RedisKeys,
     private readonly instanceId: string,
   ) {
-    redis.defineCommand("registryAdd", { numberOfKeys: 5, lua: ADD });
-    redis.defineCommand("registryRemove", { numberOfKeys: 5, lua: REMOVE });
+    redis.defineCommand("registryAdd", { numberOfKeys: 7, lua: ADD });
+    redis.defineCommand("registryRemove", { numberOfKeys: 7, lua: REMOVE });
     redis.defineCommand("registryHeartbeat", { numberOfKeys: 2, lua: HEARTBEAT });
+    redis.defineCommand("registryAuditPrincipal", { numberOfKeys: 3, lua: AUDIT_PRINCIPAL });
+    redis.defineCommand("registryAuditTotal", { numberOfKeys: 2, lua: AUDIT_TOTAL });
     this.redis = redis as Redis & RegistryCommands;
   }
 
@@ -91,6 +147,7 @@ export class RedisRegistry implements SubscriptionRegistry {
       limits.perPrincipal,
       limits.total,
       JSON.stringify([ref.principal, ref.sessionId]),
+      this.keys.session(ref.principal, ref.sessionId),
     ));
     if (status === 0) return { status: "exists" };
     if (status === 1) return { status: "added", first: a === 1 };
@@ -131,16 +188,57 @@ export class RedisRegistry implements SubscriptionRegistry {
       ref.principal,
       ref.uri,
       JSON.stringify([ref.principal, ref.sessionId]),
+      this.keys.session(ref.principal, ref.sessionId),
     ));
     return { removed: removed === 1, last: last === 1 };
   }
 
   async ofSession(principal: string, sessionId: string): Promise<SubscriptionRef[]> {
-    const members = await unavailable(this.redis.smembers(this.keys.session(principal, sessionId)));
-    return members.map((member) => {
-      const at = member.indexOf(SEP);
-      return { principal, sessionId, backendId: member.slice(0, at), uri: member.slice(at + 1) };
-    });
+    const members = await unavailable(this.redis.zrange(this.keys.session(principal, sessionId), "0", "-1"));
+    return members.map((member) => refOf(principal, sessionId, member));
+  }
+
+  /**
+   * First every session's holdings found by a scan are put in their principal's index (what a
+   * damaged index lost is found again; an entry for a session emptied meanwhile is dropped by the
+   * recount), then each principal is recounted in one step, then the total.
+   */
+  async audit(): Promise<AuditReport> {
+    const repairs: CountRepair[] = [];
+    const principals = new Set(await this.redis.smembers(this.keys.principals()));
+    for await (const batch of this.redis.scanStream({ match: this.keys.sessionPattern(), count: 500 }) as AsyncIterable<string[]>) {
+      for (const key of batch) {
+        const session = this.keys.parseSession(key);
+        if (session === undefined) continue;
+        principals.add(session.principal);
+        await this.redis.sadd(this.keys.principalSessions(session.principal), key);
+      }
+    }
+    for (const principal of await this.redis.hkeys(this.keys.principalCounts())) principals.add(principal);
+    let largestSession = 0;
+    for (const principal of principals) {
+      const [was = 0, now = 0, largest = 0] = await this.redis.registryAuditPrincipal(this.keys.principalSessions(principal), this.keys.principalCounts(), this.keys.principals(), principal);
+      if (was !== now) repairs.push({ scope: "principal", principal, was, now });
+      largestSession = Math.max(largestSession, largest);
+    }
+    const [was = 0, now = 0, largestPrincipal = 0] = await this.redis.registryAuditTotal(this.keys.principalCounts(), this.keys.total());
+    if (was !== now) repairs.push({ scope: "total", was, now });
+    return { repairs, total: now, largestPrincipal, largestSession };
+  }
+
+  async beyond(limits: SubscriptionLimits): Promise<Beyond[]> {
+    const sessions: Holding[][] = [];
+    for (const principal of await this.redis.smembers(this.keys.principals())) {
+      for (const key of await this.redis.smembers(this.keys.principalSessions(principal))) {
+        const session = this.keys.parseSession(key);
+        if (session === undefined) continue;
+        const flat = await this.redis.zrange(key, "0", "-1", "WITHSCORES");
+        const holdings: Holding[] = [];
+        for (let i = 0; i + 1 < flat.length; i += 2) holdings.push({ ref: refOf(session.principal, session.sessionId, flat[i] as string), since: Number(flat[i + 1]) });
+        sessions.push(holdings);
+      }
+    }
+    return beyondLimits(sessions, limits);
   }
 
   async wanted(backendId: string): Promise<string[]> {
@@ -155,6 +253,19 @@ export class RedisRegistry implements SubscriptionRegistry {
   async close(): Promise<void> {}
 
   private keysOf(ref: SubscriptionRef, instanceId: string): Keys {
-    return [this.keys.session(ref.principal, ref.sessionId), this.keys.principalCounts(), this.keys.total(), this.keys.refcounts(ref.backendId), this.keys.instanceSessions(instanceId)];
+    return [
+      this.keys.session(ref.principal, ref.sessionId),
+      this.keys.principalCounts(),
+      this.keys.total(),
+      this.keys.refcounts(ref.backendId),
+      this.keys.instanceSessions(instanceId),
+      this.keys.principalSessions(ref.principal),
+      this.keys.principals(),
+    ];
   }
+}
+
+function refOf(principal: string, sessionId: string, member: string): SubscriptionRef {
+  const at = member.indexOf(SEP);
+  return { principal, sessionId, backendId: member.slice(0, at), uri: member.slice(at + 1) };
 }

@@ -1,0 +1,80 @@
+import { CHANNEL, type Beyond, type Bus, type SubscriptionLimits, type SubscriptionRegistry } from "@mcp-broker/shared";
+import type { Logger } from "../logger.js";
+
+/**
+ * The registry's housekeeping, run as cluster jobs (one run at a time for the whole cluster):
+ * reaping what dead members' sessions held, auditing the counts, and bringing holdings within
+ * limits that were lowered. Admission itself stays in the registry's atomic add.
+ */
+export class SubscriptionJobs {
+  private repaired = 0;
+
+  constructor(
+    private readonly deps: {
+      registry: SubscriptionRegistry;
+      bus: Bus;
+      logger: Logger;
+      instanceId: string;
+      /** The cluster-wide count of (backend, uri) reached zero: release it upstream. */
+      release(backendId: string, uri: string): void;
+      /** Limits exceeded: run the limits job with these limits. */
+      enforceLater(limits: SubscriptionLimits): Promise<void>;
+    },
+  ) {}
+
+  /** Counts the audit repaired since start (for metrics). */
+  repairs(): number {
+    return this.repaired;
+  }
+
+  async reap(): Promise<void> {
+    const released = await this.deps.registry.reapDead();
+    if (released.length > 0) this.deps.logger.warn({ released: released.length }, "released the subscriptions of dead broker instances");
+    for (const { backendId, uri } of released) this.deps.release(backendId, uri);
+  }
+
+  /** Recounts and repairs the counts; holdings beyond `limits` (they were lowered) get the limits job. */
+  async audit(limits: SubscriptionLimits): Promise<void> {
+    const report = await this.deps.registry.audit();
+    for (const repair of report.repairs) {
+      this.repaired++;
+      this.deps.logger.warn(repair, "subscription count drifted; repaired");
+    }
+    if (report.largestSession > limits.perSession || report.largestPrincipal > limits.perPrincipal || report.total > limits.total) {
+      this.deps.logger.warn({ limits, largestSession: report.largestSession, largestPrincipal: report.largestPrincipal, total: report.total }, "subscriptions beyond the limits; removing the newest");
+      await this.deps.enforceLater(limits);
+    }
+  }
+
+  /**
+   * Removes the newest subscriptions beyond `limits` and tells each affected session or listen
+   * stream (through whichever member holds it) which of its subscriptions went and why.
+   */
+  async enforce(limits: SubscriptionLimits): Promise<void> {
+    const beyond = await this.deps.registry.beyond(limits);
+    const revoked = new Map<string, { first: Beyond; resources: { backendId: string; uri: string }[] }>();
+    for (const entry of beyond) {
+      const { ref } = entry;
+      const outcome = await this.deps.registry.remove(ref);
+      if (!outcome.removed) continue;
+      if (outcome.last) this.deps.release(ref.backendId, ref.uri);
+      const key = `${ref.principal}\u0000${ref.sessionId}\u0000${entry.limit}`;
+      const session = revoked.get(key) ?? { first: entry, resources: [] };
+      session.resources.push({ backendId: ref.backendId, uri: ref.uri });
+      revoked.set(key, session);
+    }
+    for (const { first, resources } of revoked.values()) {
+      this.deps.logger.warn({ principal: first.ref.principal, session: first.ref.sessionId, limit: first.limit, max: first.max, removed: resources.length }, "subscriptions removed: beyond a lowered limit");
+      await this.deps.bus.publish(CHANNEL.revocations, {
+        kind: "subscriptions.revoked",
+        v: 1,
+        origin: this.deps.instanceId,
+        principal: first.ref.principal,
+        sessionId: first.ref.sessionId,
+        resources,
+        limit: first.limit,
+        max: first.max,
+      });
+    }
+  }
+}
