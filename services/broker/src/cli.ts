@@ -2,9 +2,8 @@
 import { parseArgs } from "node:util";
 import { ConfigError, parsePort } from "@mcp-broker/shared";
 import { loadConfigFile } from "@mcp-broker/shared/node";
-import { createBroker, redactUrl, type Broker } from "./broker.js";
-import { startBackendsOrClose, stopOnSignals } from "./lifecycle.js";
-import { createLogger, type Logger } from "./logger.js";
+import { createBroker, type Broker } from "./broker.js";
+import { createLogger, redactUrl, startBackendsOrClose, stopOnSignals, type Logger } from "@mcp-broker/member";
 import { serveStdio } from "./stdio/stdio-server.js";
 
 const USAGE = `Usage:

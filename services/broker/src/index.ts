@@ -1,4 +1,3 @@
 /** The broker as a library: build one from a validated config (see `createBroker`). */
-export { createBroker, redactUrl, type Broker, type BrokerDeps } from "./broker.js";
-export { createLogger, type Logger } from "./logger.js";
-export { startBackendsOrClose, stopOnSignals } from "./lifecycle.js";
+export { createBroker, type Broker, type BrokerDeps } from "./broker.js";
+export { createLogger, redactUrl, startBackendsOrClose, stopOnSignals, type Logger } from "@mcp-broker/member";

@@ -1,35 +1,46 @@
 #!/usr/bin/env node
 /**
- * The worker: a cluster member of the Redis engine without an MCP endpoint. It connects to the
- * backends, competes for their watcher leases (the holder makes every upstream subscription for
- * the cluster), heartbeats, and releases what the sessions of dead instances held. Broker instances
- * do all of this too, so workers are optional: run them to keep upstream watching off the
- * instances that serve clients, or to keep it going while those are redeployed.
+ * The worker: a cluster member of the Redis engine without an MCP endpoint. It runs the cluster's
+ * jobs (list reloads into the cluster catalog, the reap of dead members' holdings, the audit of the
+ * subscription counts, lowered limits), competes for the backends' watcher leases (the holder makes
+ * every upstream subscription for the cluster, and takes the backend's list changes in) and
+ * heartbeats. Its own small HTTP port serves `/healthz`, `/readyz` and `/metrics`.
  *
  * With the embedded memory engine (no REDIS_URL) there is no cluster to serve, and it says so.
  */
+import type { AddressInfo } from "node:net";
 import { parseArgs } from "node:util";
-import { ConfigError } from "@mcp-broker/shared";
+import { ConfigError, parsePort } from "@mcp-broker/shared";
 import { loadConfigFile } from "@mcp-broker/shared/node";
-import { createBroker, createLogger, redactUrl, startBackendsOrClose, stopOnSignals } from "@mcp-broker/broker";
+import { createLogger, createMember, createOperationsServer, HostCheck, redactUrl, startBackendsOrClose, stopOnSignals } from "@mcp-broker/member";
 
-const USAGE = "Usage: mcp-broker-worker --config <file>  (or MCP_BROKER_CONFIG; REDIS_URL overrides the file)";
+const USAGE = `Usage: mcp-broker-worker --config <file> [--port N] [--host H]
+
+The config file is the brokers' (JSON or YAML); MCP_BROKER_CONFIG may name it instead of --config.
+REDIS_URL, PORT and HOST override the file. The worker serves /healthz, /readyz and /metrics on
+server.host:server.port.`;
 
 async function main(argv: string[]): Promise<number> {
-  let file: string | undefined;
+  let values;
   try {
-    file = parseArgs({ args: argv, options: { config: { type: "string", short: "c" } }, strict: true }).values.config ?? process.env.MCP_BROKER_CONFIG;
+    values = parseArgs({ args: argv, options: { config: { type: "string", short: "c" }, port: { type: "string", short: "p" }, host: { type: "string" } }, strict: true }).values;
   } catch (error) {
     process.stderr.write(`${(error as Error).message}\n${USAGE}\n`);
     return 2;
   }
+  const file = values.config ?? process.env.MCP_BROKER_CONFIG;
   if (file === undefined || file === "") {
     process.stderr.write(`${USAGE}\n`);
     return 2;
   }
+  const port = values.port === undefined ? undefined : parsePort(values.port);
+  if (values.port !== undefined && port === undefined) {
+    process.stderr.write(`--port: '${values.port}' is not a port number (0-65535).\n`);
+    return 2;
+  }
   let config;
   try {
-    config = await loadConfigFile(file, process.env);
+    config = await loadConfigFile(file, process.env, { port, host: values.host });
   } catch (error) {
     if (error instanceof ConfigError) {
       process.stderr.write(`${error.message}\n`);
@@ -41,11 +52,44 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write("mcp-broker-worker: no REDIS_URL: with the memory engine the broker runs the worker role in-process.\n");
     return 2;
   }
-  const logger = createLogger(config.logging.level);
-  const worker = createBroker(config, { logger });
-  stopOnSignals(worker, logger);
-  if (!(await startBackendsOrClose(worker, logger))) return 1;
-  process.stderr.write(`mcp-broker-worker running: Redis engine at ${redactUrl(config.redisUrl)}, key prefix ${config.redis.keyPrefix}, backends ${config.backends.map((b) => b.id).join(", ")}\n`);
+  if (!config.jobs.process) process.stderr.write("mcp-broker-worker: jobs.process is false in this config; the worker runs the cluster's jobs anyway.\n");
+  const logger = createLogger(config.logging.level, "mcp-broker-worker");
+  const member = createMember({ ...config, jobs: { ...config.jobs, process: true } }, { logger });
+  const http = createOperationsServer({
+    metrics: member.metrics.registry,
+    hostCheck: new HostCheck(config.server.allowedHosts),
+    logger,
+    report: () => {
+      const ready = member.ready();
+      return { ready, status: ready ? "ready" : "degraded", role: "worker", engine: member.engine, instance: member.instanceId, backends: member.backends() };
+    },
+  });
+  // Bind first: a port in use ends the worker before it joins the cluster.
+  try {
+    await new Promise<void>((resolve, reject) => {
+      http.once("error", reject);
+      http.listen(config.server.port, config.server.host, () => {
+        http.off("error", reject);
+        resolve();
+      });
+    });
+  } catch (error) {
+    process.stderr.write(`mcp-broker-worker: cannot listen on ${config.server.host}:${config.server.port}: ${(error as Error).message}\n`);
+    return 1;
+  }
+  const stoppable = {
+    startBackends: () => member.start(),
+    close: async () => {
+      await new Promise<void>((resolve) => http.close(() => resolve()));
+      await member.close();
+    },
+  };
+  stopOnSignals(stoppable, logger);
+  if (!(await startBackendsOrClose(stoppable, logger))) return 1;
+  const { address, port: bound } = http.address() as AddressInfo;
+  process.stderr.write(
+    `mcp-broker-worker running: Redis engine at ${redactUrl(config.redisUrl)}, key prefix ${config.redis.keyPrefix}, backends ${config.backends.map((b) => b.id).join(", ")}; /healthz, /readyz and /metrics on http://${address}:${bound}\n`,
+  );
   return -1;
 }
 

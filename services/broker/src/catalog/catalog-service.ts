@@ -1,8 +1,7 @@
 import { CATALOG_KINDS, type BackendConfig, type BusMessage, type CatalogKind, type CatalogStore, type ListName, type StoredList } from "@mcp-broker/shared";
-import type { Logger } from "../logger.js";
+import type { Logger } from "@mcp-broker/member";
 import { Catalog, isEmptyDiff, type CatalogDiff } from "./catalog.js";
-import { heldNames } from "./list-reloader.js";
-import type { HeldTool } from "./tool-gate.js";
+import { heldNames, type HeldTool } from "@mcp-broker/member";
 
 export function listNameOf(kind: CatalogKind): ListName {
   return kind === "resourceTemplates" ? "resources" : kind;

@@ -1,4 +1,5 @@
 import {
+  ancestorsOf,
   prefixName,
   prefixUri,
   prefixUriTemplate,
@@ -6,7 +7,7 @@ import {
   splitPrefixedUri,
   UriTemplate,
 } from "@mcp-broker/shared";
-import { canonicalHash } from "./canonical-hash.js";
+import { canonicalHash } from "@mcp-broker/member";
 
 /** The four aggregated lists. `resources/list_changed` covers both resource kinds. */
 export type CatalogKind = "tools" | "prompts" | "resources" | "resourceTemplates";
@@ -297,24 +298,4 @@ function buildItem(kind: CatalogKind, naming: BackendNaming, key: string, defini
       return { key, exposedKey, backendId: naming.id, original: definition, exposed: { ...definition, uriTemplate: exposedKey }, hash, template };
     }
   }
-}
-
-/** `child` lies below `parent` in a path sense: `file:///a` → `file:///a/b`. */
-export function isSubResource(child: string, parent: string): boolean {
-  if (!child.startsWith(parent) || child.length === parent.length) return false;
-  return parent.endsWith("/") || child[parent.length] === "/";
-}
-
-/**
- * Every `parent` with `isSubResource(uri, parent)`, nearest first: the URI cut before and after
- * each `/`. Lets a lookup walk a URI's few ancestors instead of scanning every known URI.
- * `lengthWanted` skips, without cutting them, the ancestors of lengths a lookup would not find.
- */
-export function ancestorsOf(uri: string, lengthWanted: (length: number) => boolean = () => true): string[] {
-  const out: string[] = [];
-  for (let i = uri.lastIndexOf("/"); i >= 0; i = i === 0 ? -1 : uri.lastIndexOf("/", i - 1)) {
-    if (i + 1 < uri.length && lengthWanted(i + 1)) out.push(uri.slice(0, i + 1));
-    if (i > 0 && uri[i - 1] !== "/" && lengthWanted(i)) out.push(uri.slice(0, i));
-  }
-  return out;
 }

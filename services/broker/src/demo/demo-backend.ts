@@ -49,8 +49,7 @@ import {
 } from "@modelcontextprotocol/server";
 import { serveStdio } from "@modelcontextprotocol/server/stdio";
 import * as z from "zod";
-import { createLogger, type Logger } from "../logger.js";
-import { BROKER_VERSION } from "../version.js";
+import { BROKER_VERSION, createLogger, type Logger } from "@mcp-broker/member";
 
 export const DEMO_SERVER_NAME = "mcp-broker-demo";
 export const CLOCK_URI = "demo://clock";

@@ -1,6 +1,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
-import { localhostAllowedHostnames, validateHostHeader, validateOriginHeader } from "@modelcontextprotocol/server";
+import { HostCheck } from "@mcp-broker/member";
+import { localhostAllowedHostnames, validateOriginHeader } from "@modelcontextprotocol/server";
 
 export const ANONYMOUS = "anonymous";
 
@@ -11,7 +12,7 @@ export type EdgeVerdict = { ok: true; principal: string } | { ok: false; status:
  * then bearer API keys (401) when any are configured. A session id is never authentication.
  */
 export class EdgeSecurity {
-  private readonly hosts: string[] | "any";
+  private readonly hosts: HostCheck;
   private readonly origins: string[] | "any";
   private readonly keys: { digest: Buffer; principal: string }[];
   /** Exact origins granted CORS (`server.corsOrigins`); their hostnames pass the Origin check too. */
@@ -20,7 +21,7 @@ export class EdgeSecurity {
   constructor(options: { allowedHosts: string[]; allowedOrigins: string[]; corsOrigins?: string[]; apiKeys: { key: string; principal: string }[] }) {
     this.cors = new Set((options.corsOrigins ?? []).map((origin) => new URL(origin).origin));
     const corsHosts = [...this.cors].map((origin) => new URL(origin).hostname);
-    this.hosts = options.allowedHosts.includes("*") ? "any" : [...localhostAllowedHostnames(), ...options.allowedHosts];
+    this.hosts = new HostCheck(options.allowedHosts);
     this.origins = options.allowedOrigins.includes("*") ? "any" : [...localhostAllowedHostnames(), ...options.allowedOrigins, ...corsHosts];
     this.keys = options.apiKeys.map((k) => ({ digest: digest(k.key), principal: k.principal }));
   }
@@ -31,9 +32,7 @@ export class EdgeSecurity {
 
   /** Host only (DNS rebinding): also guards `/readyz`, whose backend states and failures are not for any page to read. */
   checkHost(req: IncomingMessage): { ok: true } | { ok: false; status: 403; message: string } {
-    if (this.hosts === "any") return { ok: true };
-    const host = validateHostHeader(req.headers.host, this.hosts);
-    return host.ok ? { ok: true } : { ok: false, status: 403, message: host.message };
+    return this.hosts.check(req);
   }
 
   /**

@@ -1,13 +1,21 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { serveOperations, type BackendStatus, type HeldTool, type Logger } from "@mcp-broker/member";
 import type { Registry } from "prom-client";
-import type { Catalog } from "../catalog/catalog.js";
-import type { HeldTool } from "../catalog/tool-gate.js";
-import type { Logger } from "../logger.js";
-import type { BackendPool } from "../upstream/backend-pool.js";
 import type { EdgeSecurity } from "./edge-security.js";
 import type { McpEndpoint } from "./mcp-endpoint.js";
 import { sendJson } from "./mcp-endpoint.js";
 import type { StartupGate } from "./startup-gate.js";
+
+/** What `/readyz` reports of this broker. */
+export interface BrokerStatus {
+  engine: string;
+  instance: string;
+  backends: BackendStatus[];
+  /** The member is ready: every backend connected and answering. */
+  ready: boolean;
+  collisions: readonly string[];
+  heldTools: readonly HeldTool[];
+}
 
 /**
  * The broker's HTTP face: `/mcp`, `/healthz` (process up, says nothing else), `/readyz` (serving,
@@ -19,11 +27,7 @@ export function createHttpServer(deps: {
   endpoint: McpEndpoint;
   gate: StartupGate;
   security: EdgeSecurity;
-  pool: BackendPool;
-  catalog: Catalog;
-  heldTools: () => readonly HeldTool[];
-  /** Which engine runs, this instance's id, and whether it is the cluster's watcher of a backend. */
-  cluster: { engine: string; instanceId: string; watching(backendId: string): boolean };
+  status: () => BrokerStatus;
   metrics: Registry;
   logger: Logger;
   requestTimeoutMs: number;
@@ -39,6 +43,22 @@ export function createHttpServer(deps: {
       else res.end();
     });
   };
+  const operations = {
+    metrics: deps.metrics,
+    hostCheck: { check: (req: IncomingMessage) => deps.security.checkHost(req) },
+    logger: deps.logger,
+    report: () => {
+      const { ready: memberReady, collisions, heldTools, ...status } = deps.status();
+      const ready = deps.gate.state === "open" && memberReady;
+      return {
+        ready,
+        status: ready ? "ready" : deps.gate.state === "holding" ? "starting" : "degraded",
+        ...status,
+        ...(collisions.length > 0 && { collisions }),
+        ...(heldTools.length > 0 && { heldTools }),
+      };
+    },
+  };
   const server = createServer({ connectionsCheckingInterval }, (req: IncomingMessage, res: ServerResponse) => {
     const path = (req.url ?? "/").split("?")[0];
     if (path === mcpPath) {
@@ -47,50 +67,8 @@ export function createHttpServer(deps: {
       else void deps.gate.pass().then((open) => (open ? handleMcp(req, res) : res.destroy()));
       return;
     }
+    if (serveOperations(req, res, operations)) return;
     req.resume();
-    if (path === "/healthz" && req.method === "GET") {
-      sendJson(res, 200, { status: "ok" });
-      return;
-    }
-    if (path === "/metrics" || path === "/readyz") {
-      // They name backends and their failures: not for a rebinding page to read.
-      const host = deps.security.checkHost(req);
-      if (!host.ok) {
-        sendJson(res, host.status, { error: host.message });
-        return;
-      }
-    }
-    if (path === "/metrics" && req.method === "GET") {
-      deps.metrics.metrics().then(
-        (text) => res.writeHead(200, { "content-type": deps.metrics.contentType }).end(text),
-        (error: unknown) => {
-          deps.logger.error({ err: error }, "metrics collection failed");
-          sendJson(res, 500, { error: "metrics collection failed" });
-        },
-      );
-      return;
-    }
-    if (path === "/readyz" && req.method === "GET") {
-      const backends = deps.pool.all().map((b) => ({
-        id: b.id,
-        state: b.readiness,
-        ...(b.era !== undefined && { era: b.era }),
-        ...(b.lastFailure !== undefined && { lastFailure: b.lastFailure }),
-        watching: deps.cluster.watching(b.id),
-      }));
-      const ready = deps.gate.state === "open" && deps.pool.ready();
-      const collisions = deps.catalog.collisions();
-      const heldTools = deps.heldTools();
-      sendJson(res, ready ? 200 : 503, {
-        status: ready ? "ready" : deps.gate.state === "holding" ? "starting" : "degraded",
-        engine: deps.cluster.engine,
-        instance: deps.cluster.instanceId,
-        backends,
-        ...(collisions.length > 0 && { collisions }),
-        ...(heldTools.length > 0 && { heldTools }),
-      });
-      return;
-    }
     sendJson(res, 404, { error: `Not found: the MCP endpoint is ${mcpPath}` });
   });
   // Both bound receiving the request only (a slow-trickle body gets 408), not the response:

@@ -7,7 +7,7 @@ import {
   type Clock,
   type ProtocolEra,
 } from "@mcp-broker/shared";
-import type { Logger } from "../logger.js";
+import type { Logger } from "@mcp-broker/member";
 import type { Dispatcher, JsonRpcRequest, JsonRpcResponse } from "../routing/dispatcher.js";
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
 import { nestsTooDeep, TOO_DEEP_MESSAGE, topLevelId } from "../routing/message-depth.js";

@@ -8,7 +8,7 @@ import {
   type ProtocolEra,
 } from "@mcp-broker/shared";
 import type { CatalogKind } from "../catalog/catalog.js";
-import type { Logger } from "../logger.js";
+import type { Logger } from "@mcp-broker/member";
 import type { LogLevel, RequestContext } from "./request-context.js";
 import type { Router } from "./router.js";
 import { validateParams } from "./validate-params.js";

@@ -1,9 +1,9 @@
 import { ProtocolError, ProtocolErrorCode, ResourceNotFoundError } from "@modelcontextprotocol/client";
 import { BrokerError, META, NOTIFICATION, splitPrefixedName } from "@mcp-broker/shared";
 import type { Catalog, CatalogKind } from "../catalog/catalog.js";
-import type { HeldTool } from "../catalog/tool-gate.js";
-import type { BackendConnection } from "../upstream/backend-connection.js";
-import type { BackendPool } from "../upstream/backend-pool.js";
+import type { HeldTool } from "@mcp-broker/member";
+import type { BackendConnection } from "@mcp-broker/member";
+import type { BackendPool } from "@mcp-broker/member";
 import { levelAtLeast, type LogLevel, type RequestContext } from "./request-context.js";
 
 type Params = Record<string, unknown>;

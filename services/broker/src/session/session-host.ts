@@ -12,8 +12,8 @@ import {
 } from "@mcp-broker/shared";
 import { createActor, fromCallback, fromPromise } from "xstate";
 import type { Catalog } from "../catalog/catalog.js";
-import type { Logger } from "../logger.js";
-import type { UpstreamPort } from "../upstream/upstream-subscriptions.js";
+import type { Logger } from "@mcp-broker/member";
+import type { UpstreamPort } from "@mcp-broker/member";
 import { InterestTable, type NotificationSink } from "./interest-table.js";
 import { LegacySession } from "./legacy-session.js";
 import { legacySessionMachine } from "./legacy-session-machine.js";

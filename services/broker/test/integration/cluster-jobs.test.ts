@@ -56,7 +56,7 @@ describe("cluster jobs on the Redis engine", () => {
     dirs.push(dir);
     const file = join(dir, "worker.json");
     await writeFile(file, JSON.stringify({ ...config(overrides), logging: { level: "warn" } }));
-    const child = spawn(process.execPath, ["--import", "tsx", WORKER, "--config", file], { cwd: BROKER_DIR, stdio: ["ignore", "ignore", "pipe"] });
+    const child = spawn(process.execPath, ["--import", "tsx", WORKER, "--config", file, "--port", "0"], { cwd: BROKER_DIR, stdio: ["ignore", "ignore", "pipe"] });
     children.push(child);
     let stderr = "";
     child.stderr?.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));

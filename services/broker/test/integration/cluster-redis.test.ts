@@ -264,7 +264,7 @@ describe("cluster on the Redis engine: two broker instances", () => {
     const dir = await mkdtemp(join(tmpdir(), "broker-worker-"));
     const configFile = join(dir, "worker.json");
     await writeFile(configFile, JSON.stringify({ ...config(), logging: { level: "warn" } }));
-    const worker = spawn(process.execPath, ["--import", "tsx", WORKER, "--config", configFile], { cwd: BROKER_DIR, stdio: ["ignore", "ignore", "pipe"] });
+    const worker = spawn(process.execPath, ["--import", "tsx", WORKER, "--config", configFile, "--port", "0"], { cwd: BROKER_DIR, stdio: ["ignore", "ignore", "pipe"] });
     try {
       let stderr = "";
       worker.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));

@@ -1,11 +1,10 @@
 import { BrokerError, CHANNEL, MemoryBus, MemoryCatalogStore, MemoryJobQueue, MemoryPositions, type BackendConfig, type Clock } from "@mcp-broker/shared";
 import { pino } from "pino";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { ancestorsOf, Catalog, isSubResource } from "../../src/catalog/catalog.js";
+import { ancestorsOf, isSubResource } from "@mcp-broker/shared";
+import { Catalog } from "../../src/catalog/catalog.js";
 import { CatalogService } from "../../src/catalog/catalog-service.js";
-import { ListChanges } from "../../src/catalog/list-changes.js";
-import { ListReloader, type ListedBackend } from "../../src/catalog/list-reloader.js";
-import type { ClusterJob } from "../../src/jobs/cluster-jobs.js";
+import { ListChanges, ListReloader, type ClusterJob, type ListedBackend } from "@mcp-broker/member";
 
 describe("catalog", () => {
   const catalog = () =>

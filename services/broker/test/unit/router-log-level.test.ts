@@ -2,8 +2,8 @@ import { describe, expect, it } from "vitest";
 import { Catalog } from "../../src/catalog/catalog.js";
 import type { RequestContext } from "../../src/routing/request-context.js";
 import { Router } from "../../src/routing/router.js";
-import type { BackendConnection } from "../../src/upstream/backend-connection.js";
-import type { BackendPool } from "../../src/upstream/backend-pool.js";
+import type { BackendConnection } from "@mcp-broker/member";
+import type { BackendPool } from "@mcp-broker/member";
 
 describe("backend log level", () => {
   function setup() {

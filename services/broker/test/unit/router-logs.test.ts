@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { Catalog } from "../../src/catalog/catalog.js";
 import type { RequestContext } from "../../src/routing/request-context.js";
 import { Router } from "../../src/routing/router.js";
-import type { BackendPool } from "../../src/upstream/backend-pool.js";
+import type { BackendPool } from "@mcp-broker/member";
 
 /** A backend whose calls finish when the test says so, and that counts them as `BackendConnection` does. */
 function setup() {

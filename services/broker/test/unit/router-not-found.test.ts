@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { Catalog } from "../../src/catalog/catalog.js";
 import type { RequestContext } from "../../src/routing/request-context.js";
 import { Router } from "../../src/routing/router.js";
-import type { BackendPool } from "../../src/upstream/backend-pool.js";
+import type { BackendPool } from "@mcp-broker/member";
 
 /** The router in front of one backend whose reads fail with `error` (SDK errors, as BackendConnection passes them on). */
 async function readFailing(error: Error, uri = "fx+fixture://zzz/1"): Promise<unknown> {

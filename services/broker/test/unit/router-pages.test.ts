@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { Catalog } from "../../src/catalog/catalog.js";
 import { Router } from "../../src/routing/router.js";
-import type { BackendPool } from "../../src/upstream/backend-pool.js";
+import type { BackendPool } from "@mcp-broker/member";
 
 describe("aggregated list pages", () => {
   const names = (n: number) => Array.from({ length: n }, (_, i) => `t${String(i).padStart(2, "0")}`);

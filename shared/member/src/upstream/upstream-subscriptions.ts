@@ -10,8 +10,8 @@ import {
   type ResourceUpdatedMessage,
   type SubscriptionRegistry,
   type TimerHandle,
+  ancestorsOf,
 } from "@mcp-broker/shared";
-import { ancestorsOf } from "../catalog/catalog.js";
 import type { Logger } from "../logger.js";
 import type { BackendEra, BackendState } from "./backend-connection.js";
 import { backoffDelay } from "@mcp-broker/shared";

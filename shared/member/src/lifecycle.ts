@@ -1,8 +1,7 @@
-import type { Broker } from "./broker.js";
 import type { Logger } from "./logger.js";
 
 /** Closes `broker` and exits (code 0) on SIGTERM or SIGINT, once; the returned function does the same for any other reason. */
-export function stopOnSignals(broker: Pick<Broker, "close">, logger: Logger): (reason: string) => Promise<void> {
+export function stopOnSignals(broker: { close(): Promise<void> }, logger: Logger): (reason: string) => Promise<void> {
   let stopping = false;
   const stop = async (reason: string): Promise<void> => {
     if (stopping) return;
@@ -17,7 +16,7 @@ export function stopOnSignals(broker: Pick<Broker, "close">, logger: Logger): (r
 }
 
 /** Starts the backends (and the engine's connections); on failure logs it, closes the broker and resolves false. */
-export async function startBackendsOrClose(broker: Pick<Broker, "startBackends" | "close">, logger: Logger): Promise<boolean> {
+export async function startBackendsOrClose(broker: { startBackends(): Promise<void>; close(): Promise<void> }, logger: Logger): Promise<boolean> {
   try {
     await broker.startBackends();
     return true;

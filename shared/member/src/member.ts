@@ -1,0 +1,320 @@
+import { randomUUID } from "node:crypto";
+import {
+  CHANNEL,
+  MemoryBus,
+  MemoryCatalogStore,
+  MemoryJobQueue,
+  MemoryLeases,
+  MemoryPositions,
+  MemoryRegistry,
+  systemClock,
+  type BrokerConfig,
+  type Bus,
+  type BusMessage,
+  type CatalogStore,
+  type Clock,
+  type JobObserver,
+  type JobQueue,
+  type ResourceUpdatedMessage,
+  type SubscriptionRegistry,
+} from "@mcp-broker/shared";
+import { createRedisEngine } from "@mcp-broker/shared/node";
+import { ListChanges } from "./catalog/list-changes.js";
+import { ListReloader } from "./catalog/list-reloader.js";
+import { InstancePresence } from "./cluster/instance-presence.js";
+import { clusterJobSchema, jobKey, type ClusterJob } from "./jobs/cluster-jobs.js";
+import { SubscriptionJobs } from "./jobs/subscription-jobs.js";
+import { createLogger, type Logger } from "./logger.js";
+import { createMemberMetrics, type MemberMetrics } from "./metrics.js";
+import type { BackendConnection } from "./upstream/backend-connection.js";
+import { BackendPool } from "./upstream/backend-pool.js";
+import { BackendWatchers } from "./upstream/backend-watchers.js";
+import { UpstreamSubscriptions } from "./upstream/upstream-subscriptions.js";
+import { BROKER_VERSION } from "./version.js";
+
+export interface MemberDeps {
+  logger?: Logger;
+  clock?: Clock;
+  instanceId?: string;
+}
+
+/**
+ * What a member tells whoever serves clients on top of it (the broker); a member alone (the worker)
+ * has none. Set once, before `start`.
+ */
+export interface MemberHooks {
+  /** This member's connection to the backend came up; the watcher competes for it once this resolves. */
+  backendConnected?(backend: BackendConnection): Promise<void>;
+  backendDisconnected?(backend: BackendConnection): void;
+  /** A backend's `notifications/message`. */
+  log?(backend: BackendConnection, params: Record<string, unknown>): void;
+  /** A bus message for the serving side: another member's resource update, a catalog change, a revocation. */
+  busMessage?(channel: string, message: Exclude<BusMessage, { kind: `watch.${string}` }>): void;
+  /** Bus messages to this member may have been lost (the bus reconnected). */
+  receiveGap?(): void;
+  /** An update this member published, for its own sessions (a tick after the bus got it). */
+  deliverLocally?(channel: string, message: ResourceUpdatedMessage): void;
+  /** The cluster presumed this member dead: what its sessions held may be gone. */
+  presumedDead?(): void;
+  /** A heartbeat went through: releases that failed while Redis was away are tried again. */
+  retryReleases?(): void;
+}
+
+/** A backend as `/readyz` shows it. */
+export interface BackendStatus {
+  id: string;
+  state: string;
+  era?: string;
+  lastFailure?: string;
+  watching: boolean;
+}
+
+export interface Member {
+  readonly config: BrokerConfig;
+  readonly logger: Logger;
+  readonly clock: Clock;
+  readonly instanceId: string;
+  /** "memory" or "redis". */
+  readonly engine: string;
+  readonly bus: Bus;
+  readonly registry: SubscriptionRegistry;
+  readonly store: CatalogStore;
+  /** The cluster's job queue (this member runs its jobs when `jobs.process` is set). */
+  readonly jobs: JobQueue<ClusterJob>;
+  readonly pool: BackendPool;
+  readonly upstream: UpstreamSubscriptions;
+  readonly watchers: BackendWatchers;
+  readonly metrics: MemberMetrics;
+  /** The version reported to backends and clients. */
+  readonly version: string;
+  attach(hooks: MemberHooks): void;
+  /** Connects the engine (rejects when Redis cannot be reached), joins the cluster and starts the backends. */
+  start(): Promise<void>;
+  /** Every backend connected and answering, and no watcher lease step in flight. */
+  ready(): boolean;
+  backends(): BackendStatus[];
+  close(): Promise<void>;
+}
+
+/**
+ * Builds one cluster member from its config: the engine (memory, or Redis when `redisUrl` is set),
+ * the backend connections, the watcher role (one lease per backend decides which member makes its
+ * upstream subscriptions), the intake of backend list changes, the cluster's jobs (processed here
+ * when `jobs.process`) and this member's heartbeat. The broker serves clients on top of one; the
+ * worker is one alone.
+ */
+export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Member {
+  const logger = deps.logger ?? createLogger(config.logging.level);
+  const clock = deps.clock ?? systemClock;
+  const instanceId = deps.instanceId ?? randomUUID();
+  let hooks: MemberHooks = {};
+  const redis =
+    config.redisUrl !== undefined
+      ? createRedisEngine({
+          url: config.redisUrl,
+          keyPrefix: config.redis.keyPrefix,
+          instanceId,
+          onInvalidMessage: (channel, reason) => logger.warn({ channel, reason }, "undecodable bus message dropped"),
+          onConnectionError: (role, error) => logger.warn({ role, err: error.message }, "Redis connection error"),
+        })
+      : undefined;
+  const { bus, registry, leases } = redis ?? { bus: new MemoryBus(), registry: new MemoryRegistry(), leases: new MemoryLeases(clock) };
+  const store = redis?.catalog ?? new MemoryCatalogStore(new MemoryPositions());
+  const counts = { reloads: 0 };
+  const jobOptions = {
+    attempts: config.jobs.attempts,
+    backoffMs: config.jobs.backoffMs,
+    onError: (key: string, error: unknown, final: boolean) =>
+      logger.warn({ job: key, err: (error as Error).message, final }, final ? "job failed for good" : "job failed; it is retried"),
+    onRun: ((run) => {
+      if (run.key.startsWith("reload:") && run.outcome === "completed") counts.reloads++;
+      metrics.observeJob(run);
+    }) satisfies JobObserver,
+  };
+  const jobs: JobQueue<ClusterJob> =
+    redis?.jobQueue("jobs", { ...jobOptions, decode: (data) => clusterJobSchema.parse(data), concurrency: config.jobs.concurrency, lockMs: config.jobs.lockMs }) ??
+    new MemoryJobQueue<ClusterJob>({ ...jobOptions, clock });
+
+  const upstream = new UpstreamSubscriptions({
+    registry,
+    bus,
+    clock,
+    logger,
+    instanceId,
+    releaseGraceMs: config.subscriptions.releaseGraceMs,
+    pollIntervalMs: config.subscriptions.pollIntervalMs,
+    deliverLocally: (channel, message) => hooks.deliverLocally?.(channel, message),
+  });
+  const watchers = new BackendWatchers({
+    local: upstream,
+    leases,
+    bus,
+    clock,
+    logger,
+    instanceId,
+    backendIds: config.backends.map((backend) => backend.id),
+    connected: (backendId) => pool.get(backendId).state === "connected",
+    leaseTtlMs: config.redis.leaseTtlMs,
+    watcherTimeoutMs: config.redis.watcherTimeoutMs,
+    onWatching: (backendId) => listChanges.watching(pool.get(backendId)),
+  });
+  const listChanges = new ListChanges({
+    jobs,
+    backends: config.backends,
+    debounceMs: config.lists.debounceMs,
+    relistIntervalMs: config.lists.relistIntervalMs,
+    watching: (backendId) => watchers.holds(backendId),
+    logger,
+  });
+  const pool = new BackendPool(config.backends, {
+    logger,
+    clock,
+    clientInfo: { name: "mcp-broker", version: BROKER_VERSION },
+    listener: {
+      connected: (backend) => {
+        void (hooks.backendConnected?.(backend) ?? Promise.resolve()).then(() => watchers.backendConnected(backend.id));
+      },
+      disconnected: (backend) => {
+        watchers.backendDisconnected(backend.id);
+        hooks.backendDisconnected?.(backend);
+      },
+      resourceUpdated: (backend, uri) => upstream.resourceUpdated(backend.id, uri),
+      listChanged: (backend, kind) => listChanges.listChanged(backend.id, kind),
+      updatesMissed: (backend, uris) => upstream.updatesMissed(backend.id, uris),
+      log: (backend, params) => hooks.log?.(backend, params),
+    },
+  });
+  upstream.attach(pool);
+  const reloader = new ListReloader({ backends: config.backends, store, bus, logger, instanceId, backend: (id) => pool.get(id) });
+  const limits = { perSession: config.subscriptions.maxPerSession, perPrincipal: config.subscriptions.maxPerPrincipal, total: config.subscriptions.maxTotal };
+  const subscriptionJobs = new SubscriptionJobs({
+    registry,
+    bus,
+    logger,
+    instanceId,
+    release: (backendId, uri) => watchers.release(backendId, uri),
+    enforceLater: (lowered) => jobs.schedule("limits", { type: "limits", limits: lowered }, 0),
+  });
+  const presence = new InstancePresence({
+    registry,
+    clock,
+    logger,
+    ttlMs: config.redis.instanceTtlMs,
+    presumedDead: () => hooks.presumedDead?.(),
+    retryReleases: () => hooks.retryReleases?.(),
+  });
+  const metrics = createMemberMetrics({
+    backends: () => pool.all(),
+    upstreamSubscriptions: (backendId) => upstream.watched(backendId).length,
+    watching: (backendId) => watchers.holds(backendId),
+    counts: () => ({ updatesIn: upstream.updatesReceived(), reloads: counts.reloads, countRepairs: subscriptionJobs.repairs() }),
+    jobs: () => jobs.stats(),
+  });
+
+  bus.onMessage((channel, message) => {
+    switch (message.kind) {
+      case "watch.ensure":
+      case "watch.release":
+      case "watch.result":
+        watchers.receive(message);
+        return;
+      case "resource.updated":
+        // This member's own updates reached its sessions already (deliverLocally).
+        if (message.origin !== instanceId) hooks.busMessage?.(channel, message);
+        return;
+      default:
+        hooks.busMessage?.(channel, message);
+    }
+  });
+  bus.onGap((side) => {
+    if (side === "publish") watchers.publishGap();
+    else hooks.receiveGap?.();
+  });
+  if (config.jobs.process) {
+    jobs.process(async (_key, job) => {
+      switch (job.type) {
+        case "reload":
+          return reloader.reload(job.backendId, job.list);
+        case "reap":
+          return subscriptionJobs.reap();
+        case "audit":
+          return subscriptionJobs.audit(job.limits);
+        case "limits":
+          return subscriptionJobs.enforce(job.limits);
+      }
+    });
+  }
+
+  /** The cluster's periodic jobs, one repetition each however many members ask (the newest member's settings win). */
+  const scheduleHousekeeping = async (): Promise<void> => {
+    const reap: ClusterJob = { type: "reap" };
+    const audit: ClusterJob = { type: "audit", limits };
+    await jobs.repeat(jobKey(reap), reap, Math.max(200, Math.floor(config.redis.instanceTtlMs / 5)));
+    await jobs.repeat(jobKey(audit), audit, config.jobs.auditIntervalMs);
+    // A member that starts with lower limits than the cluster ran with finds the holdings beyond them now.
+    await jobs.schedule(jobKey(audit), audit, 0);
+  };
+
+  let started = false;
+  return {
+    config,
+    logger,
+    clock,
+    instanceId,
+    engine: redis !== undefined ? "redis" : "memory",
+    bus,
+    registry,
+    store,
+    jobs,
+    pool,
+    upstream,
+    watchers,
+    metrics,
+    version: BROKER_VERSION,
+    attach(next) {
+      hooks = next;
+    },
+    async start() {
+      if (started) return;
+      started = true;
+      if (redis !== undefined) {
+        try {
+          await redis.connect();
+        } catch (error) {
+          throw new Error(`Redis at ${redactUrl(config.redisUrl ?? "")} cannot be reached: ${(error as Error).message}`, { cause: error });
+        }
+      }
+      await bus.subscribe(CHANNEL.catalog);
+      await bus.subscribe(CHANNEL.revocations);
+      await scheduleHousekeeping();
+      await presence.start();
+      await watchers.start();
+      pool.start();
+    },
+    ready: () => pool.ready() && watchers.settled(),
+    backends: () =>
+      pool.all().map((b) => ({
+        id: b.id,
+        state: b.readiness,
+        ...(b.era !== undefined && { era: b.era }),
+        ...(b.lastFailure !== undefined && { lastFailure: b.lastFailure }),
+        watching: watchers.holds(b.id),
+      })),
+    async close() {
+      presence.close();
+      await watchers.close();
+      upstream.close();
+      await jobs.close();
+      await pool.close();
+      await bus.close();
+      await registry.close();
+      await leases.close();
+      await redis?.close();
+    },
+  };
+}
+
+/** A Redis URL without its password, for messages and logs. */
+export function redactUrl(url: string): string {
+  return url.replace(/\/\/[^@/]*@/, "//***@");
+}
