@@ -5,6 +5,8 @@ import { createLogger, createMember, type BackendPool, type BackendWatchers, typ
 import type { JobQueue } from "@mcp-broker/shared";
 import { CATALOG_KINDS } from "./catalog/catalog.js";
 import { CatalogService } from "./catalog/catalog-service.js";
+import { busIntake } from "./fanout/bus-intake.js";
+import { Fanout } from "./fanout/fanout.js";
 import { EdgeSecurity } from "./http/edge-security.js";
 import { createHttpServer } from "./http/http-server.js";
 import { McpEndpoint } from "./http/mcp-endpoint.js";
@@ -21,6 +23,8 @@ export interface Broker {
   readonly pool: BackendPool;
   readonly catalog: CatalogService;
   readonly sessions: SessionHost;
+  /** Where updates and list changes go out to this broker's sessions and streams. */
+  readonly fanout: Fanout;
   readonly upstream: UpstreamSubscriptions;
   readonly watchers: BackendWatchers;
   /** The cluster's job queue (this member runs its jobs when `jobs.process` is set). */
@@ -57,11 +61,16 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
   const { logger, clock, registry, bus, pool, watchers } = member;
   const serverInfo = { name: "mcp-broker", version: member.version };
 
-  const catalog = new CatalogService(config.backends, {
+  const catalog = new CatalogService(config.backends, { logger, store: member.store });
+  const fanout = new Fanout({
+    bus,
+    clock,
     logger,
-    store: member.store,
-    onListChanged: (list) => sessions.listChanged(list),
+    names: catalog.catalog,
+    releaseGraceMs: config.subscriptions.releaseGraceMs,
+    onBusLatency: (ms) => metrics.observeBusLatency(ms),
   });
+  catalog.onListChanged((list) => fanout.listChanged(list));
   const router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name) });
   const dispatcher = new Dispatcher(router, logger, { serverInfo, cacheScope: config.auth.apiKeys.length > 0 ? "private" : "public" });
   const sessions = new SessionHost({
@@ -69,7 +78,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     subscriptionTarget: (uri) => router.subscriptionTarget(uri),
     registry,
     upstream: watchers,
-    bus,
+    fanout,
     clock,
     logger,
     limits: {
@@ -80,15 +89,13 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     idleTimeoutMs: config.server.sessionIdleMs,
     maxSessionsPerPrincipal: config.server.maxSessionsPerPrincipal,
     resumeHistory: config.server.resumeHistory,
-    onBusLatency: (ms) => metrics.observeBusLatency(ms),
-    releaseGraceMs: config.subscriptions.releaseGraceMs,
   });
   // Read at scrape time only.
   const metrics = addServerMetrics(member.metrics.registry, {
     sessions: () => ({ legacy: sessions.legacySessions().length, listen: sessions.listenCount() }),
     catalogItems: () => Object.fromEntries(CATALOG_KINDS.map((kind) => [kind, catalog.catalog.list(kind).length])),
     heldTools: () => catalog.heldTools().length,
-    deliveries: () => sessions.deliveries(),
+    deliveries: () => fanout.deliveries(),
   });
   const security = new EdgeSecurity({
     allowedHosts: config.server.allowedHosts,
@@ -111,23 +118,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     },
     backendDisconnected: (backend) => catalog.backendDisconnected(backend.id),
     log: (backend, params) => router.relayLog(backend.id, params),
-    busMessage: (channel, message) => {
-      switch (message.kind) {
-        case "resource.updated":
-          sessions.receive(channel, message);
-          return;
-        case "catalog.changed":
-          void catalog.changed(message);
-          return;
-        case "subscriptions.revoked":
-          sessions.revoke(message);
-      }
-    },
-    receiveGap: () => {
-      sessions.busGap();
-      void catalog.resync();
-    },
-    deliverLocally: (channel, message) => sessions.receive(channel, message),
+    ...busIntake({ fanout, catalog, sessions }),
     presumedDead: () => sessions.endAll("this broker instance lost contact with the cluster; start a new session"),
     retryReleases: () => sessions.retryReleases(),
   });
@@ -166,6 +157,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     pool,
     catalog,
     sessions,
+    fanout,
     upstream: member.upstream,
     watchers,
     jobs: member.jobs,
@@ -200,6 +192,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       http?.closeAllConnections();
       await stopped;
       await sessions.drain(5_000);
+      fanout.close();
       await member.close();
     },
   };

@@ -28,16 +28,21 @@ export class CatalogService {
   private readonly held = new Map<string, readonly HeldTool[]>();
   private readonly queues = new Map<string, Promise<void>>();
   private applies = 0;
+  private listeners: ((list: ListName, diffs: Map<CatalogKind, CatalogDiff>) => void)[] = [];
 
   constructor(
     backends: readonly BackendConfig[],
     private readonly deps: {
       logger: Logger;
       store: CatalogStore;
-      onListChanged: (list: ListName, diffs: Map<CatalogKind, CatalogDiff>) => void;
     },
   ) {
     this.catalog = new Catalog(backends.map((b) => ({ id: b.id, prefix: b.prefix })));
+  }
+
+  /** `listener` hears each client-visible list whose aggregate really changed, once per change. */
+  onListChanged(listener: (list: ListName, diffs: Map<CatalogKind, CatalogDiff>) => void): void {
+    this.listeners.push(listener);
   }
 
   /** Whether every list of the backend has been applied since it connected (readiness). */
@@ -143,7 +148,7 @@ export class CatalogService {
     }
     for (const [list, listDiffs] of byList) {
       this.deps.logger.debug({ list }, "list changed");
-      this.deps.onListChanged(list, listDiffs);
+      for (const listener of this.listeners) listener(list, listDiffs);
     }
   }
 }

@@ -13,12 +13,13 @@ import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/reque
 import { nestsTooDeep, TOO_DEEP_MESSAGE, topLevelId } from "../routing/message-depth.js";
 import { validateParams } from "../routing/validate-params.js";
 import type { LegacySession, NotificationWriter } from "../session/legacy-session.js";
-import { honoredFilter, parseListenRequest, type ListenRequest } from "../session/listen-request.js";
-import type { PreparedNotification } from "../session/prepared-notification.js";
+import { honoredFilter, parseListenRequest, wantsListChanges, type ListenRequest } from "../session/listen-request.js";
+import type { PreparedNotification } from "../fanout/prepared-notification.js";
 import type { SessionHost } from "../session/session-host.js";
 import type { EdgeSecurity } from "./edge-security.js";
 import { checkModernRequest } from "./modern-headers.js";
-import { KeepAlive, SseStream, encodeEvent } from "./sse-stream.js";
+import { encodeEvent } from "../fanout/sse-event.js";
+import { KeepAlive, SseStream } from "./sse-stream.js";
 
 const SESSION_HEADER = "mcp-session-id";
 /** What a browser page on a `server.corsOrigins` origin may send and read. */
@@ -329,6 +330,7 @@ export class McpEndpoint {
       () => ({
         principal,
         flags: request.flags,
+        wants: wantsListChanges(request.flags),
         deliver: (notification: PreparedNotification) => {
           // Nothing may precede the acknowledgement on this subscription.
           if (backlog !== undefined) backlog.push(notification);

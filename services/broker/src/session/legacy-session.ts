@@ -2,9 +2,9 @@ import type { BrokerError } from "@mcp-broker/shared";
 import type { Actor } from "xstate";
 import type { LogLevel } from "../routing/request-context.js";
 import type { LegacySessionPort } from "../routing/dispatcher.js";
-import type { NotificationSink } from "./interest-table.js";
+import type { NotificationSink } from "../fanout/interest-table.js";
 import type { legacySessionMachine } from "./legacy-session-machine.js";
-import { PreparedNotification } from "./prepared-notification.js";
+import { PreparedNotification } from "../fanout/prepared-notification.js";
 
 const LIST_NAMES = ["tools", "prompts", "resources"] as const;
 /** How many standalone-stream events a session keeps for `Last-Event-ID` resumption by default. */

@@ -1,3 +1,4 @@
+import type { ListName } from "@mcp-broker/shared";
 import type { ListenFlags } from "./listen-machine.js";
 import { validateParams } from "../routing/validate-params.js";
 
@@ -28,4 +29,9 @@ export function honoredFilter(request: ListenRequest, honored: readonly string[]
   for (const [flag, on] of Object.entries(request.flags)) if (on) filter[flag] = true;
   if (request.uris !== undefined) filter.resourceSubscriptions = honored;
   return filter;
+}
+
+/** Which list changes a listen stream asked for. */
+export function wantsListChanges(flags: ListenFlags): (list: ListName) => boolean {
+  return (list) => flags[`${list}ListChanged`] === true;
 }

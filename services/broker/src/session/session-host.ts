@@ -2,8 +2,6 @@ import { randomUUID } from "node:crypto";
 import {
   BrokerError,
   type BusMessage,
-  type Bus,
-  type ResourceUpdatedMessage,
   type Clock,
   type SubscriptionLimits,
   type SubscriptionRef,
@@ -14,11 +12,12 @@ import { createActor, fromCallback, fromPromise } from "xstate";
 import type { Catalog } from "../catalog/catalog.js";
 import type { Logger } from "@mcp-broker/member";
 import type { UpstreamPort } from "@mcp-broker/member";
-import { InterestTable, type NotificationSink } from "./interest-table.js";
+import type { Fanout } from "../fanout/fanout.js";
+import type { NotificationSink } from "../fanout/interest-table.js";
+import { PreparedNotification } from "../fanout/prepared-notification.js";
 import { LegacySession } from "./legacy-session.js";
 import { legacySessionMachine } from "./legacy-session-machine.js";
 import { listenMachine, type ListenEmitted, type ListenFlags } from "./listen-machine.js";
-import { PreparedNotification } from "./prepared-notification.js";
 import { subscribeMany } from "./subscribe-many.js";
 import { subscriptionFlow, type SubscriptionTarget } from "./subscription-flow.js";
 
@@ -35,20 +34,18 @@ export interface SessionHostDeps {
   subscriptionTarget: (uri: string) => SubscriptionTarget;
   registry: SubscriptionRegistry;
   upstream: UpstreamPort;
-  bus: Bus;
+  /** Where notifications go out: the interest of this member's sessions and streams. */
+  fanout: Fanout;
   clock: Clock;
   logger: Logger;
   limits: SubscriptionLimits;
   idleTimeoutMs: number;
-  releaseGraceMs: number;
   maxSessionsPerPrincipal: number;
   /** Events each legacy session keeps for Last-Event-ID resumption. */
   resumeHistory: number;
-  /** Hears, once per backend update, how long it took from arrival to this fan-out (ms). */
-  onBusLatency?: (ms: number) => void;
 }
 
-/** A modern listen stream as the host sees it. */
+/** A modern listen stream as the host sees it (it hears the list changes its flags ask for: `wants`). */
 export interface ListenSink extends NotificationSink {
   readonly flags: ListenFlags;
   /** Ends the stream from the broker's side (its listen failed). */
@@ -61,17 +58,13 @@ type SubscriptionsRevoked = Extract<BusMessage, { kind: "subscriptions.revoked" 
 
 /**
  * Runs the session and listen actors: provides their I/O (catalog validation, registry, upstream),
- * performs their effects (local interest), and routes bus messages to the interested sinks.
+ * performs their effects (local interest, through the fan-out's interest table).
  */
 export class SessionHost {
   private readonly legacy = new Map<string, LegacySession>();
-  /** Notifications written to sessions and listen streams since start (for metrics). */
-  private readonly delivered = { resourceUpdated: 0, listChanged: 0 };
   private readonly listens = new Set<ListenSink>();
   /** Acknowledged listen streams by id (its actor's, which is its registry session id). */
   private readonly listensById = new Map<string, ListenSink>();
-  /** The last update that was published under several keys (see `deliverOnce`). */
-  private multiKeyUpdate: { id: string; notification: PreparedNotification; delivered: Set<NotificationSink> } | undefined;
   /** What to release when a listen's actor fails (a bug): by actor id (a legacy session's is `legacyFailed`). */
   private readonly failureCleanups = new Map<string, () => void>();
   /** Idle timers of legacy sessions without a stream, by session id (armed and disarmed by their actors). */
@@ -82,7 +75,6 @@ export class SessionHost {
   private readonly releasing = new Set<Promise<void>>();
   /** Ended sessions and streams whose release failed, to try again (principal NUL session id). */
   private readonly unreleased = new Map<string, { principal: string; sessionId: string }>();
-  private readonly interest: InterestTable;
   private readonly flow;
   private readonly legacyMachine;
   private readonly listenLogic;
@@ -108,12 +100,6 @@ export class SessionHost {
       { clock: deps.clock },
     );
     this.root.start();
-    this.interest = new InterestTable({
-      bus: deps.bus,
-      clock: deps.clock,
-      graceMs: deps.releaseGraceMs,
-      onError: (error) => deps.logger.warn({ err: (error as Error).message }, "bus subscription failed"),
-    });
     this.flow = subscriptionFlow.provide({
       actors: {
         validate: fromPromise(async ({ input }) => this.validate(input.uri)),
@@ -184,10 +170,10 @@ export class SessionHost {
           session.settle(effect.replyTo, effect.error);
           break;
         case "interest.add":
-          this.interest.add(effect.target, session);
+          this.deps.fanout.interest.add(effect.target, session);
           break;
         case "interest.remove":
-          this.interest.remove(effect.target, session);
+          this.deps.fanout.interest.remove(effect.target, session);
           break;
         case "idle.arm":
           this.armIdle(id, effect.ms, () => actor.send({ type: "session.idle" }));
@@ -202,6 +188,7 @@ export class SessionHost {
       }
     });
     this.legacy.set(id, session);
+    this.deps.fanout.listen(session);
     actor.start();
     this.deps.logger.info({ session: id, principal }, "session started");
     return session;
@@ -250,15 +237,16 @@ export class SessionHost {
       this.failureCleanups.delete(id);
       this.listens.delete(sink);
       this.listensById.delete(id);
+      this.deps.fanout.forget(sink);
       this.releaseSession(principal);
     };
     actor.on("*", (effect) => {
       switch (effect.type) {
         case "interest.add":
-          this.interest.add(effect.target, sink);
+          this.deps.fanout.interest.add(effect.target, sink);
           break;
         case "interest.remove":
-          this.interest.remove(effect.target, sink);
+          this.deps.fanout.interest.remove(effect.target, sink);
           break;
         case "listen.subscriptions.refused": {
           const sample = effect.refused.slice(0, 5).map(({ uri, error }) => ({ uri, code: error.code }));
@@ -272,6 +260,7 @@ export class SessionHost {
           acknowledged = true;
           this.listens.add(sink);
           this.listensById.set(id, sink);
+          this.deps.fanout.listen(sink);
           onOutcome(effect);
           break;
         case "listen.ended":
@@ -281,7 +270,7 @@ export class SessionHost {
     });
     this.failureCleanups.set(id, () => {
       for (const target of Object.values(actor.getSnapshot().context.honored)) {
-        this.interest.remove(target, sink);
+        this.deps.fanout.interest.remove(target, sink);
       }
       if (acknowledged) sink.end?.();
       else onOutcome({ type: "listen.rejected", error: new BrokerError("INTERNAL", "The listen failed inside the broker; open a new one.") });
@@ -292,6 +281,7 @@ export class SessionHost {
     return {
       close: () => {
         this.listens.delete(sink);
+        this.deps.fanout.forget(sink);
         // Idempotent: a rejected or already closed listen has finished.
         if (actor.getSnapshot().status === "active") actor.send({ type: "stream.closed" });
       },
@@ -334,7 +324,7 @@ export class SessionHost {
     for (const session of this.legacy.values()) session.close("broker shutting down");
     for (const timer of this.idleTimers.values()) this.deps.clock.clearTimeout(timer);
     this.idleTimers.clear();
-    this.interest.close();
+    this.deps.fanout.interest.close();
   }
 
   /**
@@ -344,7 +334,7 @@ export class SessionHost {
   private legacyFailed(session: LegacySession): void {
     const { id, principal } = session;
     for (const target of Object.values(session.actor.getSnapshot().context.subscriptions)) {
-      this.interest.remove(target, session);
+      this.deps.fanout.interest.remove(target, session);
     }
     session.failPending(new BrokerError("INTERNAL", "The session failed inside the broker; initialize a new one."));
     this.forgetLegacy(session);
@@ -353,6 +343,7 @@ export class SessionHost {
 
   private forgetLegacy(session: LegacySession): void {
     if (!this.legacy.delete(session.id)) return;
+    this.deps.fanout.forget(session);
     this.disarmIdle(session.id);
     this.releaseSession(session.principal);
   }
@@ -440,82 +431,5 @@ export class SessionHost {
       if (!settled) break;
     }
     clearTimeout(timer);
-  }
-
-  /**
-   * An update published under several keys (a sub-resource whose ancestors are subscribed too)
-   * arrives once per key: a sink subscribed to more than one of them gets it once. Its messages
-   * arrive together, so remembering the last such update is enough.
-   */
-  private deliverOnce(message: ResourceUpdatedMessage, sinks: ReadonlySet<NotificationSink>): void {
-    const id = `${message.origin}\u0000${message.update}`;
-    if (this.multiKeyUpdate?.id !== id) {
-      // Once per backend update, however many of its keys arrive here.
-      this.deps.onBusLatency?.(this.deps.clock.now() - message.at);
-      const notification = PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(message.backendId, message.uri));
-      this.multiKeyUpdate = { id, notification, delivered: new Set() };
-    }
-    const { notification, delivered } = this.multiKeyUpdate;
-    for (const sink of sinks) {
-      if (delivered.has(sink)) continue;
-      delivered.add(sink);
-      sink.deliver(notification);
-      this.delivered.resourceUpdated++;
-    }
-  }
-
-  /**
-   * A resource update from the bus, for the sinks interested in `channel`. `message` is decoded and
-   * valid (the Bus contract); the hot path does not validate it again.
-   */
-  receive(channel: string, message: ResourceUpdatedMessage): void {
-    if (!this.deps.catalog.hasBackend(message.backendId)) {
-      // Another instance configured with a backend this one does not know: not ours to deliver.
-      this.deps.logger.warn({ channel, backend: message.backendId }, "bus message for an unknown backend dropped");
-      return;
-    }
-    const sinks = this.interest.of(channel);
-    if (sinks === undefined || sinks.size === 0) return;
-    if (message.keys > 1) {
-      this.deliverOnce(message, sinks);
-      return;
-    }
-    this.deps.onBusLatency?.(this.deps.clock.now() - message.at);
-    const notification = PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(message.backendId, message.uri));
-    for (const sink of sinks) sink.deliver(notification);
-    this.delivered.resourceUpdated += sinks.size;
-  }
-
-  /**
-   * The bus may have lost messages (it reconnected): every subscribed resource counts as updated
-   * once, for every local subscriber. An extra `updated` is harmless, a missed one is not.
-   */
-  busGap(): void {
-    let targets = 0;
-    for (const { target, sinks } of this.interest.all()) {
-      const notification = PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(target.backendId, target.uri));
-      for (const sink of sinks) sink.deliver(notification);
-      this.delivered.resourceUpdated += sinks.size;
-      targets++;
-    }
-    this.deps.logger.warn({ resources: targets }, "the bus reconnected: subscribed resources re-announced as updated");
-  }
-
-  /** This instance's catalog announced a change to `list`: every session and listen stream that asked for it hears it. */
-  listChanged(list: "tools" | "prompts" | "resources"): void {
-    const notification = PreparedNotification.listChanged(list);
-    for (const session of this.legacy.values()) session.deliver(notification);
-    this.delivered.listChanged += this.legacy.size;
-    const flag: keyof ListenFlags = `${list}ListChanged`;
-    for (const listen of this.listens) {
-      if (!listen.flags[flag]) continue;
-      listen.deliver(notification);
-      this.delivered.listChanged++;
-    }
-  }
-
-  /** Notifications written since start, by kind. */
-  deliveries(): { resourceUpdated: number; listChanged: number } {
-    return { ...this.delivered };
   }
 }

@@ -2,12 +2,9 @@ import type { AddOutcome, SubscriptionRef } from "@mcp-broker/shared";
 import { BrokerError } from "@mcp-broker/shared";
 import { assign, fromPromise, setup } from "xstate";
 
-/** The backend resource a client URI resolved to. */
-export interface SubscriptionTarget {
-  backendId: string;
-  /** Backend form of the URI. */
-  uri: string;
-}
+import type { SubscriptionTarget } from "../fanout/interest-table.js";
+
+export type { SubscriptionTarget };
 
 export interface FlowInput {
   principal: string;

@@ -9,8 +9,8 @@ import { unsupportedRevision } from "../http/modern-headers.js";
 import { nestsTooDeep, TOO_DEEP_MESSAGE, topLevelId } from "../routing/message-depth.js";
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
 import type { LegacySession } from "../session/legacy-session.js";
-import { honoredFilter, parseListenRequest, type ListenRequest } from "../session/listen-request.js";
-import type { PreparedNotification } from "../session/prepared-notification.js";
+import { honoredFilter, parseListenRequest, wantsListChanges, type ListenRequest } from "../session/listen-request.js";
+import type { PreparedNotification } from "../fanout/prepared-notification.js";
 
 const STDIO_PRINCIPAL = "stdio";
 
@@ -74,6 +74,7 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
       () => ({
         principal: STDIO_PRINCIPAL,
         flags: request.flags,
+        wants: wantsListChanges(request.flags),
         deliver: (notification: PreparedNotification) => {
           const line = notification.jsonLine(message.id);
           if (backlog !== undefined) backlog.push(line);

@@ -1,6 +1,6 @@
 import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PreparedNotification } from "../../src/session/prepared-notification.js";
+import { PreparedNotification } from "../../src/fanout/prepared-notification.js";
 import { connectClient, eventually, startBroker, type RunningBroker } from "../helpers/harness.js";
 import { openSse, raw } from "../helpers/raw-http.js";
 

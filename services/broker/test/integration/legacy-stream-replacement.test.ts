@@ -45,7 +45,7 @@ describe("a replaced legacy GET stream", () => {
       req.end();
     });
     const session = running.broker.sessions.legacySession(sessionId, "anonymous");
-    const delivered = () => running.broker.sessions.deliveries().resourceUpdated;
+    const delivered = () => running.broker.fanout.deliveries().resourceUpdated;
     const before = delivered();
     for (let i = 0; i < 3; i++) server.emitUpdate("test://static/a");
     await eventually(() => delivered() === before + 3, "three updates written to the unread stream");

@@ -165,7 +165,8 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
     jobs = new MemoryJobQueue<ClusterJob>({ clock, attempts: 3, backoffMs: 100 });
     const reloader = new ListReloader({ backends: [config], store, bus, logger, instanceId: "me", backend: () => backend });
     jobs.process(async (_key, job) => (job.type === "reload" ? reloader.reload(job.backendId, job.list) : undefined));
-    catalog = new CatalogService([config], { logger, store, onListChanged: (list) => announced.push(list) });
+    catalog = new CatalogService([config], { logger, store });
+    catalog.onListChanged((list) => announced.push(list));
     changes = new ListChanges({ jobs, backends: [config], debounceMs: 1_000, relistIntervalMs: 60_000, watching: () => true, logger });
     await bus.subscribe(CHANNEL.catalog);
     bus.onMessage((_channel, message) => {

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { createActor, fromPromise } from "xstate";
 import { LegacySession, type NotificationWriter } from "../../src/session/legacy-session.js";
 import { legacySessionMachine } from "../../src/session/legacy-session-machine.js";
-import { PreparedNotification } from "../../src/session/prepared-notification.js";
+import { PreparedNotification } from "../../src/fanout/prepared-notification.js";
 import { subscriptionFlow } from "../../src/session/subscription-flow.js";
 
 /** A session whose subscribes always succeed, and streams that record what they are given. */

@@ -2,29 +2,31 @@ import { CHANNEL, MemoryBus, MemoryRegistry, systemClock, type AddOutcome, type 
 import { pino } from "pino";
 import { describe, expect, it, vi } from "vitest";
 import { Catalog } from "../../src/catalog/catalog.js";
+import { Fanout } from "../../src/fanout/fanout.js";
 import type { NotificationWriter } from "../../src/session/legacy-session.js";
 import { SessionHost } from "../../src/session/session-host.js";
 
 function host(registry = new MemoryRegistry(), released: string[] = []) {
   const bus = new MemoryBus();
+  const catalog = new Catalog([{ id: "b", prefix: true }]);
+  const fanout = new Fanout({ bus, clock: systemClock, logger: pino({ level: "silent" }), names: catalog, releaseGraceMs: 0 });
   const sessions = new SessionHost({
-    catalog: new Catalog([{ id: "b", prefix: true }]),
+    catalog,
     subscriptionTarget: (uri) => ({ backendId: "b", uri: uri.slice("b+".length) }),
     registry,
     upstream: { ensure: async () => undefined, release: (_backendId, uri) => void released.push(uri) },
-    bus,
+    fanout,
     clock: systemClock,
     logger: pino({ level: "silent" }),
     limits: { perSession: 10, perPrincipal: 10, total: 10 },
     idleTimeoutMs: 60_000,
-    releaseGraceMs: 0,
     maxSessionsPerPrincipal: 10,
     resumeHistory: 64,
   });
   bus.onMessage((channel, message) => {
-    if (message.kind === "resource.updated") sessions.receive(channel, message);
+    if (message.kind === "resource.updated") fanout.receive(channel, message);
   });
-  return { bus, sessions };
+  return { bus, sessions, fanout };
 }
 
 function writer(): NotificationWriter & { uris: string[] } {
@@ -59,7 +61,7 @@ describe("session host: delivery of one backend update published under several k
 
 describe("session host: a gap on the bus", () => {
   it("re-announces every subscribed resource once to each local subscriber", async () => {
-    const { sessions } = host();
+    const { sessions, fanout } = host();
     const one = sessions.createLegacySession("p");
     const two = sessions.createLegacySession("p");
     const [w1, w2] = [writer(), writer()];
@@ -68,7 +70,7 @@ describe("session host: a gap on the bus", () => {
     await one.subscribe("b+x://a");
     await one.subscribe("b+x://b");
     await two.subscribe("b+x://a");
-    sessions.busGap();
+    fanout.gap();
     expect(w1.uris.sort()).toEqual([expect.stringContaining("b+x://a"), expect.stringContaining("b+x://b")]);
     expect(w2.uris).toEqual([expect.stringContaining("b+x://a")]);
     sessions.close();

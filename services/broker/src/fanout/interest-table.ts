@@ -1,11 +1,19 @@
-import { CHANNEL, type Bus, type Clock, type TimerHandle } from "@mcp-broker/shared";
+import { CHANNEL, type Bus, type Clock, type ListName, type TimerHandle } from "@mcp-broker/shared";
 import type { PreparedNotification } from "./prepared-notification.js";
-import type { SubscriptionTarget } from "./subscription-flow.js";
+
+/** A backend resource a client subscribed to. */
+export interface SubscriptionTarget {
+  backendId: string;
+  /** The URI in the backend's own form. */
+  uri: string;
+}
 
 /** Something notifications can be written to: a legacy session or a modern listen stream. */
 export interface NotificationSink {
   readonly principal: string;
   deliver(notification: PreparedNotification): void;
+  /** Whether it asked to hear changes to `list` (absent: it hears them all). */
+  wants?(list: ListName): boolean;
 }
 
 interface Interest {

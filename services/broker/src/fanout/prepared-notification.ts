@@ -1,5 +1,5 @@
 import { META, NOTIFICATION, LIST_CHANGED_METHOD, type ListName } from "@mcp-broker/shared";
-import { encodeEvent } from "../http/sse-stream.js";
+import { encodeEvent } from "./sse-event.js";
 
 /** Event ids increase across the process, so each session's ids increase too (not consecutively). */
 let lastEventId = 0;

@@ -1,0 +1,42 @@
+import type { BusMessage, ResourceUpdatedMessage } from "@mcp-broker/shared";
+import type { MemberHooks } from "@mcp-broker/member";
+import type { Fanout } from "./fanout.js";
+
+type ServedMessage = Exclude<BusMessage, { kind: `watch.${string}` }>;
+
+/**
+ * Where the bus meets the serving side of a broker: the routing rules for what its member does not
+ * handle itself (the member takes `watch.*`, and drops its own `resource.updated`, which reach this
+ * broker's sessions through `deliverLocally` a tick after publishing):
+ * - `resource.updated` → the fan-out, to the sessions interested in its channel;
+ * - `catalog.changed` → the catalog, which applies the stored lists (its list changes then come
+ *   back out through the fan-out);
+ * - `subscriptions.revoked` → the sessions, which drop what a limits job removed and say why;
+ * - a gap (the bus reconnected) → every subscribed resource re-announced, every list re-read.
+ */
+export function busIntake(deps: {
+  fanout: Fanout;
+  catalog: { changed(message: Extract<BusMessage, { kind: "catalog.changed" }>): Promise<void>; resync(): Promise<void> };
+  sessions: { revoke(message: Extract<BusMessage, { kind: "subscriptions.revoked" }>): void };
+}): Required<Pick<MemberHooks, "busMessage" | "receiveGap" | "deliverLocally">> {
+  const { fanout, catalog, sessions } = deps;
+  return {
+    busMessage: (channel: string, message: ServedMessage) => {
+      switch (message.kind) {
+        case "resource.updated":
+          fanout.receive(channel, message);
+          return;
+        case "catalog.changed":
+          void catalog.changed(message);
+          return;
+        case "subscriptions.revoked":
+          sessions.revoke(message);
+      }
+    },
+    receiveGap: () => {
+      fanout.gap();
+      void catalog.resync();
+    },
+    deliverLocally: (channel: string, message: ResourceUpdatedMessage) => fanout.receive(channel, message),
+  };
+}

@@ -1,0 +1,135 @@
+import type { Bus, Clock, ListName, ResourceUpdatedMessage } from "@mcp-broker/shared";
+import type { Logger } from "@mcp-broker/member";
+import { InterestTable, type NotificationSink } from "./interest-table.js";
+import { PreparedNotification } from "./prepared-notification.js";
+
+/** How the fan-out names a backend resource to clients, and which backends it knows. */
+export interface ExposedNames {
+  exposeUri(backendId: string, uri: string): string;
+  hasBackend(backendId: string): boolean;
+}
+
+/**
+ * The last step of a backend update: from a bus message (another member's, or this member's own a
+ * tick after publishing) to the streams of the sessions interested in its channel. Each
+ * notification is prepared once (`PreparedNotification`) and written to every interested sink;
+ * the interest table says who is interested. List changes and the re-announcements a bus gap calls
+ * for take the same way out.
+ */
+export class Fanout {
+  readonly interest: InterestTable;
+  /** Sinks that hear list changes: every legacy session, and listen streams that asked for them. */
+  private readonly listeners = new Set<NotificationSink>();
+  /** Notifications written to sessions and listen streams since start (for metrics). */
+  private readonly delivered = { resourceUpdated: 0, listChanged: 0 };
+  /** The last update that was published under several keys (see `deliverOnce`). */
+  private multiKeyUpdate: { id: string; notification: PreparedNotification; delivered: Set<NotificationSink> } | undefined;
+
+  constructor(
+    private readonly deps: {
+      bus: Bus;
+      clock: Clock;
+      logger: Logger;
+      names: ExposedNames;
+      /** How long a bus channel stays subscribed after its last local subscriber left. */
+      releaseGraceMs: number;
+      /** Hears, once per backend update, how long it took from arrival to this fan-out (ms). */
+      onBusLatency?: (ms: number) => void;
+    },
+  ) {
+    this.interest = new InterestTable({
+      bus: deps.bus,
+      clock: deps.clock,
+      graceMs: deps.releaseGraceMs,
+      onError: (error) => deps.logger.warn({ err: (error as Error).message }, "bus subscription failed"),
+    });
+  }
+
+  /** `sink` hears list changes from now on (`wants` says which lists). */
+  listen(sink: NotificationSink): void {
+    this.listeners.add(sink);
+  }
+
+  forget(sink: NotificationSink): void {
+    this.listeners.delete(sink);
+  }
+
+  /**
+   * A resource update for the sinks interested in `channel`. `message` is decoded and valid (the
+   * Bus contract); the hot path does not validate it again.
+   */
+  receive(channel: string, message: ResourceUpdatedMessage): void {
+    if (!this.deps.names.hasBackend(message.backendId)) {
+      // Another instance configured with a backend this one does not know: not ours to deliver.
+      this.deps.logger.warn({ channel, backend: message.backendId }, "bus message for an unknown backend dropped");
+      return;
+    }
+    const sinks = this.interest.of(channel);
+    if (sinks === undefined || sinks.size === 0) return;
+    if (message.keys > 1) {
+      this.deliverOnce(message, sinks);
+      return;
+    }
+    this.deps.onBusLatency?.(this.deps.clock.now() - message.at);
+    const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(message.backendId, message.uri));
+    for (const sink of sinks) sink.deliver(notification);
+    this.delivered.resourceUpdated += sinks.size;
+  }
+
+  /**
+   * An update published under several keys (a sub-resource whose ancestors are subscribed too)
+   * arrives once per key: a sink subscribed to more than one of them gets it once. Its messages
+   * arrive together, so remembering the last such update is enough.
+   */
+  private deliverOnce(message: ResourceUpdatedMessage, sinks: ReadonlySet<NotificationSink>): void {
+    const id = `${message.origin}\u0000${message.update}`;
+    if (this.multiKeyUpdate?.id !== id) {
+      // Once per backend update, however many of its keys arrive here.
+      this.deps.onBusLatency?.(this.deps.clock.now() - message.at);
+      const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(message.backendId, message.uri));
+      this.multiKeyUpdate = { id, notification, delivered: new Set() };
+    }
+    const { notification, delivered } = this.multiKeyUpdate;
+    for (const sink of sinks) {
+      if (delivered.has(sink)) continue;
+      delivered.add(sink);
+      sink.deliver(notification);
+      this.delivered.resourceUpdated++;
+    }
+  }
+
+  /**
+   * The bus may have lost messages (it reconnected): every subscribed resource counts as updated
+   * once, for every local subscriber. An extra `updated` is harmless, a missed one is not.
+   */
+  gap(): void {
+    let targets = 0;
+    for (const { target, sinks } of this.interest.all()) {
+      const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(target.backendId, target.uri));
+      for (const sink of sinks) sink.deliver(notification);
+      this.delivered.resourceUpdated += sinks.size;
+      targets++;
+    }
+    this.deps.logger.warn({ resources: targets }, "the bus reconnected: subscribed resources re-announced as updated");
+  }
+
+  /** The catalog announced a change to `list`: every sink that asked for it hears it. */
+  listChanged(list: ListName): void {
+    const notification = PreparedNotification.listChanged(list);
+    for (const sink of this.listeners) {
+      if (sink.wants !== undefined && !sink.wants(list)) continue;
+      sink.deliver(notification);
+      this.delivered.listChanged++;
+    }
+  }
+
+  /** Notifications written since start, by kind. */
+  deliveries(): { resourceUpdated: number; listChanged: number } {
+    return { ...this.delivered };
+  }
+
+  close(): void {
+    this.interest.close();
+    this.listeners.clear();
+  }
+}
