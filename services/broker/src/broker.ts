@@ -15,6 +15,7 @@ import { addServerMetrics } from "./metrics.js";
 import { Dispatcher } from "./routing/dispatcher.js";
 import { Router } from "./routing/router.js";
 import { SessionHost } from "./session/session-host.js";
+import { SessionResume } from "./session/session-resume.js";
 
 export type BrokerDeps = MemberDeps;
 
@@ -70,7 +71,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     releaseGraceMs: config.subscriptions.releaseGraceMs,
     onBusLatency: (ms) => metrics.observeBusLatency(ms),
   });
-  catalog.onListChanged((list) => fanout.listChanged(list));
+  catalog.onListChanged((list, _diffs, position) => fanout.listChanged(list, position));
   const router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name) });
   const dispatcher = new Dispatcher(router, logger, { serverInfo, cacheScope: config.auth.apiKeys.length > 0 ? "private" : "public" });
   const sessions = new SessionHost({
@@ -89,6 +90,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     idleTimeoutMs: config.server.sessionIdleMs,
     maxSessionsPerPrincipal: config.server.maxSessionsPerPrincipal,
     resumeHistory: config.server.resumeHistory,
+    resume: new SessionResume({ updates: member.updates, listPosition: (list) => catalog.appliedPosition(list) }),
   });
   // Read at scrape time only.
   const metrics = addServerMetrics(member.metrics.registry, {

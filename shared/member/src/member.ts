@@ -7,6 +7,7 @@ import {
   MemoryLeases,
   MemoryPositions,
   MemoryRegistry,
+  MemoryUpdateLog,
   systemClock,
   type BrokerConfig,
   type Bus,
@@ -15,8 +16,8 @@ import {
   type Clock,
   type JobObserver,
   type JobQueue,
-  type ResourceUpdatedMessage,
   type SubscriptionRegistry,
+  type UpdateLog,
 } from "@mcp-broker/shared";
 import { createRedisEngine } from "@mcp-broker/shared/node";
 import { ListChanges } from "./catalog/list-changes.js";
@@ -48,12 +49,12 @@ export interface MemberHooks {
   backendDisconnected?(backend: BackendConnection): void;
   /** A backend's `notifications/message`. */
   log?(backend: BackendConnection, params: Record<string, unknown>): void;
-  /** A bus message for the serving side: another member's resource update, a catalog change, a revocation. */
+  /** A bus message for the serving side: a resource update (this member's own too), a catalog change, a revocation. */
   busMessage?(channel: string, message: Exclude<BusMessage, { kind: `watch.${string}` }>): void;
   /** Bus messages to this member may have been lost (the bus reconnected). */
   receiveGap?(): void;
-  /** An update this member published, for its own sessions (a tick after the bus got it). */
-  deliverLocally?(channel: string, message: ResourceUpdatedMessage): void;
+  /** An update this member could not publish (Redis away), for its own sessions (see `UpstreamSubscriptions`). */
+  unpublished?(backendId: string, keys: readonly string[], uri: string): void;
   /** The cluster presumed this member dead: what its sessions held may be gone. */
   presumedDead?(): void;
   /** A heartbeat went through: releases that failed while Redis was away are tried again. */
@@ -79,6 +80,8 @@ export interface Member {
   readonly bus: Bus;
   readonly registry: SubscriptionRegistry;
   readonly store: CatalogStore;
+  /** Resource updates with their cluster positions and stamps. */
+  readonly updates: UpdateLog;
   /** The cluster's job queue (this member runs its jobs when `jobs.process` is set). */
   readonly jobs: JobQueue<ClusterJob>;
   readonly pool: BackendPool;
@@ -119,7 +122,9 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
         })
       : undefined;
   const { bus, registry, leases } = redis ?? { bus: new MemoryBus(), registry: new MemoryRegistry(), leases: new MemoryLeases(clock) };
-  const store = redis?.catalog ?? new MemoryCatalogStore(new MemoryPositions());
+  const positions = new MemoryPositions();
+  const store = redis?.catalog ?? new MemoryCatalogStore(positions, bus);
+  const updates: UpdateLog = redis?.updates ?? new MemoryUpdateLog(bus, positions);
   const counts = { reloads: 0 };
   const jobOptions = {
     attempts: config.jobs.attempts,
@@ -137,13 +142,13 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
 
   const upstream = new UpstreamSubscriptions({
     registry,
-    bus,
+    updates,
     clock,
     logger,
     instanceId,
     releaseGraceMs: config.subscriptions.releaseGraceMs,
     pollIntervalMs: config.subscriptions.pollIntervalMs,
-    deliverLocally: (channel, message) => hooks.deliverLocally?.(channel, message),
+    unpublished: (backendId, keys, uri) => hooks.unpublished?.(backendId, keys, uri),
   });
   const watchers = new BackendWatchers({
     local: upstream,
@@ -185,7 +190,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     },
   });
   upstream.attach(pool);
-  const reloader = new ListReloader({ backends: config.backends, store, bus, logger, instanceId, backend: (id) => pool.get(id) });
+  const reloader = new ListReloader({ backends: config.backends, store, logger, instanceId, backend: (id) => pool.get(id) });
   const limits = { perSession: config.subscriptions.maxPerSession, perPrincipal: config.subscriptions.maxPerPrincipal, total: config.subscriptions.maxTotal };
   const subscriptionJobs = new SubscriptionJobs({
     registry,
@@ -217,10 +222,6 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       case "watch.release":
       case "watch.result":
         watchers.receive(message);
-        return;
-      case "resource.updated":
-        // This member's own updates reached its sessions already (deliverLocally).
-        if (message.origin !== instanceId) hooks.busMessage?.(channel, message);
         return;
       default:
         hooks.busMessage?.(channel, message);
@@ -265,6 +266,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     bus,
     registry,
     store,
+    updates,
     jobs,
     pool,
     upstream,

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { listBodySchema } from "./catalog-store.js";
 
 /**
  * Messages between broker instances and workers. Decoded at the boundary: a message that does
@@ -24,6 +25,11 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
      */
     update: z.number().int().nonnegative(),
     keys: z.number().int().min(1),
+    /**
+     * The update's place in the cluster's order of events (see `UpdateLog`): the same for all its
+     * keys, larger for every later update or catalog change. Event ids and resume cursors carry it.
+     */
+    position: z.number().int().nonnegative(),
   }),
   /** To a backend's watcher (the instance holding its lease, `to`): watch (backend, uri) upstream and answer on `replyTo`. */
   z.object({
@@ -40,15 +46,18 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
   /** To a backend's watcher: the cluster-wide count for (backend, uri) reached zero. */
   z.object({ kind: z.literal("watch.release"), v: z.literal(1), origin: z.string(), backendId: z.string(), uri: z.string() }),
   /**
-   * A backend's lists were reloaded (on `CHANNEL.catalog`): the versions now stored in the cluster
-   * catalog, which members that applied an older one fetch and apply.
+   * Lists of a backend changed (on `CHANNEL.catalog`): the versions now stored in the cluster
+   * catalog, with their bodies, at one position. Published by the catalog store in the same step as
+   * the store (see `CatalogStore.put`), so it arrives in position order with resource updates;
+   * members that applied older versions apply these at once.
    */
   z.object({
     kind: z.literal("catalog.changed"),
     v: z.literal(1),
     origin: z.string(),
     backendId: z.string(),
-    lists: z.array(z.object({ kind: z.enum(["tools", "prompts", "resources", "resourceTemplates"]), version: z.number().int().nonnegative() })),
+    lists: z.array(z.object({ kind: z.enum(["tools", "prompts", "resources", "resourceTemplates"]), body: listBodySchema, version: z.number().int().positive() })).min(1),
+    position: z.number().int().nonnegative(),
   }),
   /**
    * Subscriptions a limits job removed (the limits were lowered), on `CHANNEL.revocations`: the
@@ -81,18 +90,29 @@ export type ResourceUpdatedMessage = Extract<BusMessage, { kind: "resource.updat
 const isCount = (value: unknown, min: number): value is number => typeof value === "number" && Number.isInteger(value) && value >= min;
 
 /**
- * A bus message as JSON. A `resource.updated` always begins with its kind, version and origin, in
- * that order (see `ownUpdateHead`), whatever order its fields were given in.
+ * A `resource.updated` as JSON without its position: the encoding ends `,"position":` so that the
+ * one who assigns the position (the update log, atomically with the publish) appends it and `}`.
  */
-export function encodeBusMessage(message: BusMessage): string {
-  if (message.kind !== "resource.updated") return JSON.stringify(message);
+export function encodeUpdateHead(message: Omit<ResourceUpdatedMessage, "position">): string {
   const { kind, v, origin, backendId, key, uri, at, update, keys } = message;
-  return JSON.stringify({ kind, v, origin, backendId, key, uri, at, update, keys });
+  const json = JSON.stringify({ kind, v, origin, backendId, key, uri, at, update, keys });
+  return `${json.slice(0, -1)},"position":`;
 }
 
-/** How every encoded `resource.updated` from `origin` begins. */
-export function ownUpdateHead(origin: string): string {
-  return `{"kind":"resource.updated","v":1,"origin":${JSON.stringify(origin)},`;
+/**
+ * A `catalog.changed` as JSON without its position: the encoding ends `,"position":` so that the
+ * catalog store appends it (and `}`) as it stores.
+ */
+export function encodeCatalogHead(message: Omit<Extract<BusMessage, { kind: "catalog.changed" }>, "position">): string {
+  const { kind, v, origin, backendId, lists } = message;
+  const json = JSON.stringify({ kind, v, origin, backendId, lists });
+  return `${json.slice(0, -1)},"position":`;
+}
+
+/** A bus message as JSON. */
+export function encodeBusMessage(message: BusMessage): string {
+  if (message.kind !== "resource.updated") return JSON.stringify(message);
+  return `${encodeUpdateHead(message)}${message.position}}`;
 }
 
 /**
@@ -112,9 +132,10 @@ export function decodeBusMessage(value: unknown): { ok: true; message: BusMessag
       typeof m.at === "number" &&
       Number.isFinite(m.at) &&
       isCount(m.update, 0) &&
-      isCount(m.keys, 1)
+      isCount(m.keys, 1) &&
+      isCount(m.position, 0)
     ) {
-      return { ok: true, message: { kind: "resource.updated", v: 1, origin: m.origin, backendId: m.backendId, key: m.key, uri: m.uri, at: m.at, update: m.update, keys: m.keys } };
+      return { ok: true, message: { kind: "resource.updated", v: 1, origin: m.origin, backendId: m.backendId, key: m.key, uri: m.uri, at: m.at, update: m.update, keys: m.keys, position: m.position } };
     }
   }
   const decoded = busMessageSchema.safeParse(value);
@@ -129,8 +150,8 @@ export function decodeBusMessage(value: unknown): { ok: true; message: BusMessag
  * Delivery guarantee: at-most-once per subscribed process, in publish order per channel; a
  * subscriber that is not subscribed when a message is published does not get it. A handler
  * throwing does not stop delivery to other channels.
- * A process's own `resource.updated` messages may not come back to it (the Redis bus drops them):
- * a publisher delivers to its own sessions itself, so receivers ignore them anyway.
+ * A process gets its own messages back on the channels it subscribes to, like any other: resource
+ * updates reach every member's sessions the same way, in the order the cluster gave them.
  */
 export interface Bus {
   publish(channel: string, message: BusMessage): Promise<void>;

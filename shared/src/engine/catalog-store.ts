@@ -26,6 +26,13 @@ export interface StoredList extends ListBody {
   invalid?: string;
 }
 
+/** One kind's new list, over the version it was compared against. */
+export interface ListChange {
+  kind: CatalogKind;
+  expected: number;
+  body: ListBody;
+}
+
 /**
  * The cluster's catalog: each backend's lists as last fetched, versioned per (backend, kind). A
  * reload stores a list only when it changed, and only over the version it compared against, so two
@@ -35,10 +42,13 @@ export interface StoredList extends ListBody {
 export interface CatalogStore {
   get(backendId: string, kind: CatalogKind): Promise<StoredList | undefined>;
   /**
-   * Stores `body` as the next version when the stored version is still `expected` (0: nothing
-   * stored); resolves with what was stored, or undefined when another writer stored first.
+   * Stores each change's `body` as the next version of its kind when the stored version is still
+   * its `expected` (0: nothing stored), all or none, at one new position, and in the same step
+   * announces them on the bus (one `catalog.changed` on `CHANNEL.catalog`, from `origin`, with the
+   * bodies, versions and position); resolves with what was stored, in the order given, or
+   * undefined when another writer stored first (nothing stored or announced).
    */
-  put(backendId: string, kind: CatalogKind, expected: number, body: ListBody): Promise<StoredList | undefined>;
+  put(backendId: string, changes: readonly ListChange[], origin: string): Promise<StoredList[] | undefined>;
   close(): Promise<void>;
 }
 

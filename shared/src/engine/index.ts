@@ -10,3 +10,5 @@ export * from "./memory/memory-job-queue.js";
 export * from "./catalog-store.js";
 export * from "./memory/memory-catalog-store.js";
 export * from "./memory/memory-positions.js";
+export * from "./update-log.js";
+export * from "./memory/memory-update-log.js";

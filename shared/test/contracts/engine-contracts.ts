@@ -1,5 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
-import type { Bus, BusMessage } from "../../src/engine/bus.js";
+import { CHANNEL, type Bus, type BusMessage } from "../../src/engine/bus.js";
+import type { UpdateLog } from "../../src/engine/update-log.js";
 import type { CatalogStore, Positions } from "../../src/engine/catalog-store.js";
 import { UnrecoverableJobError, type JobQueue, type JobQueueOptions } from "../../src/engine/jobs.js";
 import type { Leases } from "../../src/engine/leases.js";
@@ -11,7 +12,7 @@ import type { SubscriptionRegistry } from "../../src/engine/registry.js";
  */
 export function busContract(name: string, makePair: () => Promise<[Bus, Bus]>): void {
   describe(`Bus contract: ${name}`, () => {
-    const message = (uri: string): BusMessage => ({ kind: "resource.updated", v: 1, origin: "t", backendId: "b", key: uri, uri, at: 1, update: 1, keys: 1 });
+    const message = (uri: string): BusMessage => ({ kind: "resource.updated", v: 1, origin: "t", backendId: "b", key: uri, uri, at: 1, update: 1, keys: 1, position: 1 });
 
     it("delivers to subscribed processes only, in publish order", async () => {
       const [a, b] = await makePair();
@@ -285,16 +286,18 @@ export function jobQueueContract(name: string, harness: JobQueueHarness): void {
   });
 }
 
-export function catalogStoreContract(name: string, make: () => Promise<CatalogStore & Pick<Positions, "current">>): void {
+/** `make` gives a store and a bus of another member of the same cluster. */
+export function catalogStoreContract(name: string, make: () => Promise<{ store: CatalogStore & Pick<Positions, "current">; bus: Bus }>): void {
   describe(`CatalogStore contract: ${name}`, () => {
     const tools = (n: number) => ({ items: Array.from({ length: n }, (_, i) => ({ name: `t${i}`, inputSchema: { type: "object" } })) });
 
     it("stores versions one after another, each at a new cluster position, per backend and kind", async () => {
-      const store = await make();
+      const { store } = await make();
       expect(await store.get("b", "tools")).toBeUndefined();
-      const first = await store.put("b", "tools", 0, tools(1));
+      const [first] = (await store.put("b", [{ kind: "tools", expected: 0, body: tools(1) }], "me")) ?? [];
       expect(first).toMatchObject({ version: 1, items: tools(1).items });
-      const second = await store.put("b", "tools", 1, { ...tools(2), gate: { pins: { t0: "h" }, held: [{ backendId: "b", name: "t1", hash: "h1" }] } });
+      const gated = { ...tools(2), gate: { pins: { t0: "h" }, held: [{ backendId: "b", name: "t1", hash: "h1" }] } };
+      const [second] = (await store.put("b", [{ kind: "tools", expected: 1, body: gated }], "me")) ?? [];
       expect(second).toMatchObject({ version: 2 });
       expect(second!.position).toBeGreaterThan(first!.position);
       expect(await store.current()).toBe(second!.position);
@@ -304,25 +307,110 @@ export function catalogStoreContract(name: string, make: () => Promise<CatalogSt
       await store.close();
     });
 
-    it("refuses a put over a version it did not compare against, so racing writers lose nothing unseen", async () => {
-      const store = await make();
-      await store.put("b", "resources", 0, { items: [{ uri: "x://a" }] });
-      const outcomes = await Promise.all([store.put("b", "resources", 1, { items: [{ uri: "x://b" }] }), store.put("b", "resources", 1, { items: [{ uri: "x://c" }] })]);
-      expect(outcomes.filter((o) => o !== undefined)).toHaveLength(1);
-      expect(await store.put("b", "resources", 0, { items: [] })).toBeUndefined();
-      expect((await store.get("b", "resources"))?.version).toBe(2);
+    it("stores several kinds all or none, at one position; refuses a put over a version it did not compare against", async () => {
+      const { store } = await make();
+      await store.put("b", [{ kind: "resources", expected: 0, body: { items: [{ uri: "x://a" }] } }], "me");
+      const both = await store.put(
+        "b",
+        [
+          { kind: "resources", expected: 1, body: { items: [{ uri: "x://b" }] } },
+          { kind: "resourceTemplates", expected: 0, body: { items: [{ uriTemplate: "x://{id}" }] } },
+        ],
+        "me",
+      );
+      expect(both?.map((list) => list.version)).toEqual([2, 1]);
+      expect(both?.[0]?.position).toBe(both?.[1]?.position);
+      // A racing writer compared against version 1: nothing of its put is stored.
+      const stale = await store.put(
+        "b",
+        [
+          { kind: "resourceTemplates", expected: 1, body: { items: [] } },
+          { kind: "resources", expected: 1, body: { items: [] } },
+        ],
+        "me",
+      );
+      expect(stale).toBeUndefined();
+      expect((await store.get("b", "resourceTemplates"))?.version).toBe(1);
+      const racing = await Promise.all([
+        store.put("b", [{ kind: "resources", expected: 2, body: { items: [{ uri: "x://c" }] } }], "me"),
+        store.put("b", [{ kind: "resources", expected: 2, body: { items: [{ uri: "x://d" }] } }], "me"),
+      ]);
+      expect(racing.filter((o) => o !== undefined)).toHaveLength(1);
+      expect((await store.get("b", "resources"))?.version).toBe(3);
+      await store.close();
+    });
+
+    it("announces what it stores in the same step, with the bodies, versions and position; a refused put announces nothing", async () => {
+      const { store, bus } = await make();
+      const got: BusMessage[] = [];
+      bus.onMessage((_channel, message) => got.push(message));
+      await bus.subscribe(CHANNEL.catalog);
+      const [stored] = (await store.put("b", [{ kind: "prompts", expected: 0, body: { items: [{ name: "p" }] } }], "me")) ?? [];
+      expect(await store.put("b", [{ kind: "prompts", expected: 0, body: { items: [] } }], "me")).toBeUndefined();
+      await store.put("b", [{ kind: "prompts", expected: 1, body: { items: [] } }], "me");
+      await vi.waitFor(() => expect(got).toHaveLength(2));
+      expect(got[0]).toEqual({ kind: "catalog.changed", v: 1, origin: "me", backendId: "b", lists: [{ kind: "prompts", body: { items: [{ name: "p" }] }, version: 1 }], position: stored!.position });
+      expect(got[1]).toMatchObject({ lists: [{ kind: "prompts", body: { items: [] }, version: 2 }] });
       await store.close();
     });
 
     it("hands out copies: changing what it returned changes nothing stored", async () => {
-      const store = await make();
+      const { store } = await make();
       const body = tools(1);
-      await store.put("b", "tools", 0, body);
+      await store.put("b", [{ kind: "tools", expected: 0, body }], "me");
       body.items.push({ name: "late", inputSchema: { type: "object" } });
       const got = await store.get("b", "tools");
-      got?.items.push({ name: "later" });
+      got?.items.push({ name: "later", inputSchema: { type: "object" } });
       expect((await store.get("b", "tools"))?.items).toEqual(tools(1).items);
       await store.close();
+    });
+  });
+}
+
+/** `make` gives an update log and a bus of another member of the same cluster, and the cluster's catalog store. */
+export function updateLogContract(name: string, make: () => Promise<{ log: UpdateLog; bus: Bus; store: CatalogStore }>): void {
+  describe(`UpdateLog contract: ${name}`, () => {
+    const update = (uri: string) => ({ kind: "resource.updated" as const, v: 1 as const, origin: "w", backendId: "b", uri, at: 1, update: 1 });
+
+    it("publishes an update under each of its keys at one new position, and stamps the watched keys with it", async () => {
+      const { log, bus, store } = await make();
+      const got: BusMessage[] = [];
+      bus.onMessage((_channel, message) => got.push(message));
+      await bus.subscribe(CHANNEL.resource("b", "x"));
+      await bus.subscribe(CHANNEL.resource("b", "x/y"));
+      await log.watched("b", "x");
+      await log.watched("b", "x/y");
+      const since = await log.current();
+      const first = await log.publish(update("x/y/z"), ["x/y", "x"]);
+      const [listed] = (await store.put("b", [{ kind: "tools", expected: 0, body: { items: [] } }], "me")) ?? [];
+      const second = await log.publish(update("x"), ["x"]);
+      expect(first).toBeGreaterThan(since);
+      expect(listed!.position).toBeGreaterThan(first);
+      expect(second).toBeGreaterThan(listed!.position);
+      expect(await log.current()).toBe(second);
+      await vi.waitFor(() => expect(got).toHaveLength(3));
+      expect(got).toEqual([
+        { ...update("x/y/z"), key: "x/y", keys: 2, position: first },
+        { ...update("x/y/z"), key: "x", keys: 2, position: first },
+        { ...update("x"), key: "x", keys: 1, position: second },
+      ]);
+      expect(await log.stamps("b", ["x", "x/y", "never"])).toEqual([
+        { updated: second, since },
+        { updated: first, since },
+        { updated: 0, since: undefined },
+      ]);
+    });
+
+    it("forgets a key's stamps when its watch ends, and what came before a new watch", async () => {
+      const { log } = await make();
+      await log.watched("b", "k");
+      await log.publish(update("k"), ["k"]);
+      await log.unwatched("b", "k");
+      expect(await log.stamps("b", ["k"])).toEqual([{ updated: 0, since: undefined }]);
+      await log.publish(update("k"), ["k"]);
+      const since = await log.current();
+      await log.watched("b", "k");
+      expect(await log.stamps("b", ["k"])).toEqual([{ updated: 0, since }]);
     });
   });
 }

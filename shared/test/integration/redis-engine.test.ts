@@ -8,7 +8,7 @@ import type { BullJobQueueOptions } from "../../src/engine/redis/bullmq-job-queu
 import { createRedisEngine, type RedisEngine } from "../../src/engine/redis/redis-engine.js";
 import { deleteKeys, testRedisUrl, uniquePrefix } from "../../src/testing/test-redis.js";
 import type { BusMessage } from "../../src/engine/bus.js";
-import { busContract, catalogStoreContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
+import { busContract, catalogStoreContract, updateLogContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
 
 const url = await testRedisUrl();
 const prefixes: string[] = [];
@@ -43,7 +43,14 @@ registryContract("redis", async () => {
     },
   });
 });
-catalogStoreContract("redis", async () => (await cluster(1))[0]!.catalog);
+catalogStoreContract("redis", async () => {
+  const [a, b] = await cluster(2);
+  return { store: a!.catalog, bus: b!.bus };
+});
+updateLogContract("redis", async () => {
+  const [a, b] = await cluster(2);
+  return { log: a!.updates, bus: b!.bus, store: a!.catalog };
+});
 leasesContract("redis", async () => ({
   leases: (await cluster(1))[0]!.leases,
   elapse: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
@@ -91,7 +98,7 @@ describe("Redis catalog store", () => {
     await engine!.redis.hset(engine!.keys.catalogList("b", "tools"), "version", 3, "position", 9, "body", JSON.stringify({ items: "garbage" }));
     const stored = await engine!.catalog.get("b", "tools");
     expect(stored).toMatchObject({ version: 3, items: [], invalid: expect.stringContaining("items") });
-    expect(await engine!.catalog.put("b", "tools", 3, { items: [{ name: "t" }] })).toMatchObject({ version: 4, items: [{ name: "t" }] });
+    expect(await engine!.catalog.put("b", [{ kind: "tools", expected: 3, body: { items: [{ name: "t" }] } }], "me")).toMatchObject([{ version: 4, items: [{ name: "t" }] }]);
   });
 });
 
@@ -137,7 +144,7 @@ describe("Redis job queue", () => {
   });
 });
 
-const update: BusMessage = { kind: "resource.updated", v: 1, origin: "t", backendId: "b", key: "u", uri: "u", at: 1, update: 1, keys: 1 };
+const update: BusMessage = { kind: "resource.updated", v: 1, origin: "t", backendId: "b", key: "u", uri: "u", at: 1, update: 1, keys: 1, position: 1 };
 
 describe("Redis engine", () => {
   it("drops and reports messages that do not decode, and keeps delivering", async () => {
@@ -169,7 +176,7 @@ describe("Redis engine", () => {
     expect(got).toEqual(sent);
   });
 
-  it("does not hand an instance its own resource updates back; the others, and its other messages, still arrive", async () => {
+  it("hands an instance its own messages back like anyone's, resource updates included", async () => {
     const [a, b] = await cluster(2);
     const [idA, idB] = [0, 1].map((i) => `${prefixes.at(-1)}${i}`);
     const gotA: BusMessage[] = [];
@@ -178,15 +185,14 @@ describe("Redis engine", () => {
     b!.bus.onMessage((_channel, message) => gotB.push(message));
     await a!.bus.subscribe("ch");
     await b!.bus.subscribe("ch");
-    // Fields in another order than the broker builds them: the encoding puts the origin first anyway.
-    const fromA = { keys: 1, update: 2, at: 1, uri: "u", key: "u", backendId: "b", origin: idA!, v: 1, kind: "resource.updated" } as const;
+    const fromA: BusMessage = { ...update, origin: idA!, update: 2 };
     const releaseFromA: BusMessage = { kind: "watch.release", v: 1, origin: idA!, backendId: "b", uri: "u" };
     const fromB: BusMessage = { ...update, origin: idB!, update: 3 };
     await a!.bus.publish("ch", fromA);
     await a!.bus.publish("ch", releaseFromA);
     await b!.bus.publish("ch", fromB);
-    await vi.waitFor(() => expect(gotB).toEqual([fromA, releaseFromA]));
-    await vi.waitFor(() => expect(gotA).toEqual([releaseFromA, fromB]));
+    await vi.waitFor(() => expect(gotB).toEqual([fromA, releaseFromA, fromB]));
+    await vi.waitFor(() => expect(gotA).toEqual([fromA, releaseFromA, fromB]));
   });
 
   it("rejects every publish of a burst when they cannot be written", async () => {

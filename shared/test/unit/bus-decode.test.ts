@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { busMessageSchema, decodeBusMessage, encodeBusMessage, ownUpdateHead, type BusMessage } from "../../src/engine/bus.js";
+import { busMessageSchema, decodeBusMessage, encodeBusMessage, encodeUpdateHead, type BusMessage } from "../../src/engine/bus.js";
 
-const valid = { kind: "resource.updated", v: 1, origin: "o", backendId: "b", key: "k", uri: "u", at: 1.5, update: 0, keys: 1 };
+const valid = { kind: "resource.updated", v: 1, origin: "o", backendId: "b", key: "k", uri: "u", at: 1.5, update: 0, keys: 1, position: 7 };
 
 describe("decodeBusMessage", () => {
   it("decodes exactly what busMessageSchema accepts, with the same output", () => {
@@ -18,6 +18,8 @@ describe("decodeBusMessage", () => {
       { ...valid, update: -1 },
       { ...valid, update: 1.5 },
       { ...valid, keys: 0 },
+      { ...valid, position: -1 },
+      { ...valid, position: undefined },
       { kind: "watch.release", v: 1, origin: "o", backendId: "b", uri: "u" },
       { kind: "watch.result", v: 1, origin: "o", id: 3, error: { code: "INTERNAL", message: "m" } },
       { kind: "nope" },
@@ -34,11 +36,10 @@ describe("decodeBusMessage", () => {
 });
 
 describe("encodeBusMessage", () => {
-  it("begins every resource update with its kind, version and origin, whatever the field order, and decodes back", () => {
-    const scrambled = { keys: 2, update: 7, at: 3, uri: "u/x", key: "u", backendId: "b", origin: 'in"st', v: 1, kind: "resource.updated" } as const;
+  it("ends every resource update with its position, so the update log can append it to the head, and decodes back", () => {
+    const scrambled = { position: 12, keys: 2, update: 7, at: 3, uri: "u/x", key: "u", backendId: "b", origin: 'in"st', v: 1, kind: "resource.updated" } as const;
     const encoded = encodeBusMessage(scrambled);
-    expect(encoded.startsWith(ownUpdateHead('in"st'))).toBe(true);
-    expect(encoded.startsWith(ownUpdateHead("in"))).toBe(false);
+    expect(encoded).toBe(`${encodeUpdateHead(scrambled)}12}`);
     expect(decodeBusMessage(JSON.parse(encoded))).toEqual({ ok: true, message: scrambled });
     const release: BusMessage = { kind: "watch.release", v: 1, origin: 'in"st', backendId: "b", uri: "u" };
     expect(JSON.parse(encodeBusMessage(release))).toEqual(release);

@@ -5,12 +5,18 @@ import { MemoryJobQueue } from "../../src/engine/memory/memory-job-queue.js";
 import { MemoryLeases } from "../../src/engine/memory/memory-leases.js";
 import { MemoryRegistry } from "../../src/engine/memory/memory-registry.js";
 import { MemoryCatalogStore } from "../../src/engine/memory/memory-catalog-store.js";
+import { MemoryUpdateLog } from "../../src/engine/memory/memory-update-log.js";
 import { MemoryPositions } from "../../src/engine/memory/memory-positions.js";
-import { busContract, catalogStoreContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
+import { busContract, catalogStoreContract, updateLogContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
 
 busContract("memory", async () => {
   const hub = new MemoryBusHub();
   return [new MemoryBus(hub), new MemoryBus(hub)];
+});
+updateLogContract("memory", async () => {
+  const hub = new MemoryBusHub();
+  const positions = new MemoryPositions();
+  return { log: new MemoryUpdateLog(new MemoryBus(hub), positions), bus: new MemoryBus(hub), store: new MemoryCatalogStore(positions, new MemoryBus(hub)) };
 });
 registryContract("memory", async () =>
   Object.assign(new MemoryRegistry(), {
@@ -22,9 +28,10 @@ registryContract("memory", async () =>
   }),
 );
 catalogStoreContract("memory", async () => {
+  const hub = new MemoryBusHub();
   const positions = new MemoryPositions();
-  const store = new MemoryCatalogStore(positions);
-  return Object.assign(store, { current: () => positions.current() });
+  const store = new MemoryCatalogStore(positions, new MemoryBus(hub));
+  return { store: Object.assign(store, { current: () => positions.current() }), bus: new MemoryBus(hub) };
 });
 leasesContract("memory", async () => {
   let now = 1_000;

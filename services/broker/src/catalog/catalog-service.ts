@@ -1,7 +1,6 @@
-import { CATALOG_KINDS, type BackendConfig, type BusMessage, type CatalogKind, type CatalogStore, type ListName, type StoredList } from "@mcp-broker/shared";
-import type { Logger } from "@mcp-broker/member";
+import { CATALOG_KINDS, type BackendConfig, type BusMessage, type CatalogKind, type CatalogStore, type ListBody, type ListName, type StoredList } from "@mcp-broker/shared";
+import { heldNames, type HeldTool, type Logger } from "@mcp-broker/member";
 import { Catalog, isEmptyDiff, type CatalogDiff } from "./catalog.js";
-import { heldNames, type HeldTool } from "@mcp-broker/member";
 
 export function listNameOf(kind: CatalogKind): ListName {
   return kind === "resourceTemplates" ? "resources" : kind;
@@ -16,19 +15,21 @@ type CatalogChanged = Extract<BusMessage, { kind: "catalog.changed" }>;
  * connection, so a backend it cannot reach has no items here, as before). `onListChanged` fires
  * once per client-visible list whose aggregate really changed.
  *
- * Applying is ordered per backend, and a stored list is applied only when it is newer than what
- * was applied, so announcements that arrive out of order, twice, or after a reconnect change
- * nothing twice.
+ * A `catalog.changed` carries the new version's body and is applied at once, as it arrives: the
+ * bus brings it in position order with resource updates, so the `list_changed` it causes takes its
+ * place in each session's stream by its position. Reads from the store (on connect, after a bus
+ * gap) are ordered per backend. A version is applied only when newer than what was applied, so
+ * announcements that arrive twice, or after a reconnect's read, change nothing twice.
  */
 export class CatalogService {
   readonly catalog: Catalog;
-  /** Connected backends (by this member's connection) and the stored version applied per kind. */
-  private readonly applied = new Map<string, Map<CatalogKind, number>>();
+  /** Connected backends (by this member's connection) and the stored version applied per kind, with its position. */
+  private readonly applied = new Map<string, Map<CatalogKind, { version: number; position: number }>>();
   /** The tools each backend holds back (from its stored tools list). */
   private readonly held = new Map<string, readonly HeldTool[]>();
   private readonly queues = new Map<string, Promise<void>>();
   private applies = 0;
-  private listeners: ((list: ListName, diffs: Map<CatalogKind, CatalogDiff>) => void)[] = [];
+  private listeners: ((list: ListName, diffs: Map<CatalogKind, CatalogDiff>, position: number | undefined) => void)[] = [];
 
   constructor(
     backends: readonly BackendConfig[],
@@ -40,9 +41,22 @@ export class CatalogService {
     this.catalog = new Catalog(backends.map((b) => ({ id: b.id, prefix: b.prefix })));
   }
 
-  /** `listener` hears each client-visible list whose aggregate really changed, once per change. */
-  onListChanged(listener: (list: ListName, diffs: Map<CatalogKind, CatalogDiff>) => void): void {
+  /**
+   * `listener` hears each client-visible list whose aggregate really changed, once per change, with
+   * the cluster position of the change when it came in order from the bus (undefined for a change
+   * made here: a backend connected or dropped on this member, a read after a gap).
+   */
+  onListChanged(listener: (list: ListName, diffs: Map<CatalogKind, CatalogDiff>, position: number | undefined) => void): void {
     this.listeners.push(listener);
+  }
+
+  /** The newest cluster position of any applied version of `list` (0: none), for resumption. */
+  appliedPosition(list: ListName): number {
+    let newest = 0;
+    for (const kinds of this.applied.values()) {
+      for (const [kind, { position }] of kinds) if (listNameOf(kind) === list && position > newest) newest = position;
+    }
+    return newest;
   }
 
   /** Whether every list of the backend has been applied since it connected (readiness). */
@@ -68,12 +82,16 @@ export class CatalogService {
     void this.enqueue(backendId, async () => this.announce(this.catalog.clearBackend(backendId)));
   }
 
-  /** A reload stored new versions (a `catalog.changed` bus message). */
-  changed(message: CatalogChanged): Promise<void> {
+  /** A reload stored new versions (a `catalog.changed` bus message): applied now, those newer than what was applied. */
+  changed(message: CatalogChanged): void {
     const applied = this.applied.get(message.backendId);
-    if (applied === undefined) return Promise.resolve();
-    const newer = message.lists.filter(({ kind, version }) => (applied.get(kind) ?? 0) < version).map(({ kind }) => kind);
-    return newer.length === 0 ? Promise.resolve() : this.refresh(message.backendId, newer);
+    if (applied === undefined) return;
+    const diffs = new Map<CatalogKind, CatalogDiff>();
+    for (const { kind, body, version } of message.lists) {
+      if ((applied.get(kind)?.version ?? 0) >= version) continue;
+      diffs.set(kind, this.apply(message.backendId, kind, { ...body, version, position: message.position }));
+    }
+    this.announce(diffs, message.position);
   }
 
   /** Announcements may have been lost (the bus reconnected): every connected backend's lists are read again. */
@@ -106,17 +124,17 @@ export class CatalogService {
           continue;
         }
         if (stored === undefined || stored.invalid !== undefined || this.applied.get(backendId) !== applied) continue;
-        if ((applied.get(kind) ?? 0) >= stored.version) continue;
-        applied.set(kind, stored.version);
-        if (kind === "tools") this.held.set(backendId, stored.gate?.held ?? []);
+        if ((applied.get(kind)?.version ?? 0) >= stored.version) continue;
         diffs.set(kind, this.apply(backendId, kind, stored));
       }
       this.announce(diffs);
     });
   }
 
-  private apply(backendId: string, kind: CatalogKind, stored: StoredList): CatalogDiff {
+  private apply(backendId: string, kind: CatalogKind, stored: ListBody & { version: number; position: number }): CatalogDiff {
     this.applies++;
+    this.applied.get(backendId)?.set(kind, { version: stored.version, position: stored.position });
+    if (kind === "tools") this.held.set(backendId, stored.gate?.held ?? []);
     const hiddenBefore = new Set(this.catalog.collisions());
     const diff = this.catalog.replace(kind, backendId, stored.items, kind === "tools" ? heldNames(stored) : undefined);
     for (const collision of this.catalog.collisions()) {
@@ -137,7 +155,7 @@ export class CatalogService {
     return run;
   }
 
-  private announce(diffs: Map<CatalogKind, CatalogDiff>): void {
+  private announce(diffs: Map<CatalogKind, CatalogDiff>, position?: number): void {
     const byList = new Map<ListName, Map<CatalogKind, CatalogDiff>>();
     for (const [kind, diff] of diffs) {
       if (isEmptyDiff(diff)) continue;
@@ -148,7 +166,7 @@ export class CatalogService {
     }
     for (const [list, listDiffs] of byList) {
       this.deps.logger.debug({ list }, "list changed");
-      for (const listener of this.listeners) listener(list, listDiffs);
+      for (const listener of this.listeners) listener(list, listDiffs, position);
     }
   }
 }

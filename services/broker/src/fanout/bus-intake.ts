@@ -1,4 +1,4 @@
-import type { BusMessage, ResourceUpdatedMessage } from "@mcp-broker/shared";
+import type { BusMessage } from "@mcp-broker/shared";
 import type { MemberHooks } from "@mcp-broker/member";
 import type { Fanout } from "./fanout.js";
 
@@ -6,19 +6,20 @@ type ServedMessage = Exclude<BusMessage, { kind: `watch.${string}` }>;
 
 /**
  * Where the bus meets the serving side of a broker: the routing rules for what its member does not
- * handle itself (the member takes `watch.*`, and drops its own `resource.updated`, which reach this
- * broker's sessions through `deliverLocally` a tick after publishing):
+ * handle itself (the member takes `watch.*`). Everything here arrives in the cluster's position
+ * order, this broker's own updates included:
  * - `resource.updated` → the fan-out, to the sessions interested in its channel;
  * - `catalog.changed` → the catalog, which applies the stored lists (its list changes then come
  *   back out through the fan-out);
  * - `subscriptions.revoked` → the sessions, which drop what a limits job removed and say why;
- * - a gap (the bus reconnected) → every subscribed resource re-announced, every list re-read.
+ * - a gap (the bus reconnected) → every subscribed resource re-announced, every list re-read;
+ * - an update this broker's member could not publish (Redis away) → its own sessions, as its own event.
  */
 export function busIntake(deps: {
   fanout: Fanout;
-  catalog: { changed(message: Extract<BusMessage, { kind: "catalog.changed" }>): Promise<void>; resync(): Promise<void> };
+  catalog: { changed(message: Extract<BusMessage, { kind: "catalog.changed" }>): void; resync(): Promise<void> };
   sessions: { revoke(message: Extract<BusMessage, { kind: "subscriptions.revoked" }>): void };
-}): Required<Pick<MemberHooks, "busMessage" | "receiveGap" | "deliverLocally">> {
+}): Required<Pick<MemberHooks, "busMessage" | "receiveGap" | "unpublished">> {
   const { fanout, catalog, sessions } = deps;
   return {
     busMessage: (channel: string, message: ServedMessage) => {
@@ -27,7 +28,7 @@ export function busIntake(deps: {
           fanout.receive(channel, message);
           return;
         case "catalog.changed":
-          void catalog.changed(message);
+          catalog.changed(message);
           return;
         case "subscriptions.revoked":
           sessions.revoke(message);
@@ -37,6 +38,7 @@ export function busIntake(deps: {
       fanout.gap();
       void catalog.resync();
     },
-    deliverLocally: (channel: string, message: ResourceUpdatedMessage) => fanout.receive(channel, message),
+    // Redis away: this broker's own update reaches its own sessions; the others hear of the gap.
+    unpublished: (backendId, keys, uri) => fanout.receiveUnpublished(backendId, keys, uri),
   };
 }

@@ -1,5 +1,6 @@
-import type { Bus, Clock, ListName, ResourceUpdatedMessage } from "@mcp-broker/shared";
+import { CHANNEL, type Bus, type Clock, type ListName, type ResourceUpdatedMessage } from "@mcp-broker/shared";
 import type { Logger } from "@mcp-broker/member";
+import { EventClock } from "./event-ids.js";
 import { InterestTable, type NotificationSink } from "./interest-table.js";
 import { PreparedNotification } from "./prepared-notification.js";
 
@@ -18,12 +19,14 @@ export interface ExposedNames {
  */
 export class Fanout {
   readonly interest: InterestTable;
+  /** The ids of what goes out (see `EventId`). */
+  readonly events = new EventClock();
   /** Sinks that hear list changes: every legacy session, and listen streams that asked for them. */
   private readonly listeners = new Set<NotificationSink>();
   /** Notifications written to sessions and listen streams since start (for metrics). */
   private readonly delivered = { resourceUpdated: 0, listChanged: 0 };
   /** The last update that was published under several keys (see `deliverOnce`). */
-  private multiKeyUpdate: { id: string; notification: PreparedNotification; delivered: Set<NotificationSink> } | undefined;
+  private multiKeyUpdate: { position: number; notification: PreparedNotification; delivered: Set<NotificationSink> } | undefined;
 
   constructor(
     private readonly deps: {
@@ -71,23 +74,39 @@ export class Fanout {
       return;
     }
     this.deps.onBusLatency?.(this.deps.clock.now() - message.at);
-    const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(message.backendId, message.uri));
+    const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(message.backendId, message.uri), this.events.cluster(message.position));
     for (const sink of sinks) sink.deliver(notification);
     this.delivered.resourceUpdated += sinks.size;
   }
 
   /**
+   * An update this member could not publish (Redis away) reaches its own sessions all the same,
+   * once per sink, as an event of this broker's.
+   */
+  receiveUnpublished(backendId: string, keys: readonly string[], uri: string): void {
+    const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(backendId, uri), this.events.next());
+    const delivered = new Set<NotificationSink>();
+    for (const key of keys) {
+      for (const sink of this.interest.of(CHANNEL.resource(backendId, key)) ?? []) {
+        if (delivered.has(sink)) continue;
+        delivered.add(sink);
+        sink.deliver(notification);
+      }
+    }
+    this.delivered.resourceUpdated += delivered.size;
+  }
+
+  /**
    * An update published under several keys (a sub-resource whose ancestors are subscribed too)
-   * arrives once per key: a sink subscribed to more than one of them gets it once. Its messages
-   * arrive together, so remembering the last such update is enough.
+   * arrives once per key, all at one position: a sink subscribed to more than one of them gets it
+   * once. Its messages arrive together, so remembering the last such update is enough.
    */
   private deliverOnce(message: ResourceUpdatedMessage, sinks: ReadonlySet<NotificationSink>): void {
-    const id = `${message.origin}\u0000${message.update}`;
-    if (this.multiKeyUpdate?.id !== id) {
+    if (this.multiKeyUpdate?.position !== message.position) {
       // Once per backend update, however many of its keys arrive here.
       this.deps.onBusLatency?.(this.deps.clock.now() - message.at);
-      const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(message.backendId, message.uri));
-      this.multiKeyUpdate = { id, notification, delivered: new Set() };
+      const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(message.backendId, message.uri), this.events.cluster(message.position));
+      this.multiKeyUpdate = { position: message.position, notification, delivered: new Set() };
     }
     const { notification, delivered } = this.multiKeyUpdate;
     for (const sink of sinks) {
@@ -105,7 +124,7 @@ export class Fanout {
   gap(): void {
     let targets = 0;
     for (const { target, sinks } of this.interest.all()) {
-      const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(target.backendId, target.uri));
+      const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(target.backendId, target.uri), this.events.next());
       for (const sink of sinks) sink.deliver(notification);
       this.delivered.resourceUpdated += sinks.size;
       targets++;
@@ -113,9 +132,12 @@ export class Fanout {
     this.deps.logger.warn({ resources: targets }, "the bus reconnected: subscribed resources re-announced as updated");
   }
 
-  /** The catalog announced a change to `list`: every sink that asked for it hears it. */
-  listChanged(list: ListName): void {
-    const notification = PreparedNotification.listChanged(list);
+  /**
+   * The catalog announced a change to `list`: every sink that asked for it hears it. `position`: the
+   * change's cluster position when it came from the bus in order (else it is an event of this broker's).
+   */
+  listChanged(list: ListName, position?: number): void {
+    const notification = PreparedNotification.listChanged(list, position === undefined ? this.events.next() : this.events.cluster(position));
     for (const sink of this.listeners) {
       if (sink.wants !== undefined && !sink.wants(list)) continue;
       sink.deliver(notification);

@@ -1,8 +1,6 @@
 import { META, NOTIFICATION, LIST_CHANGED_METHOD, type ListName } from "@mcp-broker/shared";
+import { formatEventId, type EventId } from "./event-ids.js";
 import { encodeEvent } from "./sse-event.js";
-
-/** Event ids increase across the process, so each session's ids increase too (not consecutively). */
-let lastEventId = 0;
 
 /**
  * One notification on its way to many streams, encoded at most once per era: legacy streams all
@@ -10,8 +8,6 @@ let lastEventId = 0;
  * their own subscription id.
  */
 export class PreparedNotification {
-  /** The SSE event id it carries on every legacy stream. */
-  readonly eventId: number;
   private legacy: Buffer | undefined;
   private modern: { head: Buffer; tail: Buffer } | undefined;
   private line: string | undefined;
@@ -19,14 +15,18 @@ export class PreparedNotification {
   private constructor(
     private readonly method: string,
     private readonly params: Record<string, unknown>,
-    eventId = ++lastEventId,
-  ) {
-    this.eventId = eventId;
+    /** Its place in the cluster's order (see `EventId`); legacy streams carry it as the SSE event id. */
+    readonly id: EventId,
+  ) {}
+
+  /** `id`: the update's (see `EventClock`); a replay passes the id it had when first sent. */
+  static resourceUpdated(uri: string, id: EventId): PreparedNotification {
+    return new PreparedNotification(NOTIFICATION.resourceUpdated, { uri }, id);
   }
 
-  /** `eventId`: the id it had when first sent, for a replay (a new one otherwise). */
-  static resourceUpdated(uri: string, eventId?: number): PreparedNotification {
-    return new PreparedNotification(NOTIFICATION.resourceUpdated, { uri }, eventId);
+  /** The SSE event id legacy streams carry. */
+  get eventId(): string {
+    return formatEventId(this.id);
   }
 
   /** The URI of a `resources/updated`; undefined for any other notification. */
@@ -34,13 +34,13 @@ export class PreparedNotification {
     return this.method === NOTIFICATION.resourceUpdated ? (this.params.uri as string) : undefined;
   }
 
-  static listChanged(list: ListName): PreparedNotification {
-    return new PreparedNotification(LIST_CHANGED_METHOD[list], {});
+  static listChanged(list: ListName, id: EventId): PreparedNotification {
+    return new PreparedNotification(LIST_CHANGED_METHOD[list], {}, id);
   }
 
   /** A log message from the broker itself (`notifications/message`, logger `mcp-broker`). */
-  static brokerMessage(level: "warning" | "error", data: Record<string, unknown>): PreparedNotification {
-    return new PreparedNotification(NOTIFICATION.message, { level, logger: "mcp-broker", data });
+  static brokerMessage(level: "warning" | "error", data: Record<string, unknown>, id: EventId): PreparedNotification {
+    return new PreparedNotification(NOTIFICATION.message, { level, logger: "mcp-broker", data }, id);
   }
 
   /** The whole SSE event for legacy streams, its id line included. */

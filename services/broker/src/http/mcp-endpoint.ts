@@ -231,7 +231,7 @@ export class McpEndpoint {
     if (session === undefined) return;
     session.touch();
     const stream = new SseStream(res, { keepAlive: this.keepAlive, headers: { [SESSION_HEADER]: session.id } });
-    session.attachStream(new LegacyStreamWriter(stream), header(req, "last-event-id"));
+    void session.attachStream(new LegacyStreamWriter(stream), header(req, "last-event-id"));
   }
 
   private delete(req: IncomingMessage, res: ServerResponse, principal: string): void {

@@ -1,16 +1,15 @@
-import type { BrokerError } from "@mcp-broker/shared";
+import type { BrokerError, ListName } from "@mcp-broker/shared";
 import type { Actor } from "xstate";
 import type { LogLevel } from "../routing/request-context.js";
 import type { LegacySessionPort } from "../routing/dispatcher.js";
-import type { NotificationSink } from "../fanout/interest-table.js";
+import { isAfter, parseEventId, type EventClock, type EventId } from "../fanout/event-ids.js";
+import type { NotificationSink, SubscriptionTarget } from "../fanout/interest-table.js";
 import type { legacySessionMachine } from "./legacy-session-machine.js";
 import { PreparedNotification } from "../fanout/prepared-notification.js";
 
 const LIST_NAMES = ["tools", "prompts", "resources"] as const;
 /** How many standalone-stream events a session keeps for `Last-Event-ID` resumption by default. */
 export const DEFAULT_HISTORY = 64;
-/** An event id as the broker writes it (`String(n)`): decimal digits, no sign, no leading zero. */
-const EVENT_ID = /^(?:0|[1-9]\d{0,15})$/;
 
 /** Where a session's unsolicited notifications go: its standalone SSE stream, or stdout in stdio mode. */
 export interface NotificationWriter {
@@ -21,46 +20,67 @@ export interface NotificationWriter {
   close(): void;
 }
 
-/**
- * The I/O side of one legacy session: its standalone SSE stream, the event history for
- * resumption, and the promise plumbing between requests and the session actor, which owns the
- * state. Each notification goes on the standalone stream only (exactly one stream), with its
- * event id, which increases within the session (ids are process-wide, so not consecutively).
- */
+/** What the cluster can tell of what happened after a position (see `SessionEnv.since`). */
+export interface SinceReport {
+  /** Subscribed targets updated after it, with the position of their last update. */
+  updated: { target: SubscriptionTarget; position: number }[];
+  /** Subscribed targets nobody can tell about (their watch began after it): announced anyway. */
+  unknown: SubscriptionTarget[];
+  /** Lists changed after it, with the position of their last change. */
+  lists: { list: ListName; position: number }[];
+}
+
+/** What every legacy session of one broker shares (one object, not a closure per session). */
+export interface SessionEnv {
+  /** The broker's event clock: ids for the events its sessions make up themselves. */
+  readonly events: EventClock;
+  /** Events each session keeps for `Last-Event-ID` resumption (`server.resumeHistory`). */
+  readonly historyLimit: number;
+  /** What the cluster knows happened to `targets` and the lists after `position`; rejects when it cannot tell. */
+  since(targets: readonly SubscriptionTarget[], position: number): Promise<SinceReport>;
+  /** The client form of a subscribed target's URI. */
+  exposeUri(target: SubscriptionTarget): string;
+}
+
 export class LegacySession implements NotificationSink, LegacySessionPort {
   logLevel: LogLevel | undefined;
   /** Requests in flight, by JSON-RPC id, for `notifications/cancelled`. */
   private inflight: Map<string | number, AbortController> | undefined;
   private stream: NotificationWriter | undefined;
   /** The newest event id written to a stream; later ones were produced while none was attached. */
-  private written = 0;
+  private written: EventId;
   /**
-   * The newest `historyLimit` events, as a ring: event n (counting from 0) has its id at
-   * `ids[n % historyLimit]` and the event beside it. A resource update is kept as its URI, and
-   * encoded again if replayed: kept history outlives young-generation GCs, and whole notifications
-   * (with their encoded frames, ~250 B each) made V8 promote that much per delivery, so a broker
-   * at 5k updates/s ran a full GC every ~7 s (pauses up to 17 ms). Other events (list changes,
-   * rare) are kept whole. Created with the first event: most sessions are idle.
+   * The newest `historyLimit` events, as a ring: event n (counting from 0) sits at slot
+   * `n % historyLimit`. A resource update of the cluster is kept as its URI (its id: the position
+   * beside it, local 0), and encoded again if replayed: kept history outlives young-generation GCs,
+   * and whole notifications (with their encoded frames, ~250 B each) made V8 promote that much per
+   * delivery, so a broker at 5k updates/s ran a full GC every ~7 s (pauses up to 17 ms). Other
+   * events (list changes, the broker's own, rare) are kept whole. Created with the first event:
+   * most sessions are idle.
    */
-  private history: { readonly ids: number[]; readonly events: (string | PreparedNotification)[] } | undefined;
+  private history: { readonly positions: number[]; readonly events: (string | PreparedNotification)[] } | undefined;
   /** Events remembered so far. */
   private remembered = 0;
-  /** The newest event id no longer in the history: a client that saw less than this missed some. */
-  private trimmed = 0;
+  /**
+   * The history holds every event of this session after this id: the newest one trimmed from it,
+   * or (none trimmed yet) where this session began here (created, or adopted from another instance).
+   */
+  private covered: EventId;
+  /** Live events held while a resumption is being read (they follow what it announces). */
+  private held: PreparedNotification[] | undefined;
   private nextReply = 0;
   /** Operations waiting for the actor's answer (created on first use: most sessions are idle). */
   private replies: Map<number, { resolve: () => void; reject: (error: BrokerError) => void }> | undefined;
 
-  /**
-   * @param historyLimit how many standalone-stream events the session keeps for `Last-Event-ID`
-   *   resumption (`server.resumeHistory`); older gaps get the conservative re-notification.
-   */
   constructor(
     readonly id: string,
     readonly principal: string,
     readonly actor: Actor<typeof legacySessionMachine>,
-    private readonly historyLimit = DEFAULT_HISTORY,
-  ) {}
+    private readonly env: SessionEnv,
+  ) {
+    this.covered = env.events.next();
+    this.written = this.covered;
+  }
 
   /** The actor answered operation `replyTo` (its host routes the actor's `reply` effects here). */
   settle(replyTo: number, error: BrokerError | undefined): void {
@@ -126,20 +146,24 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
 
   deliver(notification: PreparedNotification): void {
     this.remember(notification);
+    if (this.held !== undefined) {
+      this.held.push(notification);
+      return;
+    }
     if (this.stream === undefined) return;
     this.stream.write(notification);
-    this.written = notification.eventId;
+    this.written = notification.id;
   }
 
   /**
    * Attaches the standalone GET stream; a newer GET replaces an older one (a client reconnecting
    * while its old connection is half-open must not be locked out), so each event still goes on
-   * exactly one stream. With `lastEventId`, replays what the client missed, and when the history
-   * no longer covers the gap re-notifies every subscription (an extra `updated` is harmless, a
-   * missed one is not). Without it, sends what was produced while no stream was attached, or,
-   * when it replaces a stream that looked open, everything once (see `renotify`).
+   * exactly one stream. With `lastEventId`, sends what the client missed (see the class comment);
+   * an id not in the broker's form counts as unknown: everything once. Without it, sends what was
+   * produced while no stream was attached, or, when it replaces a stream that looked open,
+   * everything once (what went onto the old one may be lost). Resolves once the stream is live.
    */
-  attachStream(stream: NotificationWriter, lastEventId: string | undefined): void {
+  attachStream(stream: NotificationWriter, lastEventId: string | undefined): Promise<void> {
     const previous = this.stream;
     // Read before closing it: a closed stream reports closed at once.
     const replacesOpen = previous !== undefined && !previous.closed;
@@ -151,33 +175,83 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
       this.stream = undefined;
       this.actor.send({ type: "stream.closed" });
     });
-    const resumeFrom = lastEventId === undefined || lastEventId.trim() === "" ? undefined : lastEventId;
-    if (resumeFrom !== undefined) this.replay(stream, resumeFrom);
-    // Replacing a stream that looked open, without saying what it received: what went onto the
-    // old one may be lost, so the client is told about everything once.
-    else if (replacesOpen) this.renotify(stream);
-    else this.replay(stream, String(this.written));
+    const given = lastEventId === undefined || lastEventId.trim() === "" ? undefined : lastEventId.trim();
+    if (given === undefined && replacesOpen) {
+      this.renotify(stream);
+      return Promise.resolve();
+    }
+    const last = given === undefined ? this.written : parseEventId(given);
+    if (last === undefined) {
+      this.renotify(stream);
+      return Promise.resolve();
+    }
+    if (!isAfter(this.covered, last) && !isAfter(last, this.latest())) {
+      this.replay(stream, last);
+      return Promise.resolve();
+    }
+    return this.resumeFromCluster(stream, last);
   }
 
-  private replay(stream: NotificationWriter, lastEventId: string): void {
-    // Only an id written as the broker writes them counts: Number() read `0x10` as 16 and `-0` as
-    // 0 (the whole history). Anything else is unknown, and gets the conservative re-notification.
-    const last = EVENT_ID.test(lastEventId) ? Number(lastEventId) : Number.NaN;
-    const latest = this.latest();
-    if (!Number.isSafeInteger(last) || last < this.trimmed || last > latest) {
+  /** Writes the history's events after `last` (the history covers it). */
+  private replay(stream: NotificationWriter, last: EventId): void {
+    const history = this.history;
+    if (history !== undefined) {
+      for (let n = Math.max(0, this.remembered - this.env.historyLimit); n < this.remembered; n++) {
+        const slot = n % this.env.historyLimit;
+        const event = history.events[slot];
+        if (event === undefined) continue;
+        const notification = typeof event === "string" ? PreparedNotification.resourceUpdated(event, { position: history.positions[slot] ?? 0, local: 0 }) : event;
+        if (isAfter(notification.id, last)) stream.write(notification);
+      }
+    }
+    this.written = this.latest();
+  }
+
+  /**
+   * The history does not cover `last` (this session came from another instance, or the gap is
+   * longer than the history): the cluster says what was updated since. Live events wait meanwhile,
+   * then go out merged with what it says in position order; what nobody can tell follows, once.
+   */
+  private async resumeFromCluster(stream: NotificationWriter, last: EventId): Promise<void> {
+    this.held = [];
+    const targets = Object.values(this.actor.getSnapshot().context.subscriptions);
+    let report: SinceReport | undefined;
+    try {
+      report = await this.env.since(targets, last.position);
+    } catch {
+      report = undefined;
+    }
+    const held = this.held;
+    this.held = undefined;
+    if (this.stream !== stream) {
+      // Replaced meanwhile (the newer stream resumes for itself) or closed: the held events stay remembered.
+      return;
+    }
+    if (report === undefined) {
+      for (const notification of held) stream.write(notification);
       this.renotify(stream);
       return;
     }
-    const history = this.history;
-    if (history !== undefined) {
-      for (let n = Math.max(0, this.remembered - this.historyLimit); n < this.remembered; n++) {
-        const slot = n % this.historyLimit;
-        const id = history.ids[slot] ?? 0;
-        const event = history.events[slot];
-        if (id > last && event !== undefined) stream.write(typeof event === "string" ? PreparedNotification.resourceUpdated(event, id) : event);
-      }
+    const told = [
+      ...report.updated.map(({ target, position }) => PreparedNotification.resourceUpdated(this.env.exposeUri(target), { position, local: 0 })),
+      ...report.lists.map(({ list, position }) => PreparedNotification.listChanged(list, { position, local: 0 })),
+    ];
+    const ordered = [...told, ...held].sort((a, b) => (isAfter(a.id, b.id) ? 1 : isAfter(b.id, a.id) ? -1 : 0));
+    const sent = new Set<string>();
+    for (const notification of ordered) {
+      // What the cluster reports and what arrived live meanwhile may be the same update.
+      const key = `${notification.eventId} ${notification.updatedUri() ?? ""}`;
+      if (sent.has(key)) continue;
+      sent.add(key);
+      stream.write(notification);
+      this.written = notification.id;
     }
-    this.written = latest;
+    for (const target of report.unknown) {
+      const notification = PreparedNotification.resourceUpdated(this.env.exposeUri(target), this.env.events.next());
+      this.remember(notification);
+      stream.write(notification);
+      this.written = notification.id;
+    }
   }
 
   /**
@@ -186,8 +260,8 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
    */
   private renotify(stream: NotificationWriter): void {
     const notifications = [
-      ...this.subscriptions().map((uri) => PreparedNotification.resourceUpdated(uri)),
-      ...LIST_NAMES.map((list) => PreparedNotification.listChanged(list)),
+      ...this.subscriptions().map((uri) => PreparedNotification.resourceUpdated(uri, this.env.events.next())),
+      ...LIST_NAMES.map((list) => PreparedNotification.listChanged(list, this.env.events.next())),
     ];
     for (const notification of notifications) {
       this.remember(notification);
@@ -197,22 +271,31 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   }
 
   /** The newest event id this session has had. */
-  private latest(): number {
+  private latest(): EventId {
+    const history = this.history;
     // The history exists from the first event on (none is kept with a limit of 0).
-    return this.history?.ids[(this.remembered - 1) % this.historyLimit] ?? this.trimmed;
+    if (history === undefined || this.remembered === 0) return this.covered;
+    const slot = (this.remembered - 1) % this.env.historyLimit;
+    const event = history.events[slot];
+    return typeof event === "string" ? { position: history.positions[slot] ?? 0, local: 0 } : (event?.id ?? this.covered);
   }
 
   /** Keeps the newest `historyLimit` events: once the ring is full, the oldest event's slot takes the new one. */
   private remember(notification: PreparedNotification): void {
-    if (this.historyLimit === 0) {
-      this.trimmed = notification.eventId;
+    const limit = this.env.historyLimit;
+    if (limit === 0) {
+      this.covered = notification.id;
       return;
     }
-    const history = (this.history ??= { ids: [], events: [] });
-    const slot = this.remembered++ % this.historyLimit;
-    if (this.remembered > this.historyLimit) this.trimmed = history.ids[slot] ?? this.trimmed;
-    history.ids[slot] = notification.eventId;
-    history.events[slot] = notification.updatedUri() ?? notification;
+    const history = (this.history ??= { positions: [], events: [] });
+    const slot = this.remembered++ % limit;
+    if (this.remembered > limit) {
+      const old = history.events[slot];
+      this.covered = typeof old === "string" ? { position: history.positions[slot] ?? 0, local: 0 } : (old?.id ?? this.covered);
+    }
+    const uri = notification.id.local === 0 ? notification.updatedUri() : undefined;
+    history.positions[slot] = notification.id.position;
+    history.events[slot] = uri ?? notification;
   }
 
   private ask(send: (replyTo: number) => void): Promise<void> {

@@ -15,7 +15,8 @@ import type { UpstreamPort } from "@mcp-broker/member";
 import type { Fanout } from "../fanout/fanout.js";
 import type { NotificationSink } from "../fanout/interest-table.js";
 import { PreparedNotification } from "../fanout/prepared-notification.js";
-import { LegacySession } from "./legacy-session.js";
+import { LegacySession, type SessionEnv } from "./legacy-session.js";
+import type { SessionResume } from "./session-resume.js";
 import { legacySessionMachine } from "./legacy-session-machine.js";
 import { listenMachine, type ListenEmitted, type ListenFlags } from "./listen-machine.js";
 import { subscribeMany } from "./subscribe-many.js";
@@ -43,6 +44,8 @@ export interface SessionHostDeps {
   maxSessionsPerPrincipal: number;
   /** Events each legacy session keeps for Last-Event-ID resumption. */
   resumeHistory: number;
+  /** What the cluster can tell a session that resumes with an id its history does not cover. */
+  resume: Pick<SessionResume, "since">;
 }
 
 /** A modern listen stream as the host sees it (it hears the list changes its flags ask for: `wants`). */
@@ -77,6 +80,8 @@ export class SessionHost {
   private readonly unreleased = new Map<string, { principal: string; sessionId: string }>();
   private readonly flow;
   private readonly legacyMachine;
+  /** What every legacy session shares. */
+  private readonly env: SessionEnv;
   private readonly listenLogic;
 
   /**
@@ -100,6 +105,12 @@ export class SessionHost {
       { clock: deps.clock },
     );
     this.root.start();
+    this.env = {
+      events: deps.fanout.events,
+      historyLimit: deps.resumeHistory,
+      since: (targets, position) => deps.resume.since(targets, position),
+      exposeUri: (target) => deps.catalog.exposeUri(target.backendId, target.uri),
+    };
     this.flow = subscriptionFlow.provide({
       actors: {
         validate: fromPromise(async ({ input }) => this.validate(input.uri)),
@@ -162,7 +173,7 @@ export class SessionHost {
       input: { id, principal, idleTimeoutMs: this.deps.idleTimeoutMs },
       clock: this.deps.clock,
     });
-    const session = new LegacySession(id, principal, actor, this.deps.resumeHistory);
+    const session = new LegacySession(id, principal, actor, this.env);
     // One listener for all effects (a listener per event type costs a Set each, per session).
     actor.on("*", (effect) => {
       switch (effect.type) {
@@ -302,7 +313,7 @@ export class SessionHost {
         .filter(([, target]) => wanted.has(`${target.backendId}\u0000${target.uri}`))
         .map(([uri]) => uri);
       session.actor.send({ type: "subscription.revoked", uris });
-      session.deliver(PreparedNotification.brokerMessage("warning", { message: `${what}; subscribe again once under the limit`, limit: message.limit, max: message.max, uris }));
+      session.deliver(PreparedNotification.brokerMessage("warning", { message: `${what}; subscribe again once under the limit`, limit: message.limit, max: message.max, uris }, this.env.events.next()));
       return;
     }
     const listen = this.listensById.get(message.sessionId);

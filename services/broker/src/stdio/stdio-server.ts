@@ -136,7 +136,7 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
     if (request.method === "initialize") {
       session?.close("re-initialized");
       session = broker.sessions.createLegacySession(STDIO_PRINCIPAL);
-      session.attachStream(
+      void session.attachStream(
         {
           get closed() {
             return stdoutClosed;

@@ -239,17 +239,17 @@ describe("HTTP edge", () => {
     const init = await raw(running.url, { body: initialize, headers: auth(KEY_A) });
     const sessionId = String(init.headers["mcp-session-id"]);
     const session = running.broker.sessions.legacySession(sessionId, "team-a");
-    session?.deliver(PreparedNotification.listChanged("tools")); // before any GET stream
+    session?.deliver(PreparedNotification.listChanged("tools", running.broker.fanout.events.next())); // before any GET stream
     const headers = { ...auth(KEY_A), "mcp-session-id": sessionId, accept: "text/event-stream" };
     const first = await openSse(running.url, headers);
     await eventually(() => first.events.length === 1, "the event sent before the stream");
-    expect(first.events[0]).toMatchObject({ id: expect.stringMatching(/^\d+$/), data: { method: "notifications/tools/list_changed" } });
+    expect(first.events[0]).toMatchObject({ id: expect.stringMatching(/^\d+(\.\d+)?$/), data: { method: "notifications/tools/list_changed" } });
 
     // A replacing GET that says what it saw gets only what followed.
     const second = await openSse(running.url, { ...headers, "last-event-id": String(first.events[0]?.id) });
     await first.ended;
     await new Promise((r) => setTimeout(r, 700)); // past requestTimeoutMs (500)
-    session?.deliver(PreparedNotification.listChanged("prompts"));
+    session?.deliver(PreparedNotification.listChanged("prompts", running.broker.fanout.events.next()));
     await eventually(() => second.events.length === 1, "the event on the new stream");
     expect(second.events[0]).toMatchObject({ data: { method: "notifications/prompts/list_changed" } });
     expect(Number(second.events[0]?.id)).toBeGreaterThan(Number(first.events[0]?.id));

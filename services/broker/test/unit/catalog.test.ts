@@ -160,17 +160,17 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
       },
     };
     const logger = pino({ level: "silent" });
-    const store = new MemoryCatalogStore(new MemoryPositions());
     bus = new MemoryBus();
+    const store = new MemoryCatalogStore(new MemoryPositions(), bus);
     jobs = new MemoryJobQueue<ClusterJob>({ clock, attempts: 3, backoffMs: 100 });
-    const reloader = new ListReloader({ backends: [config], store, bus, logger, instanceId: "me", backend: () => backend });
+    const reloader = new ListReloader({ backends: [config], store, logger, instanceId: "me", backend: () => backend });
     jobs.process(async (_key, job) => (job.type === "reload" ? reloader.reload(job.backendId, job.list) : undefined));
     catalog = new CatalogService([config], { logger, store });
     catalog.onListChanged((list) => announced.push(list));
     changes = new ListChanges({ jobs, backends: [config], debounceMs: 1_000, relistIntervalMs: 60_000, watching: () => true, logger });
     await bus.subscribe(CHANNEL.catalog);
     bus.onMessage((_channel, message) => {
-      if (message.kind === "catalog.changed") void catalog.changed(message);
+      if (message.kind === "catalog.changed") catalog.changed(message);
     });
     await catalog.backendConnected("a");
     changes.watching(backend);
@@ -289,8 +289,8 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
     changes.listChanged("a", "tools");
     await vi.advanceTimersByTimeAsync(1_000);
     expect(announced).toEqual(["tools", "tools"]);
-    await catalog.changed({ kind: "catalog.changed", v: 1, origin: "other", backendId: "a", lists: [{ kind: "tools", version: 1 }] });
-    await catalog.changed({ kind: "catalog.changed", v: 1, origin: "other", backendId: "a", lists: [{ kind: "tools", version: 2 }] });
+    catalog.changed({ kind: "catalog.changed", v: 1, origin: "other", backendId: "a", lists: [{ kind: "tools", body: { items: [{ name: "stale" }] }, version: 1 }], position: 1 });
+    catalog.changed({ kind: "catalog.changed", v: 1, origin: "other", backendId: "a", lists: [{ kind: "tools", body: { items: [{ name: "stale" }] }, version: 2 }], position: 2 });
     await catalog.resync();
     expect(announced).toEqual(["tools", "tools"]);
   });

@@ -1,13 +1,19 @@
 import type { AddOutcome } from "@mcp-broker/shared";
 import { describe, expect, it } from "vitest";
 import { createActor, fromPromise } from "xstate";
-import { LegacySession, type NotificationWriter } from "../../src/session/legacy-session.js";
-import { legacySessionMachine } from "../../src/session/legacy-session-machine.js";
+import { EventClock, formatEventId } from "../../src/fanout/event-ids.js";
 import { PreparedNotification } from "../../src/fanout/prepared-notification.js";
+import { LegacySession, type NotificationWriter, type SinceReport } from "../../src/session/legacy-session.js";
+import { legacySessionMachine } from "../../src/session/legacy-session-machine.js";
 import { subscriptionFlow } from "../../src/session/subscription-flow.js";
 
-/** A session whose subscribes always succeed, and streams that record what they are given. */
-function session(historyLimit?: number): LegacySession {
+type Since = (position: number) => Promise<SinceReport>;
+const cannotTell: Since = async () => {
+  throw new Error("the cluster cannot tell");
+};
+
+/** A session whose subscribes always succeed; `since` stands for what the cluster can tell. */
+function session(options: { historyLimit?: number; since?: Since } = {}): { s: LegacySession; clock: EventClock } {
   const flow = subscriptionFlow.provide({
     actors: {
       validate: fromPromise(async ({ input }: { input: { uri: string } }) => ({ backendId: "b", uri: input.uri })),
@@ -23,16 +29,23 @@ function session(historyLimit?: number): LegacySession {
       releaseAll: fromPromise(async (): Promise<void> => {}),
     },
   });
+  const clock = new EventClock();
+  const since = options.since ?? cannotTell;
   const actor = createActor(machine, { input: { id: "s", principal: "p", idleTimeoutMs: 60_000 } });
-  const session = new LegacySession("s", "p", actor, historyLimit);
-  actor.on("reply", ({ replyTo, error }) => session.settle(replyTo, error));
+  const s = new LegacySession("s", "p", actor, {
+    events: clock,
+    historyLimit: options.historyLimit ?? 64,
+    since: (_targets, position) => since(position),
+    exposeUri: (target) => target.uri,
+  });
+  actor.on("reply", ({ replyTo, error }) => s.settle(replyTo, error));
   actor.start();
-  return session;
+  return { s, clock };
 }
 
 /** Like SseStream, it reports closed as soon as it is closed. */
-function stream(): NotificationWriter & { events: { id: number; text: string }[] } {
-  const events: { id: number; text: string }[] = [];
+function stream(): NotificationWriter & { events: { id: string; text: string }[] } {
+  const events: { id: string; text: string }[] = [];
   let closed = false;
   return {
     events,
@@ -47,133 +60,166 @@ function stream(): NotificationWriter & { events: { id: number; text: string }[]
   };
 }
 
+const described = (events: { text: string }[]) =>
+  events.map((e) => {
+    const { method, params } = JSON.parse(e.text.split("data: ")[1] ?? "null") as { method: string; params: { uri?: string } };
+    return params.uri ?? method;
+  });
+const everything = ["x://a", "x://b", "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"];
+
 describe("legacy session: event ids and resumption", () => {
-  it("writes each event once, with an id line, and ids that increase", () => {
-    const s = session();
+  it("writes each event once, with an id line, and ids that increase: cluster positions, and position.n for its own", async () => {
+    const { s, clock } = session();
     const first = stream();
-    s.attachStream(first, undefined);
-    s.deliver(PreparedNotification.listChanged("tools"));
-    s.deliver(PreparedNotification.listChanged("prompts"));
-    const [a, b] = first.events;
-    expect(a?.text).toMatch(new RegExp(`^id: ${a?.id}\\nevent: message\\ndata: .*tools/list_changed.*\\n\\n$`));
-    expect((b?.id ?? 0) > (a?.id ?? 0)).toBe(true);
+    await s.attachStream(first, undefined);
+    s.deliver(PreparedNotification.resourceUpdated("x://a", clock.cluster(7)));
+    s.deliver(PreparedNotification.listChanged("tools", clock.next()));
+    s.deliver(PreparedNotification.resourceUpdated("x://a", clock.cluster(9)));
+    expect(first.events.map((e) => e.id)).toEqual(["7", "7.2", "9"]);
+    expect(first.events[0]?.text).toMatch(/^id: 7\nevent: message\ndata: .*resources\/updated.*\n\n$/);
   });
 
-  it("replays exactly what followed Last-Event-ID", () => {
-    const s = session();
-    const notes = [PreparedNotification.listChanged("tools"), PreparedNotification.listChanged("prompts"), PreparedNotification.listChanged("resources")];
+  it("replays exactly what followed Last-Event-ID while its history covers it", async () => {
+    const { s, clock } = session();
+    const notes = [PreparedNotification.listChanged("tools", clock.cluster(3)), PreparedNotification.listChanged("prompts", clock.cluster(4)), PreparedNotification.resourceUpdated("x://a", clock.cluster(5))];
     for (const n of notes) s.deliver(n);
     const resumed = stream();
-    s.attachStream(resumed, String(notes[0]?.eventId));
-    expect(resumed.events.map((e) => e.id)).toEqual([notes[1]?.eventId, notes[2]?.eventId]);
+    await s.attachStream(resumed, notes[0]!.eventId);
+    expect(resumed.events.map((e) => e.id)).toEqual(["4", "5"]);
   });
 
-  it("re-notifies every subscription when the history no longer covers the gap, or the id is foreign", async () => {
-    const s = session();
+  it("asks the cluster when its history does not cover the id: what was updated since, merged with what arrived meanwhile, in order, then what nobody can tell", async () => {
+    let report: (value: SinceReport) => void = () => undefined;
+    const asked: number[] = [];
+    const { s, clock } = session({
+      since: (position) => {
+        asked.push(position);
+        return new Promise((resolve) => (report = resolve));
+      },
+    });
     await s.subscribe("x://a");
     await s.subscribe("x://b");
-    const first = PreparedNotification.listChanged("tools");
+    await s.subscribe("x://c");
+    const resumed = stream();
+    const attached = s.attachStream(resumed, "40"); // from another instance: this session's history began later
+    s.deliver(PreparedNotification.resourceUpdated("x://b", clock.cluster(60))); // live, while the cluster is asked
+    expect(resumed.events).toEqual([]);
+    report({
+      updated: [{ target: { backendId: "b", uri: "x://a" }, position: 55 }, { target: { backendId: "b", uri: "x://b" }, position: 60 }],
+      unknown: [{ backendId: "b", uri: "x://c" }],
+      lists: [{ list: "tools", position: 50 }],
+    });
+    await attached;
+    expect(asked).toEqual([40]);
+    expect(resumed.events.map((e) => [e.id, described([e])[0]])).toEqual([
+      ["50", "notifications/tools/list_changed"],
+      ["55", "x://a"],
+      ["60", "x://b"],
+      [expect.stringMatching(/^60\.\d+$/), "x://c"],
+    ]);
+    s.deliver(PreparedNotification.resourceUpdated("x://a", clock.cluster(61)));
+    expect(resumed.events.at(-1)?.id).toBe("61");
+  });
+
+  it("announces everything once when the cluster cannot tell, or the id is foreign", async () => {
+    const { s, clock } = session();
+    await s.subscribe("x://a");
+    await s.subscribe("x://b");
+    const first = PreparedNotification.listChanged("tools", clock.cluster(1));
     s.deliver(first);
-    for (let i = 0; i < 600; i++) s.deliver(PreparedNotification.listChanged("tools"));
+    for (let i = 0; i < 100; i++) s.deliver(PreparedNotification.listChanged("tools", clock.cluster(2 + i)));
     const late = stream();
-    s.attachStream(late, String(first.eventId));
-    const described = (events: { text: string }[]) =>
-      events.map((e) => {
-        const { method, params } = JSON.parse(e.text.split("data: ")[1] ?? "null") as { method: string; params: { uri?: string } };
-        return params.uri ?? method;
-      });
-    const everything = ["x://a", "x://b", "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"];
+    await s.attachStream(late, first.eventId);
     expect(described(late.events)).toEqual(everything);
     const foreign = stream();
-    s.attachStream(foreign, "not-an-id");
+    await s.attachStream(foreign, "not-an-id");
     expect(described(foreign.events)).toEqual(everything);
   });
 
-  it("reads Last-Event-ID only as the decimal id the broker wrote: any other form is unknown and re-notifies", async () => {
-    const s = session();
+  it("reads Last-Event-ID only in the forms the broker writes: any other form is unknown and re-notifies", async () => {
+    const { s, clock } = session();
     await s.subscribe("x://a");
-    const notes = [PreparedNotification.listChanged("tools"), PreparedNotification.listChanged("prompts")];
+    const notes = [PreparedNotification.listChanged("tools", clock.cluster(16)), PreparedNotification.listChanged("prompts", clock.cluster(17))];
     for (const n of notes) s.deliver(n);
-    const from = notes[0]?.eventId ?? 0;
-    const replayed = (lastEventId: string) => {
+    const replayed = async (lastEventId: string) => {
       const resumed = stream();
-      s.attachStream(resumed, lastEventId);
+      await s.attachStream(resumed, lastEventId);
       return resumed.events.map((e) => e.id);
     };
-    expect(replayed(String(from))).toEqual([notes[1]?.eventId]);
-    // Number() reads each of these as `from` (or -0, which replayed the whole history).
-    for (const id of [`0x${from.toString(16)}`, "-0", `+${from}`, `0${from}`, `${from}.0`, `${from}e0`, ` ${from}`, `${from}\n`, "9".repeat(17)]) {
-      const events = replayed(id);
+    expect(await replayed("16")).toEqual(["17"]);
+    // Number() reads each of these as 16 (or -0, which replayed the whole history).
+    for (const id of ["0x10", "-0", "+16", "016", "16.0", "16e0", "1.6e1", "16.", ".16", "16.01", "9".repeat(17)]) {
+      const events = await replayed(id);
       expect(events, JSON.stringify(id)).toHaveLength(4); // x://a updated, and the three list_changed
-      expect(events.includes(notes[0]?.eventId ?? -1), JSON.stringify(id)).toBe(false);
+      expect(events.includes("17"), JSON.stringify(id)).toBe(false);
     }
   });
 
-  it("keeps exactly server.resumeHistory events: a gap that size is replayed, one longer is re-notified", async () => {
-    const s = session(4);
+  it("keeps exactly server.resumeHistory events: a gap that size is replayed, one longer goes to the cluster", async () => {
+    const { s, clock } = session({ historyLimit: 4 });
     await s.subscribe("x://a");
-    const from = PreparedNotification.listChanged("tools");
+    const from = PreparedNotification.listChanged("tools", clock.cluster(10));
     s.deliver(from);
-    const kept = Array.from({ length: 4 }, () => PreparedNotification.listChanged("prompts"));
+    const kept = [11, 12, 13, 14].map((p) => PreparedNotification.listChanged("prompts", clock.cluster(p)));
     for (const n of kept) s.deliver(n);
     const exact = stream();
-    s.attachStream(exact, String(from.eventId));
-    expect(exact.events.map((e) => e.id)).toEqual(kept.map((n) => n.eventId));
-    s.deliver(PreparedNotification.listChanged("resources"));
+    await s.attachStream(exact, from.eventId);
+    expect(exact.events.map((e) => e.id)).toEqual(["11", "12", "13", "14"]);
+    s.deliver(PreparedNotification.listChanged("resources", clock.cluster(15)));
     const tooLate = stream();
-    s.attachStream(tooLate, String(from.eventId));
-    expect(tooLate.events).toHaveLength(4); // one updated (x://a) and the three list_changed
-    expect(tooLate.events[0]?.text).toContain("x://a");
+    await s.attachStream(tooLate, from.eventId);
+    expect(described(tooLate.events)).toEqual(["x://a", "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"]);
   });
 
-  it("replays resource updates, kept as their URIs, with the very frames first sent, after the ring wrapped", () => {
-    const s = session(3);
+  it("replays resource updates, kept as their URIs, with the very frames first sent, after the ring wrapped", async () => {
+    const { s, clock } = session({ historyLimit: 3 });
     const first = stream();
-    s.attachStream(first, undefined);
+    await s.attachStream(first, undefined);
     const notes = [
-      PreparedNotification.resourceUpdated("x://a/1"),
-      PreparedNotification.resourceUpdated("x://a/2"),
-      PreparedNotification.listChanged("tools"),
-      PreparedNotification.resourceUpdated("x://b"),
-      PreparedNotification.resourceUpdated("x://a/3"),
+      PreparedNotification.resourceUpdated("x://a/1", clock.cluster(1)),
+      PreparedNotification.resourceUpdated("x://a/2", clock.cluster(2)),
+      PreparedNotification.listChanged("tools", clock.cluster(3)),
+      PreparedNotification.resourceUpdated("x://b", clock.cluster(4)),
+      PreparedNotification.resourceUpdated("x://a/3", clock.cluster(5)),
     ];
     for (const n of notes) s.deliver(n);
     const resumed = stream();
-    s.attachStream(resumed, String(notes[1]?.eventId));
+    await s.attachStream(resumed, notes[1]!.eventId);
     expect(resumed.events).toEqual(first.events.slice(2));
     const none = stream();
-    s.attachStream(none, String(notes[4]?.eventId));
+    await s.attachStream(none, notes[4]!.eventId);
     expect(none.events).toEqual([]);
   });
 
-  it("keeps no events with server.resumeHistory 0: only the latest id resumes without a re-notification", async () => {
-    const s = session(0);
+  it("keeps no events with server.resumeHistory 0: only the latest id resumes without asking the cluster", async () => {
+    const { s, clock } = session({ historyLimit: 0 });
     await s.subscribe("x://a");
-    const notes = [PreparedNotification.resourceUpdated("x://a/1"), PreparedNotification.resourceUpdated("x://a/2")];
+    const notes = [PreparedNotification.resourceUpdated("x://a/1", clock.cluster(1)), PreparedNotification.resourceUpdated("x://a/2", clock.cluster(2))];
     for (const n of notes) s.deliver(n);
     const current = stream();
-    s.attachStream(current, String(notes[1]?.eventId));
+    await s.attachStream(current, notes[1]!.eventId);
     expect(current.events).toEqual([]);
     const behind = stream();
-    s.attachStream(behind, String(notes[0]?.eventId));
+    await s.attachStream(behind, notes[0]!.eventId);
     expect(behind.events).toHaveLength(4);
     expect(behind.events[0]?.text).toContain('"uri":"x://a"');
   });
 
   it("treats an empty Last-Event-ID as none, and tells a client that replaced an open stream without one everything once", async () => {
-    const s = session();
+    const { s, clock } = session();
     await s.subscribe("x://a");
     const first = stream();
-    s.attachStream(first, undefined);
-    s.deliver(PreparedNotification.listChanged("tools"));
+    await s.attachStream(first, undefined);
+    s.deliver(PreparedNotification.listChanged("tools", clock.cluster(1)));
     const blank = stream();
-    s.attachStream(blank, "  "); // replaces `first`, which was still open
+    await s.attachStream(blank, "  "); // replaces `first`, which was still open
     expect(blank.events.map((e) => e.id)).toHaveLength(4);
     const closedFirst = stream();
-    s.attachStream(closedFirst, undefined);
+    await s.attachStream(closedFirst, undefined);
     closedFirst.close();
     const afterClose = stream();
-    s.attachStream(afterClose, ""); // the stream it replaces was closed: only what it missed (nothing)
+    await s.attachStream(afterClose, ""); // the stream it replaces was closed: only what it missed (nothing)
     expect(afterClose.events).toEqual([]);
+    expect(formatEventId({ position: 3, local: 0 })).toBe("3");
   });
 });

@@ -22,6 +22,7 @@ function host(registry = new MemoryRegistry(), released: string[] = []) {
     idleTimeoutMs: 60_000,
     maxSessionsPerPrincipal: 10,
     resumeHistory: 64,
+    resume: { since: () => Promise.reject(new Error("not in this test")) },
   });
   bus.onMessage((channel, message) => {
     if (message.kind === "resource.updated") fanout.receive(channel, message);
@@ -34,7 +35,7 @@ function writer(): NotificationWriter & { uris: string[] } {
   return { uris, closed: false, write: (n) => uris.push(JSON.stringify(n.legacyFrame().toString())), onClose: () => undefined, close: () => undefined };
 }
 
-const update = (key: string, uri: string, update: number, keys: number): BusMessage => ({ kind: "resource.updated", v: 1, origin: "o", backendId: "b", key, uri, at: 0, update, keys });
+const update = (key: string, uri: string, update: number, keys: number): BusMessage => ({ kind: "resource.updated", v: 1, origin: "o", backendId: "b", key, uri, at: 0, update, keys, position: update });
 
 describe("session host: delivery of one backend update published under several keys", () => {
   it("gives a session subscribed to a resource and a sub-resource of it the update once", async () => {
@@ -42,8 +43,8 @@ describe("session host: delivery of one backend update published under several k
     const both = sessions.createLegacySession("p");
     const ancestorOnly = sessions.createLegacySession("p");
     const [w1, w2] = [writer(), writer()];
-    both.attachStream(w1, undefined);
-    ancestorOnly.attachStream(w2, undefined);
+    await both.attachStream(w1, undefined);
+    await ancestorOnly.attachStream(w2, undefined);
     await both.subscribe("b+x://a");
     await both.subscribe("b+x://a/y");
     await ancestorOnly.subscribe("b+x://a");
@@ -65,8 +66,8 @@ describe("session host: a gap on the bus", () => {
     const one = sessions.createLegacySession("p");
     const two = sessions.createLegacySession("p");
     const [w1, w2] = [writer(), writer()];
-    one.attachStream(w1, undefined);
-    two.attachStream(w2, undefined);
+    await one.attachStream(w1, undefined);
+    await two.attachStream(w2, undefined);
     await one.subscribe("b+x://a");
     await one.subscribe("b+x://b");
     await two.subscribe("b+x://a");

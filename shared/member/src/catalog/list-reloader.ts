@@ -1,5 +1,5 @@
 import type { ServerCapabilities } from "@modelcontextprotocol/client";
-import { CHANNEL, type BackendConfig, type Bus, type CatalogKind, type CatalogStore, type ListBody, type StoredList } from "@mcp-broker/shared";
+import { type BackendConfig, type CatalogKind, type ListChange, type CatalogStore, type ListBody } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
 import { canonicalHash } from "./canonical-hash.js";
 import { gateTools } from "./tool-gate.js";
@@ -46,7 +46,7 @@ interface ListDiff {
 /**
  * The reload job: lists one client-visible list of a backend over this member's connection, diffs
  * it against the cluster catalog by canonical hash, stores what changed (over the version it
- * compared against) and announces it on the bus, where every member applies it. A list that cannot
+ * compared against), which announces it on the bus, where every member applies it. A list that cannot
  * be fetched, or comes back malformed, throws: the job is retried, and the stored version stays.
  */
 export class ListReloader {
@@ -54,7 +54,6 @@ export class ListReloader {
     private readonly deps: {
       backends: readonly BackendConfig[];
       store: CatalogStore;
-      bus: Bus;
       logger: Logger;
       instanceId: string;
       /** This member's connection to the backend. */
@@ -69,10 +68,19 @@ export class ListReloader {
     if (backend.state !== "connected") throw new Error(`backend '${backendId}' is not connected to this member`);
     const fetched = new Map<CatalogKind, Record<string, unknown>[]>();
     for (const kind of KINDS_OF_LIST[list]) fetched.set(kind, await this.fetch(backend, kind));
-    // The whole list was fetched: store it.
-    const versions: { kind: CatalogKind; version: number }[] = [];
-    for (const [kind, items] of fetched) versions.push({ kind, version: await this.store(config, kind, items) });
-    await this.deps.bus.publish(CHANNEL.catalog, { kind: "catalog.changed", v: 1, origin: this.deps.instanceId, backendId, lists: versions });
+    // The whole list was fetched: what changed of it is stored together, and announced once.
+    const changes: (ListChange & { diff: ListDiff })[] = [];
+    for (const [kind, items] of fetched) {
+      const change = await this.compare(config, kind, items);
+      if (change !== undefined) changes.push(change);
+    }
+    if (changes.length === 0) return;
+    const stored = await this.deps.store.put(backendId, changes, this.deps.instanceId);
+    if (stored === undefined) throw new Error(`backend '${backendId}': its ${list} list was stored by another member meanwhile; reloading again`);
+    changes.forEach(({ kind, diff }, i) => {
+      // What the backend changed is logged (held items included: list changes are untrusted).
+      this.deps.logger.info({ backend: backendId, kind, version: stored[i]?.version, added: diff.added.length, removed: diff.removed.length, changed: diff.changed.length, diff }, "catalog changed");
+    });
   }
 
   /** Lists one kind, following pagination. */
@@ -99,25 +107,21 @@ export class ListReloader {
     return items;
   }
 
-  /** Stores `items` unless nothing changed; returns the version now stored. Throws when another writer stored first (the job runs again). */
-  private async store(config: BackendConfig, kind: CatalogKind, items: Record<string, unknown>[]): Promise<number> {
+  /** The change to store for one kind, or undefined when nothing changed. */
+  private async compare(config: BackendConfig, kind: CatalogKind, items: Record<string, unknown>[]): Promise<(ListChange & { diff: ListDiff }) | undefined> {
     const previous = await this.deps.store.get(config.id, kind);
     const usable = previous?.invalid === undefined ? previous : undefined;
     if (previous?.invalid !== undefined) this.deps.logger.warn({ backend: config.id, kind, reason: previous.invalid }, "stored list does not decode; replacing it");
     const gate = kind === "tools" ? gateTools(config, usable?.gate, items, this.deps.logger) : undefined;
     const body: ListBody = { items, ...(gate !== undefined && { gate }) };
     const diff = diffLists(LIST_METHODS[kind].key, usable?.items ?? [], items);
-    if (usable !== undefined && previous !== undefined && isEmpty(diff) && canonicalHash(usable.gate ?? null) === canonicalHash(body.gate ?? null)) return previous.version;
-    const stored = await this.deps.store.put(config.id, kind, previous?.version ?? 0, body);
-    if (stored === undefined) throw new Error(`backend '${config.id}': its ${kind} list was stored by another member meanwhile; reloading again`);
-    // What the backend changed is logged (held items included: list changes are untrusted).
-    this.deps.logger.info({ backend: config.id, kind, version: stored.version, added: diff.added.length, removed: diff.removed.length, changed: diff.changed.length, diff }, "catalog changed");
-    return stored.version;
+    if (usable !== undefined && isEmpty(diff) && canonicalHash(usable.gate ?? null) === canonicalHash(body.gate ?? null)) return undefined;
+    return { kind, expected: previous?.version ?? 0, body, diff };
   }
 }
 
 /** The stored list a member applies: its items, and the tools it must hold back. */
-export function heldNames(stored: StoredList): ReadonlySet<string> {
+export function heldNames(stored: Pick<ListBody, "gate">): ReadonlySet<string> {
   return new Set((stored.gate?.held ?? []).map((held) => held.name));
 }
 

@@ -2,13 +2,11 @@ import { createHash } from "node:crypto";
 import type { ServerCapabilities } from "@modelcontextprotocol/client";
 import {
   BrokerError,
-  CHANNEL,
   MAX_TIMER_MS,
   type BackendConfig,
-  type Bus,
   type Clock,
-  type ResourceUpdatedMessage,
   type SubscriptionRegistry,
+  type UpdateLog,
   type TimerHandle,
   ancestorsOf,
 } from "@mcp-broker/shared";
@@ -116,17 +114,18 @@ export class UpstreamSubscriptions implements UpstreamPort {
   constructor(
     private readonly deps: {
       registry: SubscriptionRegistry;
-      bus: Bus;
+      /** Where updates go out, each at its cluster position, and where the watched keys are stamped. */
+      updates: UpdateLog;
       clock: Clock;
       logger: Logger;
       instanceId: string;
       releaseGraceMs: number;
       pollIntervalMs: number;
       /**
-       * Hands an update to this instance's own subscribers, a tick after publishing it (they skip the
-       * bus round trip; the bus's copy, with this instance as origin, is then ignored here).
+       * An update the log could not publish (Redis away): it still reaches this member's own
+       * subscribers; the others hear of it when the bus is back (the gap is announced).
        */
-      deliverLocally?: (channel: string, message: ResourceUpdatedMessage) => void;
+      unpublished?: (backendId: string, keys: readonly string[], uri: string) => void;
     },
   ) {}
 
@@ -235,35 +234,23 @@ export class UpstreamSubscriptions implements UpstreamPort {
     if (missing.length > 0) await this.resubscribe(backendId, epoch, missing);
   }
 
-  /** An update from a backend: published once per watched key it falls under (itself and its ancestors). */
+  /**
+   * An update from a backend: published once per watched key it falls under (itself and its
+   * ancestors), all at one cluster position. This member's own sessions get it back from the bus
+   * like every other member's, so every session sees updates in the cluster's order.
+   */
   resourceUpdated(backendId: string, uri: string): void {
     const slots = this.slots.get(backendId);
     if (slots === undefined) return;
     const keys = [uri, ...ancestorsOf(uri, (length) => slots.hasLength(length))].filter((key) => slots.get(key)?.watch !== undefined);
     if (keys.length === 0) return;
-    const at = this.deps.clock.now();
     const update = ++this.updates;
-    const messages = keys.map((key): [string, ResourceUpdatedMessage] => [
-      CHANNEL.resource(backendId, key),
-      { kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, key, uri, at, update, keys: keys.length },
-    ]);
-    for (const [channel, message] of messages) {
-      void this.deps.bus.publish(channel, message).catch((error: unknown) => this.deps.logger.warn({ backendId, uri, err: (error as Error).message }, "publish failed"));
-    }
-    const deliverLocally = this.deps.deliverLocally;
-    if (deliverLocally === undefined) return;
-    // The other instances' copy first: the bus writes what was published at the end of the tick,
-    // and this instance's own fan-out waits until then (a tick later), so the instances fan out
-    // side by side instead of the others starting only once this one has written to all of its streams.
-    process.nextTick(() => {
-      for (const [channel, message] of messages) {
-        try {
-          deliverLocally(channel, message);
-        } catch (error) {
-          this.deps.logger.error({ backendId, uri, err: (error as Error).message }, "local delivery failed");
-        }
-      }
-    });
+    this.deps.updates
+      .publish({ kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, uri, at: this.deps.clock.now(), update }, keys)
+      .catch((error: unknown) => {
+        this.deps.logger.warn({ backendId, uri, err: (error as Error).message }, "publish failed; delivered to this member's own sessions only");
+        this.deps.unpublished?.(backendId, keys, uri);
+      });
   }
 
   /**
@@ -395,6 +382,8 @@ export class UpstreamSubscriptions implements UpstreamPort {
       throw new BrokerError("BACKEND_UNAVAILABLE", `Backend '${slot.backendId}' dropped while subscribing; retry later.`, { backend: slot.backendId });
     }
     slot.watch = watch;
+    // Updates from here on are stamped for resumption; what came before this watch is unknown.
+    void this.deps.updates.watched(slot.backendId, slot.uri).catch((error: unknown) => this.deps.logger.warn({ backend: slot.backendId, uri: slot.uri, err: (error as Error).message }, "cannot stamp the watch's start"));
     this.retries.get(slot.backendId)?.uris.delete(slot.uri);
     this.deps.logger.debug({ backend: slot.backendId, uri: slot.uri, mode }, "upstream subscription established");
     // Nobody may want it by now (its holder left during the subscribe, or a re-subscribe read a stale
@@ -410,6 +399,7 @@ export class UpstreamSubscriptions implements UpstreamPort {
     if (slot.watch !== watch) return;
     slot.watch = undefined;
     this.deps.logger.debug({ backend: slot.backendId, uri: slot.uri, mode: watch.mode }, "upstream subscription released");
+    void this.deps.updates.unwatched(slot.backendId, slot.uri).catch(() => undefined);
     if (watch.poll !== undefined) this.stopPoll(watch.poll);
     const backend = this.backends?.get(slot.backendId);
     if (backend?.state !== "connected") return;

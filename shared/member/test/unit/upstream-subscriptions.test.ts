@@ -1,5 +1,5 @@
 import type { McpSubscription, SubscriptionFilter } from "@modelcontextprotocol/client";
-import { BrokerError, CHANNEL, MemoryBus, MemoryRegistry, type Clock, type SubscriptionRef } from "@mcp-broker/shared";
+import { BrokerError, CHANNEL, MemoryBus, MemoryPositions, MemoryRegistry, MemoryUpdateLog, type Clock, type SubscriptionRef } from "@mcp-broker/shared";
 import { pino } from "pino";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { UpstreamListen } from "../../src/upstream/upstream-listen.js";
@@ -72,7 +72,7 @@ function fakeBackend(era: "legacy" | "modern" = "legacy") {
 function world(era: "legacy" | "modern" = "legacy") {
   const registry = new MemoryRegistry();
   const backend = fakeBackend(era);
-  const upstream = new UpstreamSubscriptions({ registry, bus: new MemoryBus(), clock, logger, instanceId: "i", releaseGraceMs: GRACE_MS, pollIntervalMs: 60_000 });
+  const upstream = new UpstreamSubscriptions({ registry, updates: new MemoryUpdateLog(new MemoryBus(), new MemoryPositions()), clock, logger, instanceId: "i", releaseGraceMs: GRACE_MS, pollIntervalMs: 60_000 });
   upstream.attach({ get: () => backend });
   const ref = (uri: string, sessionId = "s1"): SubscriptionRef => ({ principal: "p", sessionId, backendId: "b", uri });
   return { registry, backend, upstream, ref };
@@ -99,38 +99,35 @@ describe("upstream subscriptions", () => {
     vi.useRealTimers();
   });
 
-  it("publishes an update for the other instances before handing it to its own subscribers, once per watched key, in order", async () => {
-    const events: string[] = [];
+  it("publishes each update once, at one position, under every watched key it falls under, and stamps them", async () => {
     const bus = new MemoryBus();
-    const publish = bus.publish.bind(bus);
-    bus.publish = async (channel, message) => {
-      events.push(`publish ${channel}`);
-      return publish(channel, message);
-    };
+    const got: [string, string, number][] = [];
+    bus.onMessage((channel, message) => {
+      if (message.kind === "resource.updated") got.push([channel, message.uri, message.position]);
+    });
+    const updates = new MemoryUpdateLog(bus, new MemoryPositions());
     const backend = fakeBackend();
     const registry = new MemoryRegistry();
-    const upstream = new UpstreamSubscriptions({
-      registry,
-      bus,
-      clock,
-      logger,
-      instanceId: "i",
-      releaseGraceMs: GRACE_MS,
-      pollIntervalMs: 60_000,
-      deliverLocally: (channel, message) => events.push(`local ${channel} ${message.kind === "resource.updated" ? message.uri : ""}`),
-    });
+    const upstream = new UpstreamSubscriptions({ registry, updates, clock, logger, instanceId: "i", releaseGraceMs: GRACE_MS, pollIntervalMs: 60_000 });
     upstream.attach({ get: () => backend });
+    const channel = (key: string): string => CHANNEL.resource("b", key);
     for (const uri of ["file:///d", "file:///d/a"]) {
       await registry.add({ principal: "p", sessionId: "s1", backendId: "b", uri }, limits);
       await upstream.ensure("b", uri);
+      await bus.subscribe(channel(uri));
     }
     upstream.resourceUpdated("b", "file:///d/a");
     upstream.resourceUpdated("b", "file:///other");
     upstream.resourceUpdated("b", "file:///d/b");
-    const channel = (key: string): string => CHANNEL.resource("b", key);
-    expect(events).toEqual([`publish ${channel("file:///d/a")}`, `publish ${channel("file:///d")}`, `publish ${channel("file:///d")}`]);
-    await new Promise((resolve) => process.nextTick(resolve));
-    expect(events.slice(3)).toEqual([`local ${channel("file:///d/a")} file:///d/a`, `local ${channel("file:///d")} file:///d/a`, `local ${channel("file:///d")} file:///d/b`]);
+    await vi.waitFor(() => expect(got).toHaveLength(3));
+    const [first, second] = [got[0]![2], got[2]![2]];
+    expect(got).toEqual([
+      [channel("file:///d/a"), "file:///d/a", first],
+      [channel("file:///d"), "file:///d/a", first],
+      [channel("file:///d"), "file:///d/b", second],
+    ]);
+    expect(second).toBeGreaterThan(first);
+    expect((await updates.stamps("b", ["file:///d", "file:///d/a"])).map((stamp) => stamp.updated)).toEqual([second, first]);
   });
 
   it("finds the watched ancestors of an update while URIs of the same and other lengths come and go", async () => {
@@ -138,7 +135,7 @@ describe("upstream subscriptions", () => {
     const bus = new MemoryBus();
     bus.publish = async (_channel, message) => void published.push(message.kind === "resource.updated" ? `${message.key} ${message.uri}` : "");
     const registry = new MemoryRegistry();
-    const upstream = new UpstreamSubscriptions({ registry, bus, clock, logger, instanceId: "i", releaseGraceMs: GRACE_MS, pollIntervalMs: 60_000 });
+    const upstream = new UpstreamSubscriptions({ registry, updates: new MemoryUpdateLog(bus, new MemoryPositions()), clock, logger, instanceId: "i", releaseGraceMs: GRACE_MS, pollIntervalMs: 60_000 });
     const backend = fakeBackend();
     upstream.attach({ get: () => backend });
     const ref = (uri: string): SubscriptionRef => ({ principal: "p", sessionId: "s1", backendId: "b", uri });

@@ -89,6 +89,11 @@ export class RedisKeys {
     return `${this.prefix}catalog:${backendId}:${kind}`;
   }
 
+  /** Hash of one backend's update stamps: `u<key>` its last update's position, `s<key>` its watch's start. */
+  stamps(backendId: string): string {
+    return `${this.prefix}stamps:${backendId}`;
+  }
+
   /** The cluster's event position counter (resource updates and catalog changes). */
   positions(): string {
     return `${this.prefix}position`;

@@ -1,5 +1,5 @@
 import { Command, type Redis } from "ioredis";
-import { decodeBusMessage, encodeBusMessage, ownUpdateHead, type Bus, type BusMessage } from "../bus.js";
+import { decodeBusMessage, encodeBusMessage, type Bus, type BusMessage } from "../bus.js";
 import type { RedisKeys } from "./keys.js";
 
 /**
@@ -12,10 +12,9 @@ import type { RedisKeys } from "./keys.js";
  * connection is back, for publishers. Both connections are pinged, so a silently dropped one is
  * noticed and reconnected.
  *
- * Redis hands a publisher its own messages back on every channel it also subscribes to. This
- * instance's own `resource.updated` (its receivers ignore them: the publisher delivers to its own
- * sessions itself) are dropped on arrival, from the raw bytes, before they are decoded: the watcher
- * of a busy backend would otherwise decode every update it published for its own sessions once more.
+ * Redis hands a publisher its own messages back on every channel it also subscribes to, as to any
+ * other subscriber: a member's sessions get its own resource updates the way every other member's
+ * do, in the order Redis gave them (see `UpdateLog`).
  */
 export class RedisBus implements Bus {
   private readonly channels = new Set<string>();
@@ -23,23 +22,15 @@ export class RedisBus implements Bus {
   private readonly gapHandlers: ((side: "receive" | "publish") => void)[] = [];
 
   private readonly health: NodeJS.Timeout;
-  /** The publishing connection is corked until the current tick ends (see `publish`). */
-  private corked = false;
-  /** How this instance's own `resource.updated` messages begin (see `encodeBusMessage`). */
-  private readonly ownUpdateHead: Buffer;
 
   constructor(
     private readonly publisher: Redis,
     private readonly subscriber: Redis,
     private readonly keys: RedisKeys,
-    /** This instance, the `origin` of what it publishes. */
-    instanceId: string,
     private readonly onInvalid: (channel: string, reason: string) => void,
     /** How often both connections are pinged; one that does not answer within it is reconnected. */
     healthIntervalMs = 5_000,
   ) {
-    this.ownUpdateHead = Buffer.from(ownUpdateHead(instanceId));
-    // Buffers, not strings: an own update is recognised without converting it.
     subscriber.on("messageBuffer", (redisChannel: Buffer, payload: Buffer) => this.receive(redisChannel, payload));
     let subscriberWasReady = subscriber.status === "ready";
     subscriber.on("ready", () => {
@@ -88,20 +79,9 @@ export class RedisBus implements Bus {
    */
   publish(channel: string, message: BusMessage): Promise<void> {
     const command = new Command("publish", [this.keys.channel(channel), encodeBusMessage(message)]);
-    this.corkUntilTickEnds();
+    corkUntilTickEnds(this.publisher);
     this.publisher.sendCommand(command);
     return command.promise.then(() => undefined);
-  }
-
-  private corkUntilTickEnds(): void {
-    if (this.corked || this.publisher.status !== "ready") return;
-    const stream = this.publisher.stream;
-    stream.cork();
-    this.corked = true;
-    process.nextTick(() => {
-      this.corked = false;
-      stream.uncork();
-    });
   }
 
   /** A channel stays wanted even when its SUBSCRIBE fails (Redis away): it is subscribed again once the connection is back. */
@@ -132,8 +112,6 @@ export class RedisBus implements Bus {
   }
 
   private receive(redisChannel: Buffer, payload: Buffer): void {
-    const head = this.ownUpdateHead;
-    if (payload.length > head.length && payload.compare(head, 0, head.length, 0, head.length) === 0) return;
     const channel = this.keys.channelName(redisChannel.toString());
     if (channel === undefined || !this.channels.has(channel)) return;
     let parsed: unknown;
@@ -150,6 +128,23 @@ export class RedisBus implements Bus {
     }
     this.handler?.(channel, decoded.message);
   }
+}
+
+const corked = new WeakSet<Redis>();
+
+/**
+ * Corks `connection` until the current tick ends, so the commands of one tick go out in one socket
+ * write (see `RedisBus.publish`); order is kept, as on any one connection.
+ */
+export function corkUntilTickEnds(connection: Redis): void {
+  if (corked.has(connection) || connection.status !== "ready") return;
+  const stream = connection.stream;
+  stream.cork();
+  corked.add(connection);
+  process.nextTick(() => {
+    corked.delete(connection);
+    stream.uncork();
+  });
 }
 
 /** Pings a ready connection; one that does not answer within `timeoutMs` is dropped and reconnects. */

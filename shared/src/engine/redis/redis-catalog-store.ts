@@ -1,21 +1,29 @@
 import type { Redis } from "ioredis";
-import { listBodySchema, type CatalogKind, type CatalogStore, type ListBody, type Positions, type StoredList } from "../catalog-store.js";
+import { CHANNEL, encodeCatalogHead } from "../bus.js";
+import { listBodySchema, type CatalogKind, type CatalogStore, type ListChange, type Positions, type StoredList } from "../catalog-store.js";
 import type { RedisKeys } from "./keys.js";
 import { unavailable } from "./unavailable.js";
 
 /**
- * KEYS: the list's hash, the cluster's position counter. ARGV: expected version, body (JSON).
- * Returns {version, position} when stored, {} when the stored version is not the expected one.
+ * KEYS: the cluster's position counter, then one list hash per change. ARGV: the catalog channel,
+ * the announcement's head (ending `"position":`), then per change its expected version and body
+ * (JSON). Stores all or none, at one position, and announces them in the same step, so the
+ * announcement takes its place among resource updates in position order.
+ * Returns the position when stored, 0 when a stored version is not the expected one.
  */
 const PUT = `
-local current = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
-if current ~= tonumber(ARGV[1]) then return {} end
-local position = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], 'version', current + 1, 'position', position, 'body', ARGV[2])
-return {current + 1, position}
+for i = 2, #KEYS do
+  if tonumber(redis.call('HGET', KEYS[i], 'version') or '0') ~= tonumber(ARGV[2 * i - 1]) then return 0 end
+end
+local position = redis.call('INCR', KEYS[1])
+for i = 2, #KEYS do
+  redis.call('HSET', KEYS[i], 'version', tonumber(ARGV[2 * i - 1]) + 1, 'position', position, 'body', ARGV[2 * i])
+end
+redis.call('PUBLISH', ARGV[1], ARGV[2] .. position .. '}')
+return position
 `;
 
-type CatalogCommands = { catalogPut(list: string, positions: string, expected: number, body: string): Promise<number[]> };
+type CatalogCommands = { catalogPut(keyCount: number, ...args: (string | number)[]): Promise<number> };
 
 /**
  * The catalog in Redis: one hash per (backend, kind) with its version, position and body (JSON).
@@ -28,7 +36,7 @@ export class RedisCatalogStore implements CatalogStore, Positions {
     redis: Redis,
     private readonly keys: RedisKeys,
   ) {
-    redis.defineCommand("catalogPut", { numberOfKeys: 2, lua: PUT });
+    redis.defineCommand("catalogPut", { lua: PUT });
     this.redis = redis as Redis & CatalogCommands;
   }
 
@@ -48,10 +56,14 @@ export class RedisCatalogStore implements CatalogStore, Positions {
     return { ...stored, ...decoded.data };
   }
 
-  async put(backendId: string, kind: CatalogKind, expected: number, body: ListBody): Promise<StoredList | undefined> {
-    const [version, position] = await unavailable(this.redis.catalogPut(this.keys.catalogList(backendId, kind), this.keys.positions(), expected, JSON.stringify(body)));
-    if (version === undefined || position === undefined) return undefined;
-    return { ...body, version, position };
+  async put(backendId: string, changes: readonly ListChange[], origin: string): Promise<StoredList[] | undefined> {
+    const lists = changes.map(({ kind, expected, body }) => ({ kind, body, version: expected + 1 }));
+    const head = encodeCatalogHead({ kind: "catalog.changed", v: 1, origin, backendId, lists });
+    const keys = [this.keys.positions(), ...changes.map(({ kind }) => this.keys.catalogList(backendId, kind))];
+    const args = [this.keys.channel(CHANNEL.catalog), head, ...changes.flatMap(({ expected, body }) => [expected, JSON.stringify(body)])];
+    const position = await unavailable(this.redis.catalogPut(keys.length, ...keys, ...args));
+    if (position === 0) return undefined;
+    return changes.map(({ expected, body }) => ({ ...body, version: expected + 1, position }));
   }
 
   async current(): Promise<number> {

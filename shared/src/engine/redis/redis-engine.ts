@@ -3,6 +3,7 @@ import type { JobQueue } from "../jobs.js";
 import { BullJobQueue, type BullJobQueueOptions } from "./bullmq-job-queue.js";
 import { RedisBus } from "./redis-bus.js";
 import { RedisCatalogStore } from "./redis-catalog-store.js";
+import { RedisUpdateLog } from "./redis-update-log.js";
 import { RedisKeys } from "./keys.js";
 import { RedisLeases } from "./redis-leases.js";
 import { RedisRegistry } from "./redis-registry.js";
@@ -26,6 +27,8 @@ export interface RedisEngine {
   readonly leases: RedisLeases;
   /** The cluster catalog; also the cluster's position counter. */
   readonly catalog: RedisCatalogStore;
+  /** Resource updates with their cluster positions and stamps. */
+  readonly updates: RedisUpdateLog;
   /** The command connection, for operator tools and tests. */
   readonly redis: Redis;
   /** A BullMQ job queue of this cluster (its connections are its own; `close` it before the engine). */
@@ -57,13 +60,14 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     options.onConnectionError("subscriber", error);
   });
   const keys = new RedisKeys(options.keyPrefix);
-  const bus = new RedisBus(redis, subscriber, keys, options.instanceId, options.onInvalidMessage);
+  const bus = new RedisBus(redis, subscriber, keys, options.onInvalidMessage);
   return {
     keys,
     bus,
     registry: new RedisRegistry(redis, keys, options.instanceId),
     leases: new RedisLeases(redis, keys),
     catalog: new RedisCatalogStore(redis, keys),
+    updates: new RedisUpdateLog(redis, keys),
     redis,
     jobQueue: (name, queueOptions) =>
       new BullJobQueue({

@@ -1,0 +1,57 @@
+/**
+ * Where an event stands in the cluster's order: the position of the cluster event (a resource
+ * update, a catalog change) and, for an event this broker made up itself (a re-announcement, its
+ * own list change, a warning), how many of those came after that position here (`local`, 0 for a
+ * cluster event). Every member receives cluster events in position order, so the ids on any one
+ * stream increase.
+ */
+export interface EventId {
+  readonly position: number;
+  readonly local: number;
+}
+
+/** An event id as SSE writes it: `<position>`, or `<position>.<local>` for a local event. */
+export function formatEventId(id: EventId): string {
+  return id.local === 0 ? String(id.position) : `${id.position}.${id.local}`;
+}
+
+const EVENT_ID = /^(0|[1-9]\d{0,15})(?:\.([1-9]\d{0,15}))?$/;
+
+/** An id in the form `formatEventId` writes (decimal digits only), or undefined for anything else. */
+export function parseEventId(text: string): EventId | undefined {
+  const match = EVENT_ID.exec(text);
+  if (match === null) return undefined;
+  const position = Number(match[1]);
+  const local = match[2] === undefined ? 0 : Number(match[2]);
+  return Number.isSafeInteger(position) && Number.isSafeInteger(local) ? { position, local } : undefined;
+}
+
+/** Whether `a` comes after `b`. */
+export function isAfter(a: EventId, b: EventId): boolean {
+  return a.position > b.position || (a.position === b.position && a.local > b.local);
+}
+
+/**
+ * This broker's event clock: the newest cluster position it has passed on, and a counter for the
+ * events it makes up itself, which take that position and the next count.
+ */
+export class EventClock {
+  private position = 0;
+  private local = 0;
+
+  /** A cluster event at `position` goes out (positions arrive in order; an older one changes nothing). */
+  cluster(position: number): EventId {
+    if (position > this.position) this.position = position;
+    return { position, local: 0 };
+  }
+
+  /** An id for an event made up here, after everything passed on so far. */
+  next(): EventId {
+    return { position: this.position, local: ++this.local };
+  }
+
+  /** The newest cluster position passed on. */
+  newest(): number {
+    return this.position;
+  }
+}

@@ -1,0 +1,46 @@
+import type { ListName, UpdateLog } from "@mcp-broker/shared";
+import type { SubscriptionTarget } from "../fanout/interest-table.js";
+import type { SinceReport } from "./legacy-session.js";
+
+const LISTS: readonly ListName[] = ["tools", "prompts", "resources"];
+
+/**
+ * What the cluster can tell a resuming client: which of its subscriptions were updated after the
+ * position it last saw (the update log's stamps, one read per backend), which lists changed after
+ * it (the catalog versions this broker applied), and which subscriptions nobody can tell about
+ * (watched only since after it). A position the cluster never handed out (forged, or from before
+ * Redis lost its data) cannot be told about: it rejects, and the session announces everything.
+ */
+export class SessionResume {
+  constructor(
+    private readonly deps: {
+      updates: UpdateLog;
+      /** The newest cluster position of an applied version of `list` (see `CatalogService.appliedPosition`). */
+      listPosition(list: ListName): number;
+    },
+  ) {}
+
+  async since(targets: readonly SubscriptionTarget[], position: number): Promise<SinceReport> {
+    if (position > (await this.deps.updates.current())) throw new Error(`position ${position} was never handed out`);
+    const byBackend = new Map<string, SubscriptionTarget[]>();
+    for (const target of targets) {
+      const list = byBackend.get(target.backendId) ?? [];
+      list.push(target);
+      byBackend.set(target.backendId, list);
+    }
+    const report: SinceReport = { updated: [], unknown: [], lists: [] };
+    for (const [backendId, held] of byBackend) {
+      const stamps = await this.deps.updates.stamps(backendId, held.map((target) => target.uri));
+      held.forEach((target, i) => {
+        const stamp = stamps[i];
+        if (stamp === undefined || stamp.since === undefined || stamp.since > position) report.unknown.push(target);
+        else if (stamp.updated > position) report.updated.push({ target, position: stamp.updated });
+      });
+    }
+    for (const list of LISTS) {
+      const changed = this.deps.listPosition(list);
+      if (changed > position) report.lists.push({ list, position: changed });
+    }
+    return report;
+  }
+}

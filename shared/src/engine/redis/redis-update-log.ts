@@ -1,0 +1,81 @@
+import type { Redis } from "ioredis";
+import { CHANNEL, encodeUpdateHead } from "../bus.js";
+import type { KeyStamp, UpdateLog, UpdateToPublish } from "../update-log.js";
+import type { RedisKeys } from "./keys.js";
+import { corkUntilTickEnds } from "./redis-bus.js";
+
+/**
+ * KEYS: the position counter, the backend's stamps hash. ARGV: n, then n keys, n channels and n
+ * message heads (each ending `"position":`). Takes the next position, stamps every key with it
+ * and publishes each message with it appended, in one step. Returns the position.
+ */
+const PUBLISH = `
+local n = tonumber(ARGV[1])
+local position = redis.call('INCR', KEYS[1])
+for i = 1, n do
+  redis.call('HSET', KEYS[2], 'u' .. ARGV[1 + i], position)
+  redis.call('PUBLISH', ARGV[1 + n + i], ARGV[1 + 2 * n + i] .. position .. '}')
+end
+return position
+`;
+
+/** KEYS: the position counter, the stamps hash. ARGV: key. The watch starts at the current position. */
+const WATCHED = `
+redis.call('HSET', KEYS[2], 's' .. ARGV[1], redis.call('GET', KEYS[1]) or '0')
+redis.call('HDEL', KEYS[2], 'u' .. ARGV[1])
+return 1
+`;
+
+type UpdateLogCommands = {
+  updatePublish(positions: string, stamps: string, ...args: (string | number)[]): Promise<number>;
+  updateWatched(positions: string, stamps: string, key: string): Promise<number>;
+};
+
+/**
+ * The update log in Redis: the cluster's position counter (shared with the catalog store), one
+ * stamps hash per backend (`u<key>`: last update, `s<key>`: watch start), and the publish of an
+ * update's messages in the same script, on the command connection (corked per tick, as the bus's
+ * publishes are).
+ */
+export class RedisUpdateLog implements UpdateLog {
+  private readonly redis: Redis & UpdateLogCommands;
+
+  constructor(
+    redis: Redis,
+    private readonly keys: RedisKeys,
+  ) {
+    redis.defineCommand("updatePublish", { numberOfKeys: 2, lua: PUBLISH });
+    redis.defineCommand("updateWatched", { numberOfKeys: 2, lua: WATCHED });
+    this.redis = redis as Redis & UpdateLogCommands;
+  }
+
+  /** Fails at once while the connection is down (not queued): the caller makes do locally, the gap is announced later. */
+  publish(update: UpdateToPublish, keys: readonly string[]): Promise<number> {
+    if (this.redis.status !== "ready") return Promise.reject(new Error(`Redis is not connected (${this.redis.status})`));
+    const channels = keys.map((key) => this.keys.channel(CHANNEL.resource(update.backendId, key)));
+    const heads = keys.map((key) => encodeUpdateHead({ ...update, key, keys: keys.length }));
+    corkUntilTickEnds(this.redis);
+    return this.redis.updatePublish(this.keys.positions(), this.keys.stamps(update.backendId), keys.length, ...keys, ...channels, ...heads);
+  }
+
+  async watched(backendId: string, key: string): Promise<void> {
+    await this.redis.updateWatched(this.keys.positions(), this.keys.stamps(backendId), key);
+  }
+
+  async unwatched(backendId: string, key: string): Promise<void> {
+    await this.redis.hdel(this.keys.stamps(backendId), `u${key}`, `s${key}`);
+  }
+
+  async stamps(backendId: string, keys: readonly string[]): Promise<KeyStamp[]> {
+    if (keys.length === 0) return [];
+    const values = await this.redis.hmget(this.keys.stamps(backendId), ...keys.flatMap((key) => [`u${key}`, `s${key}`]));
+    return keys.map((_, i) => {
+      const since = values[2 * i + 1];
+      return { updated: Number(values[2 * i] ?? 0), since: since === null || since === undefined ? undefined : Number(since) };
+    });
+  }
+
+  async current(): Promise<number> {
+    return Number((await this.redis.get(this.keys.positions())) ?? 0);
+  }
+}
