@@ -8,28 +8,43 @@ export interface BackendCounters {
   unsubscribe: number;
   /** `tools/list` calls without a cursor: one per list reload. */
   toolsListReloads: number;
+  /** When each of them arrived (µs, the first 100). */
+  toolsListReloadMicros: number[];
 }
 
 /** The backend's MCP connections (one per broker: its stdio, or its HTTP session) and what each subscribed. */
 export interface BackendCensus {
   /** Subscribed resource URIs per connection, in the order the connections were opened. */
   subscriptions: number[];
+  /** `tools/list` calls without a cursor per connection (since the last reset), in the same order. */
+  toolsListReloads: number[];
 }
 
 export interface ListStormOutcome {
   emitted: number;
+  /** When the first and the last `tools/list_changed` were sent. */
   firstMicros: number;
   lastMicros: number;
+  /** When the tool list last really changed (with `change: "last"`, just before the last notification). */
+  changedMicros: number;
   /** The tool-list version after the storm (what every client must end up holding). */
   finalVersion: number;
 }
+
+/**
+ * Which notifications of a list storm follow a real change of the tool list: `each` of them, or
+ * only the `last` (the ones before it announce a change that did not happen, as a flapping backend does).
+ */
+export type ListStormChange = "each" | "last";
 
 /** The bench backend's control API (JSON lines over TCP; MCP is on its stdio or its HTTP port). */
 export type BackendApi = {
   /** Emits `resources/updated` for the plan's sub-resources at the plan's rate; resolves when all are sent. */
   emit(plan: EmitPlan): Promise<PacedResult>;
-  /** `count` tool-list changes, each followed by `tools/list_changed`, spread over `durationMs`. */
-  listStorm(params: { count: number; durationMs: number }): Promise<ListStormOutcome>;
+  /** `count` `tools/list_changed` spread over `durationMs`, each after a tool-list change (`change: "each"`, the default) or only the last (`"last"`). */
+  listStorm(params: { count: number; durationMs: number; change?: ListStormChange }): Promise<ListStormOutcome>;
+  /** `tools/list` requests arriving from now on are answered `ms` later (0: at once again); requests already held keep their delay. */
+  listDelay(params: { ms: number }): void;
   counters(params: Record<string, never>): BackendCounters;
   census(params: Record<string, never>): BackendCensus;
   resetCounters(params: Record<string, never>): void;

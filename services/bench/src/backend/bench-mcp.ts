@@ -10,7 +10,7 @@ import { backendUri, keyOf, LIST_VERSION_TOOL, listVersionMarker, RESOURCE_TEMPL
 import { nowMicros } from "../core/clock.js";
 import { pacedLoop, type Backpressure } from "../core/paced-loop.js";
 import { reportUsage } from "../core/process-usage.js";
-import type { BackendApi, BackendCounters } from "./backend-api.js";
+import type { BackendApi, BackendCounters, ListStormChange } from "./backend-api.js";
 
 /** List changes are announced by the storm loop itself, exactly once per change. */
 class QuietMcpServer extends McpServer {
@@ -31,11 +31,15 @@ interface Connection {
   readonly versionTool: RegisteredTool;
   /** Resource URIs this connection subscribed to. */
   readonly subscribed: Set<string>;
+  /** Its `tools/list` calls without a cursor since the last reset. */
+  toolsListReloads: number;
 }
 
 export class BenchMcp {
-  private readonly counters: BackendCounters = { subscribe: 0, unsubscribe: 0, toolsListReloads: 0 };
+  private readonly counters: BackendCounters = { subscribe: 0, unsubscribe: 0, toolsListReloads: 0, toolsListReloadMicros: [] };
   private listVersion = 0;
+  /** Delay of `tools/list` answers (listDelay), ms. */
+  private listDelayMs = 0;
   private readonly connections = new Set<Connection>();
   /** Resource URI → the connections subscribed to it. */
   private readonly subscribers = new Map<string, Set<Connection>>();
@@ -55,7 +59,7 @@ export class BenchMcp {
     const versionTool = mcp.registerTool(LIST_VERSION_TOOL, { description: listVersionMarker(this.listVersion) }, () => ({
       content: [{ type: "text", text: listVersionMarker(this.listVersion) }],
     }));
-    const connection: Connection = { mcp, direct, versionTool, subscribed: new Set() };
+    const connection: Connection = { mcp, direct, versionTool, subscribed: new Set(), toolsListReloads: 0 };
     mcp.server.setRequestHandler("resources/subscribe", (request) => {
       this.counters.subscribe++;
       this.subscribe(connection, request.params.uri);
@@ -73,10 +77,20 @@ export class BenchMcp {
     };
     this.connections.add(connection);
     await mcp.connect(transport);
-    // Count list reloads as they arrive (McpServer owns the tools/list handler).
+    // Count list reloads as they arrive, and hold them back under listDelay (McpServer owns the tools/list handler).
     const deliver = transport.onmessage;
     transport.onmessage = (message, extra) => {
-      if ("method" in message && message.method === "tools/list" && "id" in message && message.params?.cursor === undefined) this.counters.toolsListReloads++;
+      if ("method" in message && message.method === "tools/list" && "id" in message) {
+        if (message.params?.cursor === undefined) {
+          this.counters.toolsListReloads++;
+          if (this.counters.toolsListReloadMicros.length < 100) this.counters.toolsListReloadMicros.push(nowMicros());
+          connection.toolsListReloads++;
+        }
+        if (this.listDelayMs > 0) {
+          setTimeout(() => deliver?.(message, extra), this.listDelayMs);
+          return;
+        }
+      }
       deliver?.(message, extra);
     };
     return mcp;
@@ -86,27 +100,36 @@ export class BenchMcp {
   api(backpressure: Backpressure): BackendApi {
     return {
       emit: (plan: EmitPlan) => pacedLoop(plan.rate, plan.count, (i) => this.emitUpdate(backendUri(keyOf(plan, i)), plan.step, i), backpressure),
-      listStorm: async ({ count, durationMs }) => {
+      listStorm: async ({ count, durationMs, change = "each" }) => {
         let firstMicros = 0;
         let lastMicros = 0;
+        let changedMicros = 0;
         const result = await pacedLoop(
           (count * 1000) / durationMs,
           count,
-          () => {
-            this.listVersion++;
-            for (const { versionTool } of this.connections) versionTool.update({ description: listVersionMarker(this.listVersion) });
+          (i) => {
+            if (isRealChange(change, i, count)) {
+              this.listVersion++;
+              for (const { versionTool } of this.connections) versionTool.update({ description: listVersionMarker(this.listVersion) });
+              changedMicros = nowMicros();
+            }
             lastMicros = nowMicros();
             if (firstMicros === 0) firstMicros = lastMicros;
             for (const { mcp } of this.connections) mcp.server.sendToolListChanged().catch(() => undefined);
           },
           backpressure,
         );
-        return { emitted: result.emitted, firstMicros, lastMicros, finalVersion: this.listVersion };
+        return { emitted: result.emitted, firstMicros, lastMicros, changedMicros, finalVersion: this.listVersion };
       },
-      counters: () => ({ ...this.counters }),
-      census: () => ({ subscriptions: [...this.connections].map((c) => c.subscribed.size) }),
+      listDelay: ({ ms }) => {
+        this.listDelayMs = ms;
+      },
+      counters: () => ({ ...this.counters, toolsListReloadMicros: [...this.counters.toolsListReloadMicros] }),
+      census: () => ({ subscriptions: [...this.connections].map((c) => c.subscribed.size), toolsListReloads: [...this.connections].map((c) => c.toolsListReloads) }),
       resetCounters: () => {
         this.counters.subscribe = this.counters.unsubscribe = this.counters.toolsListReloads = 0;
+        this.counters.toolsListReloadMicros = [];
+        for (const connection of this.connections) connection.toolsListReloads = 0;
       },
       usage: reportUsage,
     };
@@ -144,4 +167,9 @@ export class BenchMcp {
     set?.delete(connection);
     if (set?.size === 0) this.subscribers.delete(uri);
   }
+}
+
+/** Whether notification `i` of a storm of `count` follows a real change of the tool list. */
+function isRealChange(change: ListStormChange, i: number, count: number): boolean {
+  return change === "each" || i === count - 1;
 }
