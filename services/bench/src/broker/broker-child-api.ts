@@ -7,6 +7,8 @@ export interface BrokerCensus {
   listens: number;
   /** Upstream subscriptions held on the bench backend. */
   watched: number;
+  /** Whether this broker holds the bench backend's watcher lease (Redis engine: one member of the cluster does). */
+  watching: boolean;
 }
 
 /** The API a broker child serves over IPC. */

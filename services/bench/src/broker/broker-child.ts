@@ -42,6 +42,7 @@ const api: BrokerChildApi = {
     legacySessions: broker?.sessions.legacySessions().length ?? 0,
     listens: broker?.sessions.listenCount() ?? 0,
     watched: broker?.upstream.watched(BACKEND_ID).length ?? 0,
+    watching: broker?.watchers.holds(BACKEND_ID) ?? false,
   }),
   profileStart: async ({ intervalMicros }) => {
     if (profiler !== undefined) throw new Error("a step profile is already running");

@@ -1,5 +1,5 @@
-import { fork, type ChildProcess } from "node:child_process";
-import { closeSync, mkdirSync, openSync } from "node:fs";
+import { fork, spawn, type ChildProcess } from "node:child_process";
+import { closeSync, createWriteStream, mkdirSync, openSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { childLink } from "./links.js";
@@ -19,16 +19,30 @@ export interface ManagedChild<A extends ApiShape> {
   stop(graceful?: () => Promise<unknown>): Promise<void>;
 }
 
+/** A process of the project's own (e.g. the worker) run as it is deployed: no RPC, its stderr watched. */
+export interface PlainChild {
+  readonly name: string;
+  readonly pid: number;
+  readonly exited: Promise<number | string>;
+  /** The first stderr line (so far or to come) matching `pattern`; rejects when the process exits first, or after `timeoutMs`. */
+  waitForLine(pattern: RegExp, timeoutMs: number): Promise<string>;
+  /** SIGKILL now, by pid; resolves once the process is gone. */
+  kill(): Promise<void>;
+  /** SIGTERM, then SIGKILL after 3 s. */
+  stop(): Promise<void>;
+}
+
 /**
- * Owns every helper process of a run: each is forked with an IPC channel and its stdout/stderr
- * in `logs/<name>.log`, and each is ended by `stopAll` (by pid, one by one) however the run ends.
- * Children also exit on their own when the IPC channel closes (see `exitWithParent`).
+ * Owns every helper process of a run: each is forked with an IPC channel (or spawned, for the
+ * project's own entry points) and its stdout/stderr in `logs/<name>.log`, and each is ended by
+ * `stopAll` (by pid, one by one) however the run ends. Forked children also exit on their own when
+ * the IPC channel closes (see `exitWithParent`).
  */
 export class ProcessGroup {
   private readonly children = new Set<{ process: ChildProcess; stop: () => Promise<void> }>();
   private seq = 0;
 
-  constructor(private readonly logDir: string) {
+  constructor(readonly logDir: string) {
     mkdirSync(logDir, { recursive: true });
   }
 
@@ -41,6 +55,69 @@ export class ProcessGroup {
       stdio: ["ignore", logFd, logFd, "ipc"],
     });
     closeSync(logFd);
+    const { pid, exited, stop } = this.own(child, name);
+    return { name: label, pid, rpc: new RpcClient<A>(childLink(child), label), exited, stop };
+  }
+
+  /** Runs `node <script> ...args` as deployed (no IPC), stdout and stderr in its log. */
+  spawnNode(script: string, args: string[], name: string, options: { env?: Record<string, string> } = {}): PlainChild {
+    const label = `${String(++this.seq).padStart(2, "0")}-${name}`;
+    const logFile = join(this.logDir, `${label}.log`);
+    // Both streams append (stdout straight from the child, stderr through here), so neither overwrites the other.
+    closeSync(openSync(logFile, "w"));
+    const logFd = openSync(logFile, "a");
+    const child = spawn(process.execPath, [script, ...args], { env: { ...process.env, ...options.env }, stdio: ["ignore", logFd, "pipe"] });
+    closeSync(logFd);
+    const log = createWriteStream(logFile, { flags: "a" });
+    const lines: string[] = [];
+    const watchers = new Set<(line: string) => void>();
+    let partial = "";
+    child.stderr?.on("data", (chunk: Buffer) => {
+      log.write(chunk);
+      const text = partial + chunk.toString("utf8");
+      const parts = text.split("\n");
+      partial = parts.pop() ?? "";
+      for (const line of parts) {
+        if (lines.length < 1_000) lines.push(line);
+        for (const watcher of watchers) watcher(line);
+      }
+    });
+    child.stderr?.once("end", () => log.end());
+    const { pid, exited, stop } = this.own(child, name);
+    const waitForLine = (pattern: RegExp, timeoutMs: number): Promise<string> => {
+      const seen = lines.find((line) => pattern.test(line));
+      if (seen !== undefined) return Promise.resolve(seen);
+      return new Promise((resolve, reject) => {
+        const done = (): void => {
+          watchers.delete(watcher);
+          clearTimeout(timer);
+        };
+        const watcher = (line: string): void => {
+          if (!pattern.test(line)) return;
+          done();
+          resolve(line);
+        };
+        const timer = setTimeout(() => {
+          done();
+          reject(new Error(`${label}: no line matching ${String(pattern)} within ${timeoutMs} ms (see ${logFile})`));
+        }, timeoutMs);
+        watchers.add(watcher);
+        void exited.then((code) => {
+          done();
+          reject(new Error(`${label} exited (${code}) before a line matching ${String(pattern)} (see ${logFile})`));
+        });
+      });
+    };
+    const kill = async (): Promise<void> => {
+      if (child.exitCode === null && child.signalCode === null) process.kill(pid, "SIGKILL");
+      await exited;
+      await stop();
+    };
+    return { name: label, pid, exited, waitForLine, kill, stop: () => stop() };
+  }
+
+  /** Tracks `child` until it exits; its `stop` ends it (after `graceful`, if given) and forgets it. */
+  private own(child: ChildProcess, name: string): { pid: number; exited: Promise<number | string>; stop: (graceful?: () => Promise<unknown>) => Promise<void> } {
     const exited = new Promise<number | string>((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal ?? "unknown")));
     const pid = child.pid;
     if (pid === undefined) throw new Error(`could not start ${name}`);
@@ -58,7 +135,7 @@ export class ProcessGroup {
     };
     const entry = { process: child, stop: () => stop() };
     this.children.add(entry);
-    return { name: label, pid, rpc: new RpcClient<A>(childLink(child), label), exited, stop };
+    return { pid, exited, stop };
   }
 
   /** Ends every child still running. */

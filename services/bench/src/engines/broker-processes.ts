@@ -27,12 +27,17 @@ export interface BrokerProcess {
   readonly child: ManagedChild<BrokerChildApi>;
 }
 
-/** Forks a broker child and starts it with `config`; a child that fails to start is stopped again. */
-export async function startBrokerProcess(deps: EngineDeps, tag: string, config: BrokerConfigInput): Promise<BrokerProcess> {
+/** Forks a broker child, not started yet (its `start` call builds the broker). */
+export function forkBrokerChild(deps: EngineDeps, tag: string): ManagedChild<BrokerChildApi> {
   const { cpuProfDir } = deps.diagnostics;
   const execArgv = ["--expose-gc"];
   if (cpuProfDir !== undefined) execArgv.push("--cpu-prof", `--cpu-prof-dir=${cpuProfDir}`, `--cpu-prof-name=broker-${tag}.cpuprofile`);
-  const child = deps.group.fork<BrokerChildApi>(new URL("../broker/broker-child.js", import.meta.url), `broker-${tag}`, { execArgv });
+  return deps.group.fork<BrokerChildApi>(new URL("../broker/broker-child.js", import.meta.url), `broker-${tag}`, { execArgv });
+}
+
+/** Forks a broker child and starts it with `config`; a child that fails to start is stopped again. */
+export async function startBrokerProcess(deps: EngineDeps, tag: string, config: BrokerConfigInput): Promise<BrokerProcess> {
+  const child = forkBrokerChild(deps, tag);
   try {
     const { url } = await child.rpc.call("start", { config });
     return { tag, url, child };
