@@ -37,7 +37,8 @@ export interface GeneratorSnapshot {
   usage: ProcessUsage;
 }
 
-export interface ListWatchReport {
+/** The list watch of a set of sessions. */
+export interface ListWatchCounts {
   sessions: number;
   /** list_changed notifications per session, as [count, sessions with that count]. */
   notificationCounts: [number, number][];
@@ -45,8 +46,13 @@ export interface ListWatchReport {
   holding: number;
   /** When the last of them first held it, µs (0 if none). */
   lastHeldMicros: number;
+}
+
+export interface ListWatchReport extends ListWatchCounts {
   listCalls: number;
   listErrors: number;
+  /** The same per endpoint the sessions are on ([url, counts], in the order of the `urls` they were opened with). */
+  byUrl: [string, ListWatchCounts][];
 }
 
 export interface RpcLoadParams {

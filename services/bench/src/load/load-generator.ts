@@ -12,7 +12,7 @@ import { exitWithParent } from "../core/process-group.js";
 import { reportUsage, sampleUsage } from "../core/process-usage.js";
 import { serveRpc } from "../core/rpc.js";
 import { ClientSession, type Agents } from "./client-session.js";
-import type { GeneratorApi, ListWatchReport, OpenParams, OpenResult, RpcLoadParams, RpcLoadResult } from "./generator-api.js";
+import type { GeneratorApi, ListWatchCounts, ListWatchReport, OpenParams, OpenResult, RpcLoadParams, RpcLoadResult } from "./generator-api.js";
 import { UpdateRecorder } from "./update-recorder.js";
 
 const URI_FIELD = '"uri":"';
@@ -34,6 +34,8 @@ const agents: Agents = {
   streams: new Agent({ keepAlive: false, maxSockets: Number.POSITIVE_INFINITY }),
 };
 const sessions: ClientSession[] = [];
+/** Every endpoint sessions were opened on, in order. */
+const endpoints: string[] = [];
 const recorder = new UpdateRecorder();
 const lists = new Map<ClientSession, ListWatch>();
 let watching = false;
@@ -79,6 +81,7 @@ async function fetchList(session: ClientSession, watch: ListWatch): Promise<void
 
 async function open(params: OpenParams): Promise<OpenResult> {
   const started = Date.now();
+  for (const url of params.urls) if (!endpoints.includes(url)) endpoints.push(url);
   const urls = params.urls.map((u) => new URL(u));
   let next = 0;
   let opened = 0;
@@ -129,18 +132,28 @@ async function rpcLoad(params: RpcLoadParams): Promise<RpcLoadResult> {
   return { ops, errors, firstError, ms: (nowMicros() - started) / 1000, histogram: histogram.toData() };
 }
 
-function listReport(marker: string): ListWatchReport {
+function listCounts(watches: Iterable<ListWatch>, marker: string): ListWatchCounts {
   const counts = new Map<number, number>();
+  let sessionCount = 0;
   let holding = 0;
   let lastHeldMicros = 0;
-  for (const watch of lists.values()) {
+  for (const watch of watches) {
+    sessionCount++;
     counts.set(watch.notifications, (counts.get(watch.notifications) ?? 0) + 1);
     if (watch.body.includes(marker)) {
       holding++;
       lastHeldMicros = Math.max(lastHeldMicros, watch.bodyAt);
     }
   }
-  return { sessions: lists.size, notificationCounts: [...counts].sort((a, b) => a[0] - b[0]), holding, lastHeldMicros, listCalls, listErrors };
+  return { sessions: sessionCount, notificationCounts: [...counts].sort((a, b) => a[0] - b[0]), holding, lastHeldMicros };
+}
+
+function listReport(marker: string): ListWatchReport {
+  const byUrl = endpoints.map((url): [string, ListWatchCounts] => {
+    const href = new URL(url).href;
+    return [url, listCounts([...lists].filter(([session]) => session.url.href === href).map(([, watch]) => watch), marker)];
+  });
+  return { ...listCounts(lists.values(), marker), listCalls, listErrors, byUrl };
 }
 
 const api: GeneratorApi = {

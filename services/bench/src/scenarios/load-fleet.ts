@@ -2,7 +2,7 @@ import { sleep } from "../core/clock.js";
 import { Histogram } from "../core/histogram.js";
 import type { ManagedChild, ProcessGroup } from "../core/process-group.js";
 import type { ProcessUsage } from "../core/process-usage.js";
-import type { GeneratorApi, ListWatchReport, OpenParams, RpcLoadParams, RpcLoadResult, TargetKind } from "../load/generator-api.js";
+import type { GeneratorApi, ListWatchCounts, ListWatchReport, OpenParams, RpcLoadParams, RpcLoadResult, TargetKind } from "../load/generator-api.js";
 
 /** Updates received by the whole fleet in one step. */
 export interface FleetSnapshot {
@@ -116,15 +116,12 @@ export class LoadFleet {
 
   async listReport(marker: string): Promise<ListWatchReport> {
     const parts = await Promise.all(this.generators.map((g) => g.rpc.call("listReport", { marker })));
-    const counts = new Map<number, number>();
-    for (const part of parts) for (const [count, sessions] of part.notificationCounts) counts.set(count, (counts.get(count) ?? 0) + sessions);
+    const urls = [...new Set(parts.flatMap((p) => p.byUrl.map(([url]) => url)))];
     return {
-      sessions: parts.reduce((n, p) => n + p.sessions, 0),
-      notificationCounts: [...counts].sort((a, b) => a[0] - b[0]),
-      holding: parts.reduce((n, p) => n + p.holding, 0),
-      lastHeldMicros: Math.max(0, ...parts.map((p) => p.lastHeldMicros)),
+      ...mergeListCounts(parts),
       listCalls: parts.reduce((n, p) => n + p.listCalls, 0),
       listErrors: parts.reduce((n, p) => n + p.listErrors, 0),
+      byUrl: urls.map((url) => [url, mergeListCounts(parts.flatMap((p) => p.byUrl.filter(([u]) => u === url).map(([, counts]) => counts)))]),
     };
   }
 
@@ -152,6 +149,18 @@ export class LoadFleet {
   async stop(): Promise<void> {
     await Promise.all(this.generators.map((g) => g.stop(() => g.rpc.call("stop", {}))));
   }
+}
+
+/** The list watches of several sets of sessions as one. */
+export function mergeListCounts(parts: readonly ListWatchCounts[]): ListWatchCounts {
+  const counts = new Map<number, number>();
+  for (const part of parts) for (const [count, sessions] of part.notificationCounts) counts.set(count, (counts.get(count) ?? 0) + sessions);
+  return {
+    sessions: parts.reduce((n, p) => n + p.sessions, 0),
+    notificationCounts: [...counts].sort((a, b) => a[0] - b[0]),
+    holding: parts.reduce((n, p) => n + p.holding, 0),
+    lastHeldMicros: Math.max(0, ...parts.map((p) => p.lastHeldMicros)),
+  };
 }
 
 /** Contiguous slices, sizes differing by at most one. */
