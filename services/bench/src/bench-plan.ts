@@ -15,6 +15,13 @@ export interface BenchPlan {
   memory: { counts: number[]; uriPool: number; settleMs: number; sampleFresh: boolean };
   subscribe: { workers: number; opsPerWorker: number };
   listStorm: { sessionsPerEra: number; changes: number; durationMs: number };
+  /** Scenario 7: `brokers` brokers (jobs.process false) and one worker; `changes` list_changed in `durationMs`, the last after the one real change. */
+  clusterListStorm: { brokers: number; sessionsPerEra: number; changes: number; durationMs: number };
+  /**
+   * Scenario 8: the same cluster with `jobs.lockMs` = `lockMs`; the backend holds each tools/list
+   * `listDelayMs` (the worker is killed while its reload waits for the answer).
+   */
+  workerKill: { brokers: number; sessionsPerEra: number; lockMs: number; listDelayMs: number };
   /** Longest wait for stragglers after an emission ends. */
   drainMs: number;
 }
@@ -30,6 +37,8 @@ export function benchPlan(quick: boolean): BenchPlan {
       memory: { counts: [1_000, 10_000], uriPool: 100, settleMs: 1_000, sampleFresh: false },
       subscribe: { workers: 16, opsPerWorker: 60 },
       listStorm: { sessionsPerEra: 200, changes: 1_000, durationMs: 1_000 },
+      clusterListStorm: { brokers: 3, sessionsPerEra: 200, changes: 1_000, durationMs: 1_000 },
+      workerKill: { brokers: 3, sessionsPerEra: 200, lockMs: 1_000, listDelayMs: 5_000 },
       drainMs: 3_000,
     };
   }
@@ -42,6 +51,8 @@ export function benchPlan(quick: boolean): BenchPlan {
     memory: { counts: [1_000, 10_000], uriPool: 100, settleMs: 8_000, sampleFresh: true },
     subscribe: { workers: 32, opsPerWorker: 250 },
     listStorm: { sessionsPerEra: 500, changes: 1_000, durationMs: 1_000 },
+    clusterListStorm: { brokers: 3, sessionsPerEra: 500, changes: 1_000, durationMs: 1_000 },
+    workerKill: { brokers: 3, sessionsPerEra: 500, lockMs: 1_000, listDelayMs: 5_000 },
     drainMs: 5_000,
   };
 }

@@ -21,11 +21,13 @@ import { profileTable } from "./report/profile-table.js";
 import { writeResults } from "./report/write-results.js";
 import type { BenchContext } from "./scenarios/bench-context.js";
 import { runBroadcast } from "./scenarios/broadcast.js";
+import { runClusterListStorm } from "./scenarios/cluster-list-storm.js";
 import { runHotUri } from "./scenarios/hot-uri.js";
 import { runListStorm } from "./scenarios/list-storm.js";
 import { runMemory } from "./scenarios/memory.js";
 import { runSubscribeCost } from "./scenarios/subscribe-cost.js";
 import { runUnicast } from "./scenarios/unicast.js";
+import { runWorkerKill } from "./scenarios/worker-kill.js";
 
 const SCENARIOS: Record<(typeof SCENARIO_IDS)[number], { title: string; run: (ctx: BenchContext) => Promise<ScenarioResult> }> = {
   unicast: { title: "1. Unicast", run: runUnicast },
@@ -34,6 +36,8 @@ const SCENARIOS: Record<(typeof SCENARIO_IDS)[number], { title: string; run: (ct
   memory: { title: "4. Memory", run: runMemory },
   subscribe: { title: "5. Subscribe cost", run: runSubscribeCost },
   "list-storm": { title: "6. List storm", run: runListStorm },
+  "cluster-list-storm": { title: "7. Cluster list storm", run: runClusterListStorm },
+  "worker-kill": { title: "8. Worker killed mid-reload", run: runWorkerKill },
 };
 
 const packageDir = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -96,6 +100,7 @@ async function main(): Promise<number> {
     control,
     engines: [memory, redis],
     memory,
+    redis,
     redisUrl,
     redisUnavailable,
     log,
@@ -109,7 +114,8 @@ async function main(): Promise<number> {
     setup: [
       "Broker: @mcp-broker/broker (createBroker), each instance in its own process, log level warn, default keep-alive (15 s) and list debounce (1 s), upstream release grace 1 s, subscription limits raised (all sessions are one anonymous principal). " +
         `Memory engine (every scenario): ${memory.description}. ` +
-        `Redis engine (scenarios 1–3): ${redis.unavailableReason === undefined ? `${redis.description}; Redis at ${redisUrl}` : `not run: ${redis.unavailableReason}`}.`,
+        `Redis engine (scenarios 1–3): ${redis.unavailableReason === undefined ? `${redis.description}; Redis at ${redisUrl}` : `not run: ${redis.unavailableReason}`}. ` +
+        `Redis clusters with workers (scenarios 7–8): ${redis.clusterUnavailableReason() === undefined ? "3 broker processes with jobs.process false and worker processes (services/worker/dist/main.js, as deployed), one cluster per scenario" : `not run: ${redis.clusterUnavailableReason() ?? ""}`}.`,
       "Backend: the bench backend (SDK v2 McpServer, legacy era 2025-11-25), one McpServer per connection, each sent only the updates of what it subscribed; " +
         "memory engine: started by the broker over **stdio**; Redis engine: one process started by the orchestrator, serving **Streamable HTTP** on 127.0.0.1, one session per broker. " +
         "The orchestrator drives it over a TCP control socket.",
@@ -145,7 +151,7 @@ async function main(): Promise<number> {
           id,
           title: scenario.title,
           method: "",
-          rows: [{ scenario: scenario.title, engine: "memory", measure: "scenario", unit: "", broker: null, baseline: null, ratio: null, target: null, met: null, status: "not run", note: `failed: ${(error as Error).message}` }],
+          rows: [{ scenario: scenario.title, engine: "n/a", measure: "scenario", unit: "", broker: null, baseline: null, ratio: null, target: null, met: null, status: "not run", note: `failed: ${(error as Error).message}` }],
           details: [],
           findings: [],
         };
