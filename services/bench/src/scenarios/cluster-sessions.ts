@@ -34,7 +34,9 @@ export class ClusterSessions {
   ) {}
 
   static async start(ctx: BenchContext, label: string, options: ClusterOptions & { sessionsPerEra: number }): Promise<ClusterSessions> {
+    const started = Date.now();
     const cluster = await ctx.redis.deployCluster(label, options);
+    const deployedMs = Date.now() - started;
     const legacy = LoadFleet.start(ctx.group, `${label}-legacy`, ctx.plan.generators);
     const modern = LoadFleet.start(ctx.group, `${label}-modern`, ctx.plan.generators);
     const sessions = new ClusterSessions(cluster, legacy, modern);
@@ -42,6 +44,7 @@ export class ClusterSessions {
       const none = range(options.sessionsPerEra).map(() => "");
       await legacy.open("legacy", cluster.urls, none);
       await modern.open("modern", cluster.urls, none, { toolsListChanged: true });
+      ctx.log(`  cluster up in ${deployedMs} ms, ${2 * options.sessionsPerEra} sessions open ${Date.now() - started - deployedMs} ms later`);
       // Let the handshakes' after-effects settle before anything is counted.
       await sleep(500);
       return sessions;
