@@ -8,3 +8,4 @@ export * from "./engine/redis/redis-engine.js";
 export * from "./engine/redis/bullmq-job-queue.js";
 export * from "./engine/redis/redis-catalog-store.js";
 export * from "./engine/redis/redis-update-log.js";
+export * from "./engine/redis/redis-session-store.js";

@@ -16,6 +16,7 @@ import { Dispatcher } from "./routing/dispatcher.js";
 import { Router } from "./routing/router.js";
 import { SessionHost } from "./session/session-host.js";
 import { SessionResume } from "./session/session-resume.js";
+import { ResumeCursors } from "./session/resume-cursor.js";
 
 export type BrokerDeps = MemberDeps;
 
@@ -80,6 +81,9 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     registry,
     upstream: watchers,
     fanout,
+    sessions: member.sessions,
+    bus,
+    instanceId: member.instanceId,
     clock,
     logger,
     limits: {
@@ -91,6 +95,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     maxSessionsPerPrincipal: config.server.maxSessionsPerPrincipal,
     resumeHistory: config.server.resumeHistory,
     resume: new SessionResume({ updates: member.updates, listPosition: (list) => catalog.appliedPosition(list) }),
+    cursors: new ResumeCursors(() => member.clusterId()),
   });
   // Read at scrape time only.
   const metrics = addServerMetrics(member.metrics.registry, {
@@ -189,6 +194,9 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       // close (listen streams end with theirs), and what they held is released before Redis goes.
       gate.close();
       const stopped = http === undefined ? Promise.resolve() : new Promise<void>((resolve) => http?.close(() => resolve()));
+      // A cluster takes the legacy sessions over: their clients reconnect to another member, which
+      // adopts them and resumes their streams. Alone (memory engine), they end.
+      if (member.engine !== "memory") await sessions.handOffAll("this broker instance is stopping; another takes the session over", config.server.sessionIdleMs);
       endpoint.closeStreams();
       sessions.close();
       http?.closeAllConnections();

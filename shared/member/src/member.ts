@@ -7,6 +7,7 @@ import {
   MemoryLeases,
   MemoryPositions,
   MemoryRegistry,
+  MemorySessionStore,
   MemoryUpdateLog,
   systemClock,
   type BrokerConfig,
@@ -16,6 +17,7 @@ import {
   type Clock,
   type JobObserver,
   type JobQueue,
+  type SessionStore,
   type SubscriptionRegistry,
   type UpdateLog,
 } from "@mcp-broker/shared";
@@ -82,6 +84,8 @@ export interface Member {
   readonly store: CatalogStore;
   /** Resource updates with their cluster positions and stamps. */
   readonly updates: UpdateLog;
+  /** Legacy sessions' records, for adoption by any member. */
+  readonly sessions: SessionStore;
   /** The cluster's job queue (this member runs its jobs when `jobs.process` is set). */
   readonly jobs: JobQueue<ClusterJob>;
   readonly pool: BackendPool;
@@ -90,6 +94,8 @@ export interface Member {
   readonly metrics: MemberMetrics;
   /** The version reported to backends and clients. */
   readonly version: string;
+  /** This cluster's id (known once started): resume cursors carry it. */
+  clusterId(): string;
   attach(hooks: MemberHooks): void;
   /** Connects the engine (rejects when Redis cannot be reached), joins the cluster and starts the backends. */
   start(): Promise<void>;
@@ -125,6 +131,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
   const positions = new MemoryPositions();
   const store = redis?.catalog ?? new MemoryCatalogStore(positions, bus);
   const updates: UpdateLog = redis?.updates ?? new MemoryUpdateLog(bus, positions);
+  const sessions: SessionStore = redis?.sessions ?? new MemorySessionStore(clock);
   const counts = { reloads: 0 };
   const jobOptions = {
     attempts: config.jobs.attempts,
@@ -194,8 +201,11 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
   const limits = { perSession: config.subscriptions.maxPerSession, perPrincipal: config.subscriptions.maxPerPrincipal, total: config.subscriptions.maxTotal };
   const subscriptionJobs = new SubscriptionJobs({
     registry,
+    sessions,
     bus,
     logger,
+    clock,
+    sessionIdleMs: config.server.sessionIdleMs,
     instanceId,
     release: (backendId, uri) => watchers.release(backendId, uri),
     enforceLater: (lowered) => jobs.schedule("limits", { type: "limits", limits: lowered }, 0),
@@ -257,6 +267,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
   };
 
   let started = false;
+  let clusterId: string = randomUUID();
   return {
     config,
     logger,
@@ -267,12 +278,14 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     registry,
     store,
     updates,
+    sessions,
     jobs,
     pool,
     upstream,
     watchers,
     metrics,
     version: BROKER_VERSION,
+    clusterId: () => clusterId,
     attach(next) {
       hooks = next;
     },
@@ -285,6 +298,11 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
         } catch (error) {
           throw new Error(`Redis at ${redactUrl(config.redisUrl ?? "")} cannot be reached: ${(error as Error).message}`, { cause: error });
         }
+      }
+      if (redis !== undefined) {
+        // The first member to start names the cluster; every later one reads the name.
+        const named = await redis.redis.set(redis.keys.cluster(), clusterId, "NX", "GET");
+        if (named !== null) clusterId = named;
       }
       await bus.subscribe(CHANNEL.catalog);
       await bus.subscribe(CHANNEL.revocations);

@@ -74,6 +74,19 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
     limit: z.enum(["session", "principal", "global"]),
     max: z.number().int().positive(),
   }),
+  /**
+   * To a legacy session's previous holder (on its `CHANNEL.replies`): the session moved to `to` at
+   * `epoch`; the previous holder lets go of it (closes its stream, keeps what it holds in the registry).
+   */
+  z.object({
+    kind: z.literal("session.moved"),
+    v: z.literal(1),
+    origin: z.string(),
+    principal: z.string(),
+    sessionId: z.string(),
+    epoch: z.number().int().positive(),
+    to: z.string(),
+  }),
   /** The watcher's answer to `watch.ensure`. */
   z.object({
     kind: z.literal("watch.result"),

@@ -12,3 +12,5 @@ export * from "./memory/memory-catalog-store.js";
 export * from "./memory/memory-positions.js";
 export * from "./update-log.js";
 export * from "./memory/memory-update-log.js";
+export * from "./session-store.js";
+export * from "./memory/memory-session-store.js";

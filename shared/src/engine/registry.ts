@@ -43,11 +43,14 @@ export interface SubscriptionRegistry {
    * heartbeat expired): its subscriptions may have been reaped, so its sessions must end.
    */
   heartbeat(ttlMs: number): Promise<boolean>;
+  /** Processes that heartbeat once and whose heartbeat expired since (not reaped yet). */
+  deadInstances(): Promise<string[]>;
   /**
-   * Removes every subscription held by sessions of processes whose heartbeat expired, and returns
+   * Removes every subscription held by the sessions of a dead process (those still indexed under
+   * it: a session another process adopted, or one let go, is not), forgets the process, and returns
    * the (backend, uri) whose cluster-wide count this dropped to zero (each to exactly one caller).
    */
-  reapDead(): Promise<{ backendId: string; uri: string }[]>;
+  reapInstance(instanceId: string): Promise<{ backendId: string; uri: string }[]>;
   /**
    * Recounts the per-principal and global counts from the sessions' own sets and repairs any that
    * drifted; each principal's count (and then the total) is recounted and set in one atomic step,

@@ -30,6 +30,10 @@ export const META = {
   logLevel: "io.modelcontextprotocol/logLevel",
   serverInfo: "io.modelcontextprotocol/serverInfo",
   subscriptionId: "io.modelcontextprotocol/subscriptionId",
+  /** The broker's resume cursor on every listen-stream notification, and in a listen request to resume from (an extension). */
+  cursor: "io.mcp-broker/cursor",
+  /** In a listen acknowledgement: how the broker resumed from the request's cursor (`exact`, `everything`). */
+  resumed: "io.mcp-broker/resumed",
 } as const;
 
 export const MODERN_PROTOCOL_VERSION = "2026-07-28";

@@ -1,6 +1,7 @@
 import { describe, expect, it, vi } from "vitest";
 import { CHANNEL, type Bus, type BusMessage } from "../../src/engine/bus.js";
 import type { UpdateLog } from "../../src/engine/update-log.js";
+import type { SessionStore } from "../../src/engine/session-store.js";
 import type { CatalogStore, Positions } from "../../src/engine/catalog-store.js";
 import { UnrecoverableJobError, type JobQueue, type JobQueueOptions } from "../../src/engine/jobs.js";
 import type { Leases } from "../../src/engine/leases.js";
@@ -411,6 +412,70 @@ export function updateLogContract(name: string, make: () => Promise<{ log: Updat
       const since = await log.current();
       await log.watched("b", "k");
       expect(await log.stamps("b", ["k"])).toEqual([{ updated: 0, since }]);
+    });
+  });
+}
+
+/** `make` gives a store and a way to let time pass (fake for memory, real for Redis). */
+export function sessionStoreContract(name: string, make: () => Promise<{ store: SessionStore; elapse: (ms: number) => Promise<void> }>): void {
+  describe(`SessionStore contract: ${name}`, () => {
+    const session = (sessionId: string, principal = "p") => ({ sessionId, principal, protocolVersion: "2025-11-25", clientInfo: { name: "c", version: "1" }, capabilities: { roots: {} } });
+
+    it("keeps a record bound to its principal, with what initialize negotiated and the log level", async () => {
+      const { store } = await make();
+      await store.create(session("s1"), "m1", 1_000);
+      expect(await store.get({ principal: "p", sessionId: "s1" })).toEqual({ ...session("s1"), owner: "m1", epoch: 1, lastSeen: 1_000 });
+      expect(await store.get({ principal: "q", sessionId: "s1" })).toBeUndefined();
+      await store.setLogLevel({ principal: "p", sessionId: "s1" }, "debug");
+      await store.touch({ principal: "p", sessionId: "s1" }, 2_000);
+      expect(await store.get({ principal: "p", sessionId: "s1" })).toMatchObject({ logLevel: "debug", lastSeen: 2_000 });
+      // Touching what does not exist creates nothing.
+      await store.touch({ principal: "p", sessionId: "nope" }, 3_000);
+      expect(await store.get({ principal: "p", sessionId: "nope" })).toBeUndefined();
+      await store.delete({ principal: "p", sessionId: "s1" });
+      expect(await store.get({ principal: "p", sessionId: "s1" })).toBeUndefined();
+      await store.close();
+    });
+
+    it("moves a session to whoever adopts it, with a growing epoch, naming the previous holder; adopts nothing that does not exist", async () => {
+      const { store } = await make();
+      await store.create(session("s1"), "m1", 1);
+      const byM2 = await store.adopt({ principal: "p", sessionId: "s1" }, "m2", 2);
+      expect(byM2).toMatchObject({ previous: "m1", record: { owner: "m2", epoch: 2 } });
+      const byM2Again = await store.adopt({ principal: "p", sessionId: "s1" }, "m2", 3);
+      expect(byM2Again).toMatchObject({ previous: undefined, record: { epoch: 3 } });
+      const racing = await Promise.all([store.adopt({ principal: "p", sessionId: "s1" }, "m3", 4), store.adopt({ principal: "p", sessionId: "s1" }, "m4", 4)]);
+      expect(racing.map((r) => r?.record.epoch).sort()).toEqual([4, 5]);
+      const last = racing.find((r) => r?.record.epoch === 5);
+      expect((await store.get({ principal: "p", sessionId: "s1" }))?.owner).toBe(last?.record.owner);
+      expect(await store.adopt({ principal: "p", sessionId: "never" }, "m1", 5)).toBeUndefined();
+      expect(await store.adopt({ principal: "q", sessionId: "s1" }, "m1", 5)).toBeUndefined();
+      await store.close();
+    });
+
+    it("expires a session let go, or orphaned by its holder's death, unless adopted in time; reports each expiry once", async () => {
+      const { store, elapse } = await make();
+      await store.create(session("kept"), "m1", 1);
+      await store.create(session("lost"), "m1", 1);
+      await store.create(session("dead1"), "dead", 1);
+      await store.create(session("dead2"), "dead", 1);
+      const kept = await store.get({ principal: "p", sessionId: "kept" });
+      await store.letGo({ principal: "p", sessionId: "kept" }, "m1", kept!.epoch, 300);
+      await store.letGo({ principal: "p", sessionId: "lost" }, "m1", 1, 300);
+      // A stale epoch lets nothing go (another member holds it by now).
+      await store.letGo({ principal: "p", sessionId: "kept" }, "m1", kept!.epoch + 5, 10);
+      expect((await store.orphan("dead", 300)).map((k) => k.sessionId).sort()).toEqual(["dead1", "dead2"]);
+      expect(await store.get({ principal: "p", sessionId: "lost" })).toMatchObject({ owner: "" });
+      await store.adopt({ principal: "p", sessionId: "kept" }, "m2", 2);
+      await store.adopt({ principal: "p", sessionId: "dead2" }, "m2", 2);
+      expect(await store.expired(Date.now())).toEqual([]);
+      await elapse(400);
+      expect((await store.expired(Date.now() + 400)).map((k) => k.sessionId).sort()).toEqual(["dead1", "lost"]);
+      expect(await store.expired(Date.now() + 400)).toEqual([]);
+      expect(await store.get({ principal: "p", sessionId: "lost" })).toBeUndefined();
+      expect(await store.get({ principal: "p", sessionId: "kept" })).toMatchObject({ owner: "m2" });
+      expect(await store.get({ principal: "p", sessionId: "dead2" })).toMatchObject({ owner: "m2" });
+      await store.close();
     });
   });
 }

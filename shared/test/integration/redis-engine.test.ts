@@ -8,7 +8,7 @@ import type { BullJobQueueOptions } from "../../src/engine/redis/bullmq-job-queu
 import { createRedisEngine, type RedisEngine } from "../../src/engine/redis/redis-engine.js";
 import { deleteKeys, testRedisUrl, uniquePrefix } from "../../src/testing/test-redis.js";
 import type { BusMessage } from "../../src/engine/bus.js";
-import { busContract, catalogStoreContract, updateLogContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
+import { busContract, catalogStoreContract, sessionStoreContract, updateLogContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
 
 const url = await testRedisUrl();
 const prefixes: string[] = [];
@@ -47,6 +47,10 @@ catalogStoreContract("redis", async () => {
   const [a, b] = await cluster(2);
   return { store: a!.catalog, bus: b!.bus };
 });
+sessionStoreContract("redis", async () => ({
+  store: (await cluster(1))[0]!.sessions,
+  elapse: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+}));
 updateLogContract("redis", async () => {
   const [a, b] = await cluster(2);
   return { log: a!.updates, bus: b!.bus, store: a!.catalog };
@@ -255,11 +259,14 @@ describe("Redis engine", () => {
     await dead!.registry.add(ref("d1", "shared"), limits);
     await dead!.registry.add(ref("d2", "only-dead-2"), limits);
     await alive!.registry.add(ref("a1", "shared"), limits);
-    expect(await alive!.registry.reapDead()).toEqual([]);
+    expect(await alive!.registry.deadInstances()).toEqual([]);
     // Its heartbeat expires (Redis keeps time; expiring the key is what the TTL would do).
     await dead!.redis.pexpire(dead!.keys.instance(`${prefixes.at(-1)}0`), 1);
     await vi.waitFor(async () => expect(await dead!.redis.exists(dead!.keys.instance(`${prefixes.at(-1)}0`))).toBe(0));
-    const [reapedA, reapedB] = await Promise.all([alive!.registry.reapDead(), also!.registry.reapDead()]);
+    const deadId = `${prefixes.at(-1)}0`;
+    expect(await alive!.registry.deadInstances()).toEqual([deadId]);
+    const [reapedA, reapedB] = await Promise.all([alive!.registry.reapInstance(deadId), also!.registry.reapInstance(deadId)]);
+    expect(await alive!.registry.deadInstances()).toEqual([]);
     expect([...reapedA, ...reapedB].map((r) => r.uri).sort()).toEqual(["only-dead", "only-dead-2"]);
     expect(await alive!.registry.wanted("b")).toEqual(["shared"]);
     expect(await alive!.registry.ofSession("p", "d1")).toEqual([]);

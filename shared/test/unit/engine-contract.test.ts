@@ -6,8 +6,9 @@ import { MemoryLeases } from "../../src/engine/memory/memory-leases.js";
 import { MemoryRegistry } from "../../src/engine/memory/memory-registry.js";
 import { MemoryCatalogStore } from "../../src/engine/memory/memory-catalog-store.js";
 import { MemoryUpdateLog } from "../../src/engine/memory/memory-update-log.js";
+import { MemorySessionStore } from "../../src/engine/memory/memory-session-store.js";
 import { MemoryPositions } from "../../src/engine/memory/memory-positions.js";
-import { busContract, catalogStoreContract, updateLogContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
+import { busContract, catalogStoreContract, sessionStoreContract, updateLogContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
 
 busContract("memory", async () => {
   const hub = new MemoryBusHub();
@@ -17,6 +18,16 @@ updateLogContract("memory", async () => {
   const hub = new MemoryBusHub();
   const positions = new MemoryPositions();
   return { log: new MemoryUpdateLog(new MemoryBus(hub), positions), bus: new MemoryBus(hub), store: new MemoryCatalogStore(positions, new MemoryBus(hub)) };
+});
+sessionStoreContract("memory", async () => {
+  let offset = 0;
+  const clock: Clock = { now: () => Date.now() + offset, setTimeout, clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };
+  return {
+    store: new MemorySessionStore(clock),
+    elapse: async (ms) => {
+      offset += ms;
+    },
+  };
 });
 registryContract("memory", async () =>
   Object.assign(new MemoryRegistry(), {

@@ -12,13 +12,14 @@ type ServedMessage = Exclude<BusMessage, { kind: `watch.${string}` }>;
  * - `catalog.changed` → the catalog, which applies the stored lists (its list changes then come
  *   back out through the fan-out);
  * - `subscriptions.revoked` → the sessions, which drop what a limits job removed and say why;
+ * - `session.moved` → the sessions: another member adopted one of this broker's, which lets go of it;
  * - a gap (the bus reconnected) → every subscribed resource re-announced, every list re-read;
  * - an update this broker's member could not publish (Redis away) → its own sessions, as its own event.
  */
 export function busIntake(deps: {
   fanout: Fanout;
   catalog: { changed(message: Extract<BusMessage, { kind: "catalog.changed" }>): void; resync(): Promise<void> };
-  sessions: { revoke(message: Extract<BusMessage, { kind: "subscriptions.revoked" }>): void };
+  sessions: { revoke(message: Extract<BusMessage, { kind: "subscriptions.revoked" }>): void; moved(message: Extract<BusMessage, { kind: "session.moved" }>): void };
 }): Required<Pick<MemberHooks, "busMessage" | "receiveGap" | "unpublished">> {
   const { fanout, catalog, sessions } = deps;
   return {
@@ -32,6 +33,9 @@ export function busIntake(deps: {
           return;
         case "subscriptions.revoked":
           sessions.revoke(message);
+          return;
+        case "session.moved":
+          sessions.moved(message);
       }
     },
     receiveGap: () => {

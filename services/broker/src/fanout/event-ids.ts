@@ -55,3 +55,19 @@ export class EventClock {
     return this.position;
   }
 }
+
+/**
+ * What a resumption tells (`told`: updates and list changes at their own cluster positions) and
+ * what arrived live while it was being read (`held`), in one stream order, each event once.
+ */
+export function mergeInOrder<T extends { readonly id: EventId; readonly eventId: string; updatedUri(): string | undefined }>(told: readonly T[], held: readonly T[]): T[] {
+  const ordered = [...told, ...held].sort((a, b) => (isAfter(a.id, b.id) ? 1 : isAfter(b.id, a.id) ? -1 : 0));
+  const seen = new Set<string>();
+  return ordered.filter((event) => {
+    // What the cluster reports and what arrived live meanwhile may be the same update.
+    const key = `${event.eventId} ${event.updatedUri() ?? ""}`;
+    if (seen.has(key)) return false;
+    seen.add(key);
+    return true;
+  });
+}

@@ -32,7 +32,8 @@ export class InterestTable {
 
   constructor(private readonly deps: { bus: Bus; clock: Clock; graceMs: number; onError: (error: unknown) => void }) {}
 
-  add(target: SubscriptionTarget, sink: NotificationSink): void {
+  /** Resolves once the bus channel is subscribed (at once when it was already); never rejects (failures go to `onError`). */
+  add(target: SubscriptionTarget, sink: NotificationSink): Promise<void> {
     const channel = CHANNEL.resource(target.backendId, target.uri);
     const timer = this.graceTimers.get(channel);
     if (timer !== undefined) {
@@ -40,12 +41,15 @@ export class InterestTable {
       this.graceTimers.delete(channel);
     }
     let interest = this.interests.get(channel);
+    let subscribed: Promise<void> | undefined;
     if (interest === undefined) {
       interest = { target: { backendId: target.backendId, uri: target.uri }, sinks: new Set() };
       this.interests.set(channel, interest);
-      void this.deps.bus.subscribe(channel).catch(this.deps.onError);
+      subscribed = this.deps.bus.subscribe(channel).catch(this.deps.onError);
     }
     interest.sinks.add(sink);
+    // The bus joins a SUBSCRIBE already in flight, so a later sink waits for it too.
+    return subscribed ?? this.deps.bus.subscribe(channel).catch(this.deps.onError);
   }
 
   remove(target: SubscriptionTarget, sink: NotificationSink): void {

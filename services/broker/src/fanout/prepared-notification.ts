@@ -49,23 +49,35 @@ export class PreparedNotification {
     return this.legacy;
   }
 
-  /** One newline-terminated JSON-RPC message, for stdio. */
-  jsonLine(subscriptionId?: string | number): string {
-    if (subscriptionId !== undefined) {
-      return `${JSON.stringify({ jsonrpc: "2.0", method: this.method, params: { ...this.params, _meta: { [META.subscriptionId]: subscriptionId } } })}\n`;
+  /** One newline-terminated JSON-RPC message, for stdio; on a listen stream with its subscription id and cursor (`cursorPrefix` + event id). */
+  jsonLine(listen?: { subscriptionId: string | number; cursorPrefix: string }): string {
+    if (listen !== undefined) {
+      const _meta = { [META.subscriptionId]: listen.subscriptionId, [META.cursor]: `${listen.cursorPrefix}${this.eventId}` };
+      return `${JSON.stringify({ jsonrpc: "2.0", method: this.method, params: { ...this.params, _meta } })}\n`;
     }
     this.line ??= `${JSON.stringify({ jsonrpc: "2.0", method: this.method, params: this.params })}\n`;
     return this.line;
   }
 
-  /** The SSE event body for a modern listen stream, tagged with its subscription id (JSON-encoded). */
-  modernBody(subscriptionIdJson: string): Buffer[] {
+  /**
+   * The SSE event body for a modern listen stream, in three parts: the same bytes for every stream
+   * around the stream's own part (`listenStreamPart`: its subscription id and cursor prefix), after
+   * which this notification's event id ends the cursor.
+   */
+  modernBody(streamPart: Buffer): Buffer[] {
     if (this.modern === undefined) {
-      const marker = "\u0000SUBSCRIPTION_ID\u0000";
-      const full = encodeEvent({ jsonrpc: "2.0", method: this.method, params: { ...this.params, _meta: { [META.subscriptionId]: marker } } }).toString("utf8");
-      const [head = "", tail = ""] = full.split(JSON.stringify(marker));
+      const id = "\u0000SUBSCRIPTION_ID\u0000";
+      const cursor = "\u0000CURSOR\u0000";
+      const full = encodeEvent({ jsonrpc: "2.0", method: this.method, params: { ...this.params, _meta: { [META.subscriptionId]: id, [META.cursor]: `${cursor}${this.eventId}` } } }).toString("utf8");
+      const [head = "", rest = ""] = full.split(JSON.stringify(id));
+      const [, tail = ""] = rest.split(JSON.stringify(cursor).slice(1, -1));
       this.modern = { head: Buffer.from(head), tail: Buffer.from(tail) };
     }
-    return [this.modern.head, Buffer.from(subscriptionIdJson), this.modern.tail];
+    return [this.modern.head, streamPart, this.modern.tail];
   }
+}
+
+/** A listen stream's own part of each notification (see `modernBody`): its subscription id, then its cursor up to the event id. */
+export function listenStreamPart(subscriptionId: string | number, cursorPrefix: string): Buffer {
+  return Buffer.from(`${JSON.stringify(subscriptionId)},${JSON.stringify(META.cursor)}:${JSON.stringify(cursorPrefix).slice(0, -1)}`);
 }

@@ -14,7 +14,8 @@ import { nestsTooDeep, TOO_DEEP_MESSAGE, topLevelId } from "../routing/message-d
 import { validateParams } from "../routing/validate-params.js";
 import type { LegacySession, NotificationWriter } from "../session/legacy-session.js";
 import { honoredFilter, parseListenRequest, wantsListChanges, type ListenRequest } from "../session/listen-request.js";
-import type { PreparedNotification } from "../fanout/prepared-notification.js";
+import { listenStreamPart, type PreparedNotification } from "../fanout/prepared-notification.js";
+import { mergeInOrder } from "../fanout/event-ids.js";
 import type { SessionHost } from "../session/session-host.js";
 import type { EdgeSecurity } from "./edge-security.js";
 import { checkModernRequest } from "./modern-headers.js";
@@ -198,8 +199,13 @@ export class McpEndpoint {
       let session: LegacySession;
       try {
         // Bad params get their error without costing a session slot.
-        validateParams("initialize", isObject(message.params) ? message.params : {});
-        session = this.deps.host.createLegacySession(principal);
+        const params = isObject(message.params) ? message.params : {};
+        validateParams("initialize", params);
+        session = await this.deps.host.createLegacySession(principal, {
+          protocolVersion: this.deps.dispatcher.negotiatedVersion(params),
+          clientInfo: params.clientInfo,
+          capabilities: params.capabilities,
+        });
       } catch (error) {
         sendJson(res, 200, this.deps.dispatcher.errorResponse(message.id as string | number, error, "legacy"));
         return;
@@ -207,7 +213,7 @@ export class McpEndpoint {
       await this.respond(req, res, message as unknown as JsonRpcRequest, { era: "legacy", principal, session }, { [SESSION_HEADER]: session.id });
       return;
     }
-    const session = this.sessionFor(req, res, principal, idOf(message));
+    const session = await this.sessionFor(req, res, principal, idOf(message));
     if (session === undefined) return;
     session.touch();
     if (!isRequest) {
@@ -221,35 +227,46 @@ export class McpEndpoint {
     await this.respond(req, res, message as unknown as JsonRpcRequest, { era: "legacy", principal, session }, { [SESSION_HEADER]: session.id });
   }
 
-  private get(req: IncomingMessage, res: ServerResponse, principal: string): void {
+  private async get(req: IncomingMessage, res: ServerResponse, principal: string): Promise<void> {
     req.resume();
     if (!(req.headers.accept ?? "").includes("text/event-stream")) {
       sendJson(res, 406, rpcError(null, -32600, "Not Acceptable: the GET stream needs Accept: text/event-stream."));
       return;
     }
-    const session = this.sessionFor(req, res, principal, null);
-    if (session === undefined) return;
+    const session = await this.sessionFor(req, res, principal, null);
+    if (session === undefined || res.destroyed) return;
     session.touch();
     const stream = new SseStream(res, { keepAlive: this.keepAlive, headers: { [SESSION_HEADER]: session.id } });
     void session.attachStream(new LegacyStreamWriter(stream), header(req, "last-event-id"));
   }
 
-  private delete(req: IncomingMessage, res: ServerResponse, principal: string): void {
+  private async delete(req: IncomingMessage, res: ServerResponse, principal: string): Promise<void> {
     req.resume();
-    const session = this.sessionFor(req, res, principal, null);
+    const session = await this.sessionFor(req, res, principal, null);
     if (session === undefined) return;
     session.close("client DELETE");
     res.writeHead(200).end();
   }
 
-  /** The caller's session, or an error response already sent (400 no header, 404 unknown or not theirs). */
-  private sessionFor(req: IncomingMessage, res: ServerResponse, principal: string, id: string | number | null): LegacySession | undefined {
+  /**
+   * The caller's session, held here or adopted from another member, or an error response already
+   * sent (400 no header, 404 unknown or not theirs, -32004 when the cluster cannot be asked).
+   */
+  private async sessionFor(req: IncomingMessage, res: ServerResponse, principal: string, id: string | number | null): Promise<LegacySession | undefined> {
     const sessionId = header(req, SESSION_HEADER);
     if (sessionId === undefined) {
       sendJson(res, 400, rpcError(id, -32600, "Bad Request: Mcp-Session-Id header is required; send initialize first."));
       return undefined;
     }
-    const session = this.deps.host.legacySession(sessionId, principal);
+    let session = this.deps.host.legacySession(sessionId, principal);
+    if (session === undefined) {
+      try {
+        session = await this.deps.host.adoptLegacySession(sessionId, principal);
+      } catch (error) {
+        sendJson(res, 503, this.deps.dispatcher.errorResponse(id, error, "legacy"));
+        return undefined;
+      }
+    }
     if (session === undefined) {
       sendJson(res, 404, rpcError(id, -32001, "Session not found: it ended or never existed; send initialize again."));
       return undefined;
@@ -320,9 +337,15 @@ export class McpEndpoint {
     // Only the id outlives this call: the parsed request (its _meta envelope included) is not
     // kept for the life of the stream.
     const id = message.id;
-    const idJson = JSON.stringify(id);
+    const streamPart = listenStreamPart(id, this.deps.host.cursorPrefix(principal));
     let stream: SseStream | undefined;
+    /** Held notifications: until the acknowledgement (nothing may precede it), and while a resumption is read. */
     let backlog: PreparedNotification[] | undefined = [];
+    let resuming = false;
+    const flush = (): void => {
+      for (const notification of backlog ?? []) stream?.writeParts(notification.modernBody(streamPart));
+      backlog = undefined;
+    };
     const handle = this.deps.host.openListen(
       principal,
       request.flags,
@@ -332,9 +355,18 @@ export class McpEndpoint {
         flags: request.flags,
         wants: wantsListChanges(request.flags),
         deliver: (notification: PreparedNotification) => {
-          // Nothing may precede the acknowledgement on this subscription.
           if (backlog !== undefined) backlog.push(notification);
-          else stream?.writeParts(notification.modernBody(idJson));
+          else stream?.writeParts(notification.modernBody(streamPart));
+        },
+        hold: () => {
+          resuming = true;
+          backlog ??= [];
+        },
+        release: (told, late) => {
+          resuming = false;
+          const held = backlog ?? [];
+          backlog = undefined;
+          for (const notification of [...mergeInOrder(told, held), ...late]) stream?.writeParts(notification.modernBody(streamPart));
         },
         end: () => stream?.close(),
         fail: (error) => {
@@ -350,18 +382,13 @@ export class McpEndpoint {
         }
         const opened = new SseStream(res, { keepAlive: this.keepAlive });
         stream = opened;
-        opened.write(
-          encodeEvent({
-            jsonrpc: "2.0",
-            method: NOTIFICATION.subscriptionsAcknowledged,
-            params: { notifications: honoredFilter(request, outcome.honored), _meta: { [META.subscriptionId]: id } },
-          }),
-        );
-        for (const notification of backlog ?? []) opened.writeParts(notification.modernBody(idJson));
-        backlog = undefined;
+        const _meta = { [META.subscriptionId]: id, ...(outcome.resumed !== undefined && { [META.resumed]: outcome.resumed }) };
+        opened.write(encodeEvent({ jsonrpc: "2.0", method: NOTIFICATION.subscriptionsAcknowledged, params: { notifications: honoredFilter(request, outcome.honored), _meta } }));
+        if (!resuming) flush();
         this.listenStreams.set(opened, id);
         opened.onClose(() => this.listenStreams.delete(opened));
       },
+      request.cursor,
     );
     res.on("close", () => handle.close());
     req.on("close", () => {
@@ -386,8 +413,8 @@ class LegacyStreamWriter implements NotificationWriter {
     this.stream.onClose(listener);
   }
 
-  close(): void {
-    this.stream.close();
+  close(retryMs?: number): void {
+    this.stream.close(retryMs);
   }
 }
 

@@ -72,9 +72,11 @@ export class SseStream {
     return this.checkBuffered();
   }
 
-  close(): void {
+  /** Ends the response; with `retryMs`, first tells the client when to reconnect (SSE `retry`). */
+  close(retryMs?: number): void {
     if (this.closedFlag) return;
-    this.res.end();
+    if (retryMs !== undefined) this.res.end(`retry: ${Math.max(0, Math.round(retryMs))}\n\n`);
+    else this.res.end();
     this.markClosed();
   }
 

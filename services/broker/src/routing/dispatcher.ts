@@ -81,11 +81,15 @@ export class Dispatcher {
     private readonly options: DispatcherOptions,
   ) {}
 
+  /** The legacy protocol revision `initialize` with these params negotiates. */
+  negotiatedVersion(params: Params | undefined): string {
+    const requested = params?.protocolVersion;
+    return typeof requested === "string" && (LEGACY_PROTOCOL_VERSIONS as readonly string[]).includes(requested) ? requested : LEGACY_PROTOCOL_VERSIONS[0];
+  }
+
   /** Legacy `initialize` result; the edge creates the session around it. */
   initializeResult(params: Params | undefined): Result {
-    const requested = params?.protocolVersion;
-    const protocolVersion =
-      typeof requested === "string" && (LEGACY_PROTOCOL_VERSIONS as readonly string[]).includes(requested) ? requested : LEGACY_PROTOCOL_VERSIONS[0];
+    const protocolVersion = this.negotiatedVersion(params);
     return {
       protocolVersion,
       capabilities: BROKER_CAPABILITIES,

@@ -10,9 +10,11 @@ export interface LegacySessionInput {
   id: string;
   principal: string;
   idleTimeoutMs: number;
+  /** A session adopted from another member starts with what it holds in the registry. */
+  subscriptions?: Record<string, SubscriptionTarget>;
 }
 
-export interface LegacySessionContext extends LegacySessionInput {
+export interface LegacySessionContext extends Omit<LegacySessionInput, "subscriptions"> {
   /**
    * Client URI → backend resource, for every subscription this session holds. The one object
    * deliberately mutated in place (only by this machine's own actions): copying it per subscribe
@@ -41,7 +43,9 @@ export type LegacySessionEvent =
   | { type: "stream.closed" }
   /** The cluster removed these subscriptions (a limit was lowered): they are no longer held. */
   | { type: "subscription.revoked"; uris: string[] }
-  | { type: "session.close"; reason: string };
+  | { type: "session.close"; reason: string }
+  /** Another member holds the session now, or this one lets go of it while stopping: it ends here, keeping what it holds in the registry. */
+  | { type: "session.handOff"; reason: string };
 
 /** Effects the host performs. */
 export type LegacySessionEmitted =
@@ -49,11 +53,14 @@ export type LegacySessionEmitted =
   | { type: "interest.add"; uri: string; target: SubscriptionTarget }
   | { type: "interest.remove"; uri: string; target: SubscriptionTarget }
   | { type: "session.ended"; reason: string }
+  /** The session left this member without ending (see `session.handOff`). */
+  | { type: "session.handedOff"; reason: string }
   /** Start (or restart) the idle timer: send `session.idle` after `ms` unless disarmed first. */
   | { type: "idle.arm"; ms: number }
   | { type: "idle.disarm" };
 
 const closedError = () => new BrokerError("BAD_PARAMS", "The session is closing; initialize a new one.");
+const movedError = () => new BrokerError("BACKEND_UNAVAILABLE", "The session moved to another broker instance while this was on its way; retry it.", { moved: true });
 
 /**
  * One legacy (2025-era) client session. Owns its subscription set and lifecycle:
@@ -102,7 +109,10 @@ export const legacySessionMachine = setup({
   },
 }).createMachine({
   id: "legacy-session",
-  context: ({ input }) => ({ ...input, subscriptions: emptySubscriptions(), queue: [], removing: undefined }),
+  context: ({ input }) => {
+    const { subscriptions, ...rest } = input;
+    return { ...rest, subscriptions: Object.assign(emptySubscriptions(), subscriptions), queue: [], removing: undefined };
+  },
   initial: "active",
   states: {
     active: {
@@ -121,6 +131,7 @@ export const legacySessionMachine = setup({
           }),
         },
         "session.close": { target: "closing" },
+        "session.handOff": { target: "handedOff" },
       },
       states: {
         ops: {
@@ -233,6 +244,15 @@ export const legacySessionMachine = setup({
     closed: {
       type: "final",
       entry: emit({ type: "session.ended", reason: "closed" }),
+    },
+    handedOff: {
+      type: "final",
+      entry: enqueueActions(({ context, event, enqueue }) => {
+        for (const op of context.queue) enqueue.emit({ type: "reply", replyTo: op.replyTo, error: movedError() });
+        for (const [uri, target] of Object.entries(context.subscriptions)) enqueue.emit({ type: "interest.remove", uri, target });
+        enqueue.assign({ queue: [], subscriptions: emptySubscriptions() });
+        enqueue.emit({ type: "session.handedOff", reason: event.type === "session.handOff" ? event.reason : "handed off" });
+      }),
     },
   },
 });

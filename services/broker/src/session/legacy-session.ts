@@ -2,7 +2,7 @@ import type { BrokerError, ListName } from "@mcp-broker/shared";
 import type { Actor } from "xstate";
 import type { LogLevel } from "../routing/request-context.js";
 import type { LegacySessionPort } from "../routing/dispatcher.js";
-import { isAfter, parseEventId, type EventClock, type EventId } from "../fanout/event-ids.js";
+import { isAfter, mergeInOrder, parseEventId, type EventClock, type EventId } from "../fanout/event-ids.js";
 import type { NotificationSink, SubscriptionTarget } from "../fanout/interest-table.js";
 import type { legacySessionMachine } from "./legacy-session-machine.js";
 import { PreparedNotification } from "../fanout/prepared-notification.js";
@@ -17,8 +17,12 @@ export interface NotificationWriter {
   /** Writes the notification with its own event id (`notification.eventId`). */
   write(notification: PreparedNotification): void;
   onClose(listener: () => void): void;
-  close(): void;
+  /** Ends the stream; with `retryMs`, tells the client to reconnect after that long (SSE `retry`). */
+  close(retryMs?: number): void;
 }
+
+/** How soon a client whose session left this member reconnects (the session waits for it elsewhere). */
+const HAND_OFF_RETRY_MS = 250;
 
 /** What the cluster can tell of what happened after a position (see `SessionEnv.since`). */
 export interface SinceReport {
@@ -40,6 +44,10 @@ export interface SessionEnv {
   since(targets: readonly SubscriptionTarget[], position: number): Promise<SinceReport>;
   /** The client form of a subscribed target's URI. */
   exposeUri(target: SubscriptionTarget): string;
+  /** A request came for the session (its record's last-seen time). */
+  touched(session: LegacySession): void;
+  /** The client set its log level (kept in its record). */
+  logLevelSet(session: LegacySession, level: LogLevel): void;
 }
 
 export class LegacySession implements NotificationSink, LegacySessionPort {
@@ -77,6 +85,8 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     readonly principal: string,
     readonly actor: Actor<typeof legacySessionMachine>,
     private readonly env: SessionEnv,
+    /** Which holding of the session this is (see `SessionRecord.epoch`): a newer one elsewhere supersedes it. */
+    readonly epoch = 1,
   ) {
     this.covered = env.events.next();
     this.written = this.covered;
@@ -132,16 +142,27 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
 
   setLogLevel(level: LogLevel): void {
     this.logLevel = level;
+    this.env.logLevelSet(this, level);
   }
 
   /** Any request on the session: restarts the idle timer. */
   touch(): void {
     this.actor.send({ type: "session.touch" });
+    this.env.touched(this);
   }
 
   close(reason: string): void {
     this.stream?.close();
     this.actor.send({ type: "session.close", reason });
+  }
+
+  /**
+   * The session leaves this member without ending (another member holds it now, or this one
+   * stops): its stream ends, so its client reconnects; what it holds stays held in the registry.
+   */
+  handOff(reason: string): void {
+    this.stream?.close(HAND_OFF_RETRY_MS);
+    this.actor.send({ type: "session.handOff", reason });
   }
 
   deliver(notification: PreparedNotification): void {
@@ -164,6 +185,11 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
    * everything once (what went onto the old one may be lost). Resolves once the stream is live.
    */
   attachStream(stream: NotificationWriter, lastEventId: string | undefined): Promise<void> {
+    if (this.closed) {
+      // It left this member meanwhile (another adopted it): the client reconnects, to its holder.
+      stream.close(HAND_OFF_RETRY_MS);
+      return Promise.resolve();
+    }
     const previous = this.stream;
     // Read before closing it: a closed stream reports closed at once.
     const replacesOpen = previous !== undefined && !previous.closed;
@@ -236,13 +262,7 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
       ...report.updated.map(({ target, position }) => PreparedNotification.resourceUpdated(this.env.exposeUri(target), { position, local: 0 })),
       ...report.lists.map(({ list, position }) => PreparedNotification.listChanged(list, { position, local: 0 })),
     ];
-    const ordered = [...told, ...held].sort((a, b) => (isAfter(a.id, b.id) ? 1 : isAfter(b.id, a.id) ? -1 : 0));
-    const sent = new Set<string>();
-    for (const notification of ordered) {
-      // What the cluster reports and what arrived live meanwhile may be the same update.
-      const key = `${notification.eventId} ${notification.updatedUri() ?? ""}`;
-      if (sent.has(key)) continue;
-      sent.add(key);
+    for (const notification of mergeInOrder(told, held)) {
       stream.write(notification);
       this.written = notification.id;
     }

@@ -1,4 +1,4 @@
-import type { ListName } from "@mcp-broker/shared";
+import { META, type ListName } from "@mcp-broker/shared";
 import type { ListenFlags } from "./listen-machine.js";
 import { validateParams } from "../routing/validate-params.js";
 
@@ -7,6 +7,8 @@ export interface ListenRequest {
   flags: ListenFlags;
   /** Requested resource URIs (broker form), deduplicated; undefined when none were asked for. */
   uris: string[] | undefined;
+  /** `_meta["io.mcp-broker/cursor"]`: resume from there (see `ResumeCursors`); as given, checked later. */
+  cursor: unknown;
 }
 
 /** @throws BrokerError (BAD_PARAMS) when the params do not follow the 2026-07-28 schema. */
@@ -20,6 +22,7 @@ export function parseListenRequest(params: Record<string, unknown> | undefined):
       resourcesListChanged: filter.resourcesListChanged === true,
     },
     uris: filter.resourceSubscriptions === undefined ? undefined : [...new Set(filter.resourceSubscriptions)],
+    cursor: (params?._meta as Record<string, unknown> | undefined)?.[META.cursor],
   };
 }
 

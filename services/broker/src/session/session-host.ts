@@ -1,8 +1,12 @@
 import { randomUUID } from "node:crypto";
 import {
   BrokerError,
+  CHANNEL,
+  type Bus,
   type BusMessage,
   type Clock,
+  type ListName,
+  type SessionStore,
   type SubscriptionLimits,
   type SubscriptionRef,
   type SubscriptionRegistry,
@@ -15,12 +19,15 @@ import type { UpstreamPort } from "@mcp-broker/member";
 import type { Fanout } from "../fanout/fanout.js";
 import type { NotificationSink } from "../fanout/interest-table.js";
 import { PreparedNotification } from "../fanout/prepared-notification.js";
-import { LegacySession, type SessionEnv } from "./legacy-session.js";
+import { LegacySession, type SessionEnv, type SinceReport } from "./legacy-session.js";
 import type { SessionResume } from "./session-resume.js";
+import type { ResumeCursors } from "./resume-cursor.js";
+import type { EventId } from "../fanout/event-ids.js";
 import { legacySessionMachine } from "./legacy-session-machine.js";
 import { listenMachine, type ListenEmitted, type ListenFlags } from "./listen-machine.js";
 import { subscribeMany } from "./subscribe-many.js";
 import { subscriptionFlow, type SubscriptionTarget } from "./subscription-flow.js";
+import { LOG_LEVELS, type LogLevel } from "../routing/request-context.js";
 
 /** Subscription flows one listen request runs at once. */
 const LISTEN_CONCURRENCY = 16;
@@ -37,6 +44,10 @@ export interface SessionHostDeps {
   upstream: UpstreamPort;
   /** Where notifications go out: the interest of this member's sessions and streams. */
   fanout: Fanout;
+  /** The legacy sessions' records in the cluster. */
+  sessions: SessionStore;
+  bus: Bus;
+  instanceId: string;
   clock: Clock;
   logger: Logger;
   limits: SubscriptionLimits;
@@ -46,6 +57,7 @@ export interface SessionHostDeps {
   resumeHistory: number;
   /** What the cluster can tell a session that resumes with an id its history does not cover. */
   resume: Pick<SessionResume, "since">;
+  cursors: ResumeCursors;
 }
 
 /** A modern listen stream as the host sees it (it hears the list changes its flags ask for: `wants`). */
@@ -55,7 +67,18 @@ export interface ListenSink extends NotificationSink {
   end?(): void;
   /** Ends the stream with an error answer to its listen request. */
   fail?(error: BrokerError): void;
+  /** Holds what is delivered from now on (a resumption is being read). */
+  hold?(): void;
+  /** Writes `told` merged in order with what was held (see `mergeInOrder`), then `late`, and delivers as before. */
+  release?(told: readonly PreparedNotification[], late: readonly PreparedNotification[]): void;
 }
+
+/** How a listen started: rejected, or acknowledged (and, with a cursor, how it resumed). */
+export type ListenOutcome =
+  | Extract<ListenEmitted, { type: "listen.rejected" }>
+  | (Extract<ListenEmitted, { type: "listen.acknowledged" }> & { resumed?: "exact" | "everything" });
+
+const LIST_NAMES: readonly ListName[] = ["tools", "prompts", "resources"];
 
 type SubscriptionsRevoked = Extract<BusMessage, { kind: "subscriptions.revoked" }>;
 
@@ -66,6 +89,10 @@ type SubscriptionsRevoked = Extract<BusMessage, { kind: "subscriptions.revoked" 
 export class SessionHost {
   private readonly legacy = new Map<string, LegacySession>();
   private readonly listens = new Set<ListenSink>();
+  /** Adoptions in flight, by session id (concurrent requests for one session adopt it once). */
+  private readonly adopting = new Map<string, Promise<LegacySession | undefined>>();
+  /** Sessions being adopted here that another member adopted meanwhile, with its epoch. */
+  private readonly superseded = new Map<string, number>();
   /** Acknowledged listen streams by id (its actor's, which is its registry session id). */
   private readonly listensById = new Map<string, ListenSink>();
   /** What to release when a listen's actor fails (a bug): by actor id (a legacy session's is `legacyFailed`). */
@@ -109,6 +136,12 @@ export class SessionHost {
       events: deps.fanout.events,
       historyLimit: deps.resumeHistory,
       since: (targets, position) => deps.resume.since(targets, position),
+      touched: (session) => {
+        deps.sessions.touch({ principal: session.principal, sessionId: session.id }, deps.clock.now()).catch(() => undefined);
+      },
+      logLevelSet: (session, level) => {
+        deps.sessions.setLogLevel({ principal: session.principal, sessionId: session.id }, level).catch((error: unknown) => deps.logger.warn({ session: session.id, err: (error as Error).message }, "cannot record the log level"));
+      },
       exposeUri: (target) => deps.catalog.exposeUri(target.backendId, target.uri),
     };
     this.flow = subscriptionFlow.provide({
@@ -161,19 +194,87 @@ export class SessionHost {
   }
 
   /**
-   * Creates a legacy session for an authenticated principal (on `initialize`).
-   * @throws BrokerError (SESSION_LIMIT) when the principal holds its maximum already.
+   * Creates a legacy session for an authenticated principal (on `initialize`), and its record in
+   * the cluster, so that any member can take it over.
+   * @throws BrokerError (SESSION_LIMIT) when the principal holds its maximum already; CLUSTER_UNAVAILABLE when the record cannot be written.
    */
-  createLegacySession(principal: string): LegacySession {
+  async createLegacySession(principal: string, init: { protocolVersion: string; clientInfo?: unknown; capabilities?: unknown } = { protocolVersion: "2025-11-25" }): Promise<LegacySession> {
     this.holdSession(principal);
     const id = randomUUID();
+    const session = this.start(id, principal, { epoch: 1 });
+    try {
+      await this.deps.sessions.create({ sessionId: id, principal, ...init }, this.deps.instanceId, this.deps.clock.now());
+    } catch (error) {
+      session.handOff("its record could not be written");
+      throw error;
+    }
+    this.deps.logger.info({ session: id, principal }, "session started");
+    return session;
+  }
+
+  /**
+   * Takes over a session this member does not hold (its holder died, stopped, or the client came
+   * to another member): the record moves here with the next epoch, what the session holds in the
+   * registry becomes its local interest (subscribed on the bus before this resolves), and the
+   * previous holder is told to let go. Undefined when no such session exists for this principal.
+   */
+  adoptLegacySession(id: string, principal: string): Promise<LegacySession | undefined> {
+    const pending = this.adopting.get(id);
+    if (pending !== undefined) return pending.then((session) => (session?.principal === principal ? session : undefined));
+    const adoption = this.adopt(id, principal).finally(() => this.adopting.delete(id));
+    this.adopting.set(id, adoption);
+    return adoption;
+  }
+
+  private async adopt(id: string, principal: string): Promise<LegacySession | undefined> {
+    const adopted = await this.deps.sessions.adopt({ principal, sessionId: id }, this.deps.instanceId, this.deps.clock.now());
+    if (adopted === undefined) return undefined;
+    const { record, previous } = adopted;
+    const subscriptions = Object.create(null) as Record<string, SubscriptionTarget>;
+    for (const ref of await this.deps.registry.ofSession(principal, id)) {
+      if (this.deps.catalog.hasBackend(ref.backendId)) subscriptions[this.deps.catalog.exposeUri(ref.backendId, ref.uri)] = { backendId: ref.backendId, uri: ref.uri };
+    }
+    this.legacy.get(id)?.handOff("adopted again"); // a stale local copy (this member held it before)
+    this.holdSession(principal);
+    const session = this.start(id, principal, { epoch: record.epoch, subscriptions, logLevel: record.logLevel });
+    // Subscribed on the bus before anything is read for resumption: nothing falls between.
+    await Promise.all(Object.values(subscriptions).map((target) => this.deps.fanout.interest.add(target, session)));
+    const superseded = this.superseded.get(id);
+    this.superseded.delete(id);
+    if (superseded !== undefined && superseded > record.epoch) {
+      session.handOff("adopted by another member meanwhile");
+      return undefined;
+    }
+    if (previous !== undefined) {
+      await this.deps.bus
+        .publish(CHANNEL.replies(previous), { kind: "session.moved", v: 1, origin: this.deps.instanceId, principal, sessionId: id, epoch: record.epoch, to: this.deps.instanceId })
+        .catch((error: unknown) => this.deps.logger.warn({ session: id, to: previous, err: (error as Error).message }, "cannot tell the session's previous holder"));
+    }
+    this.deps.logger.info({ session: id, principal, epoch: record.epoch, from: previous ?? "(nobody)", subscriptions: Object.keys(subscriptions).length }, "session adopted");
+    return session;
+  }
+
+  /** Another member took the session over (`session.moved`): this member lets go of it, unless it holds a newer epoch. */
+  moved(message: { principal: string; sessionId: string; epoch: number; to: string }): void {
+    const session = this.legacy.get(message.sessionId);
+    if (session !== undefined && session.principal === message.principal && session.epoch < message.epoch) {
+      this.deps.logger.info({ session: message.sessionId, to: message.to, epoch: message.epoch }, "session moved to another member");
+      session.handOff("the session moved to another broker instance");
+      return;
+    }
+    if (this.adopting.has(message.sessionId)) this.superseded.set(message.sessionId, Math.max(this.superseded.get(message.sessionId) ?? 0, message.epoch));
+  }
+
+  /** Runs a legacy session here: its actor, effects, stream and idle timer. */
+  private start(id: string, principal: string, options: { epoch: number; subscriptions?: Record<string, SubscriptionTarget>; logLevel?: string }): LegacySession {
     const actor = createActor(this.legacyMachine, {
       parent: this.root,
       id,
-      input: { id, principal, idleTimeoutMs: this.deps.idleTimeoutMs },
+      input: { id, principal, idleTimeoutMs: this.deps.idleTimeoutMs, ...(options.subscriptions !== undefined && { subscriptions: options.subscriptions }) },
       clock: this.deps.clock,
     });
-    const session = new LegacySession(id, principal, actor, this.env);
+    const session = new LegacySession(id, principal, actor, this.env, options.epoch);
+    if (options.logLevel !== undefined && (LOG_LEVELS as readonly string[]).includes(options.logLevel)) session.logLevel = options.logLevel as LogLevel;
     // One listener for all effects (a listener per event type costs a Set each, per session).
     actor.on("*", (effect) => {
       switch (effect.type) {
@@ -181,7 +282,7 @@ export class SessionHost {
           session.settle(effect.replyTo, effect.error);
           break;
         case "interest.add":
-          this.deps.fanout.interest.add(effect.target, session);
+          void this.deps.fanout.interest.add(effect.target, session);
           break;
         case "interest.remove":
           this.deps.fanout.interest.remove(effect.target, session);
@@ -194,14 +295,18 @@ export class SessionHost {
           break;
         case "session.ended":
           this.forgetLegacy(session);
+          this.deps.sessions.delete({ principal, sessionId: id }).catch((error: unknown) => this.deps.logger.warn({ session: id, err: (error as Error).message }, "cannot delete the ended session's record; it expires"));
           this.deps.logger.info({ session: id, principal }, "session ended");
+          break;
+        case "session.handedOff":
+          this.forgetLegacy(session);
+          this.deps.logger.debug({ session: id, principal, reason: effect.reason }, "session left this member");
           break;
       }
     });
     this.legacy.set(id, session);
     this.deps.fanout.listen(session);
     actor.start();
-    this.deps.logger.info({ session: id, principal }, "session started");
     return session;
   }
 
@@ -219,16 +324,24 @@ export class SessionHost {
     return this.listens.size;
   }
 
+  /** What every cursor of this principal's listen streams begins with (see `ResumeCursors`). */
+  cursorPrefix(principal: string): string {
+    return this.deps.cursors.prefix(principal);
+  }
+
   /**
    * Opens a listen actor. `onOutcome` hears exactly one of rejected / acknowledged (with the
-   * honored URIs), before any notification reaches `sink`.
+   * honored URIs, and how it resumed from `cursor` when one was given), before any notification
+   * reaches `sink`. With a cursor, what happened since the event it names comes right after the
+   * acknowledgement (see `resumeListen`).
    */
   openListen(
     principal: string,
     flags: ListenFlags,
     uris: string[],
     makeSink: (streamId: string) => ListenSink,
-    onOutcome: (outcome: Extract<ListenEmitted, { type: "listen.rejected" | "listen.acknowledged" }>) => void,
+    onOutcome: (outcome: ListenOutcome) => void,
+    cursor?: unknown,
   ): { close(): void } {
     try {
       this.holdSession(principal);
@@ -254,7 +367,7 @@ export class SessionHost {
     actor.on("*", (effect) => {
       switch (effect.type) {
         case "interest.add":
-          this.deps.fanout.interest.add(effect.target, sink);
+          void this.deps.fanout.interest.add(effect.target, sink);
           break;
         case "interest.remove":
           this.deps.fanout.interest.remove(effect.target, sink);
@@ -267,13 +380,23 @@ export class SessionHost {
         case "listen.rejected":
           onOutcome(effect);
           break;
-        case "listen.acknowledged":
+        case "listen.acknowledged": {
           acknowledged = true;
           this.listens.add(sink);
           this.listensById.set(id, sink);
           this.deps.fanout.listen(sink);
-          onOutcome(effect);
+          if (cursor === undefined) {
+            onOutcome(effect);
+            break;
+          }
+          const from = this.deps.cursors.parse(cursor, principal);
+          // Held from before the acknowledgement: nothing that arrived meanwhile may precede what the resumption tells.
+          sink.hold?.();
+          onOutcome({ ...effect, resumed: from === undefined ? "everything" : "exact" });
+          if (from === undefined) this.deps.logger.info({ principal, stream: id }, "listen: a cursor not of this cluster and principal; everything it honors is announced once");
+          void this.resumeListen(Object.values(actor.getSnapshot().context.honored), sink, from);
           break;
+        }
         case "listen.ended":
           forget();
           break;
@@ -323,12 +446,58 @@ export class SessionHost {
   }
 
   /**
-   * Ends every session and listen stream (their clients start new ones): used when this instance
-   * was presumed dead by the cluster and what its sessions held may have been released.
+   * A listen stream resumes from `from` (the event its cursor names): what the cluster reports
+   * happened since, merged with what arrives meanwhile in position order, then, once, what nobody
+   * can tell (or, without a usable cursor or when the cluster cannot tell, everything it honors).
+   */
+  private async resumeListen(targets: readonly SubscriptionTarget[], sink: ListenSink, from: EventId | undefined): Promise<void> {
+    let report: SinceReport | undefined;
+    if (from !== undefined) {
+      // Subscribed on the bus before anything is read: nothing falls between.
+      await Promise.all(targets.map((target) => this.deps.fanout.interest.add(target, sink)));
+      report = await this.deps.resume.since(targets, from.position).catch(() => undefined);
+    }
+    const wanted = LIST_NAMES.filter((list) => sink.wants?.(list) ?? true);
+    const told =
+      report === undefined
+        ? []
+        : [
+            ...report.updated.map(({ target, position }) => PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(target.backendId, target.uri), { position, local: 0 })),
+            ...report.lists.filter(({ list }) => wanted.includes(list)).map(({ list, position }) => PreparedNotification.listChanged(list, { position, local: 0 })),
+          ];
+    const unknown = report === undefined ? targets : report.unknown;
+    const late = [
+      ...unknown.map((target) => PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(target.backendId, target.uri), this.env.events.next())),
+      ...(report === undefined ? wanted.map((list) => PreparedNotification.listChanged(list, this.env.events.next())) : []),
+    ];
+    sink.release?.(told, late);
+  }
+
+  /**
+   * This instance was presumed dead by the cluster: its legacy sessions were let go by another
+   * member (their records wait for adoption, what they hold is kept), so they leave this member
+   * without ending; its listen streams end (what they held may have been released): their clients
+   * open new ones.
    */
   endAll(reason: string): void {
-    for (const session of [...this.legacy.values()]) session.close(reason);
+    for (const session of [...this.legacy.values()]) session.handOff(reason);
     for (const listen of [...this.listens]) listen.end?.();
+  }
+
+  /**
+   * This member stops and hands its legacy sessions to the cluster: each record is let go (any
+   * member adopts it when its client comes back; it expires after `idleMs` otherwise) and the
+   * session leaves this member without ending, keeping what it holds. Its stream ends, so its
+   * client reconnects (to another member) right away. With the memory engine there is no one to
+   * hand them to: they end, as before.
+   */
+  async handOffAll(reason: string, idleMs: number): Promise<void> {
+    await Promise.allSettled(
+      [...this.legacy.values()].map(async (session) => {
+        await this.deps.sessions.letGo({ principal: session.principal, sessionId: session.id }, this.deps.instanceId, session.epoch, idleMs);
+        session.handOff(reason);
+      }),
+    );
   }
 
   close(): void {

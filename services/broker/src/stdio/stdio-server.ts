@@ -11,6 +11,7 @@ import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/reque
 import type { LegacySession } from "../session/legacy-session.js";
 import { honoredFilter, parseListenRequest, wantsListChanges, type ListenRequest } from "../session/listen-request.js";
 import type { PreparedNotification } from "../fanout/prepared-notification.js";
+import { mergeInOrder } from "../fanout/event-ids.js";
 
 const STDIO_PRINCIPAL = "stdio";
 
@@ -29,6 +30,8 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
   const writeLine = (line: string) => io.output.write(line);
   const send = (message: unknown) => writeLine(`${JSON.stringify(message)}\n`);
   let session: LegacySession | undefined;
+  /** While the session of the latest `initialize` is being made: legacy requests after it wait for it. */
+  let sessionReady: Promise<void> | undefined;
   let stdoutClosed = false;
   const listens = new Map<string | number, { close(): void }>();
   const inflight = new Map<string | number, AbortController>();
@@ -66,7 +69,10 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
       send(broker.dispatcher.errorResponse(message.id, error, "modern"));
       return;
     }
-    let backlog: string[] | undefined = [];
+    const cursor = { subscriptionId: message.id, cursorPrefix: broker.sessions.cursorPrefix(STDIO_PRINCIPAL) };
+    /** Held notifications: until the acknowledgement, and while a resumption is read. */
+    let backlog: PreparedNotification[] | undefined = [];
+    let resuming = false;
     const handle = broker.sessions.openListen(
       STDIO_PRINCIPAL,
       request.flags,
@@ -76,9 +82,18 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
         flags: request.flags,
         wants: wantsListChanges(request.flags),
         deliver: (notification: PreparedNotification) => {
-          const line = notification.jsonLine(message.id);
-          if (backlog !== undefined) backlog.push(line);
-          else writeLine(line);
+          if (backlog !== undefined) backlog.push(notification);
+          else writeLine(notification.jsonLine(cursor));
+        },
+        hold: () => {
+          resuming = true;
+          backlog ??= [];
+        },
+        release: (told, late) => {
+          resuming = false;
+          const held = backlog ?? [];
+          backlog = undefined;
+          for (const notification of [...mergeInOrder(told, held), ...late]) writeLine(notification.jsonLine(cursor));
         },
       }),
       (outcome) => {
@@ -87,14 +102,13 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
           send(broker.dispatcher.errorResponse(message.id, outcome.error, "modern"));
           return;
         }
-        send({
-          jsonrpc: "2.0",
-          method: NOTIFICATION.subscriptionsAcknowledged,
-          params: { notifications: honoredFilter(request, outcome.honored), _meta: { [META.subscriptionId]: message.id } },
-        });
-        for (const line of backlog ?? []) writeLine(line);
+        const _meta = { [META.subscriptionId]: message.id, ...(outcome.resumed !== undefined && { [META.resumed]: outcome.resumed }) };
+        send({ jsonrpc: "2.0", method: NOTIFICATION.subscriptionsAcknowledged, params: { notifications: honoredFilter(request, outcome.honored), _meta } });
+        if (resuming) return;
+        for (const notification of backlog ?? []) writeLine(notification.jsonLine(cursor));
         backlog = undefined;
       },
+      request.cursor,
     );
     listens.set(message.id, handle);
   };
@@ -135,27 +149,46 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
     }
     if (request.method === "initialize") {
       session?.close("re-initialized");
-      session = broker.sessions.createLegacySession(STDIO_PRINCIPAL);
-      void session.attachStream(
-        {
-          get closed() {
-            return stdoutClosed;
+      session = undefined;
+      const params = request.params ?? {};
+      const ready = broker.sessions
+        .createLegacySession(STDIO_PRINCIPAL, { protocolVersion: broker.dispatcher.negotiatedVersion(params), clientInfo: params.clientInfo, capabilities: params.capabilities })
+        .then(
+          (created) => {
+            session = created;
+            void created.attachStream(
+              {
+                get closed() {
+                  return stdoutClosed;
+                },
+                write: (notification) => writeLine(notification.jsonLine()),
+                onClose: () => undefined,
+                close: () => undefined,
+              },
+              undefined,
+            );
+            void run("legacy", request);
           },
-          write: (notification) => writeLine(notification.jsonLine()),
-          onClose: () => undefined,
-          close: () => undefined,
-        },
-        undefined,
-      );
+          (error: unknown) => {
+            send(broker.dispatcher.errorResponse(id, error, "legacy"));
+          },
+        )
+        .finally(() => {
+          if (sessionReady === ready) sessionReady = undefined;
+        });
+      sessionReady = ready;
+      return;
+    }
+    const serve = (): void => {
+      if (session === undefined) {
+        send(rpcError(id, -32600, "Send initialize first (or use the 2026-07-28 per-request envelope)."));
+        return;
+      }
+      session.touch();
       void run("legacy", request);
-      return;
-    }
-    if (session === undefined) {
-      send(rpcError(id, -32600, "Send initialize first (or use the 2026-07-28 per-request envelope)."));
-      return;
-    }
-    session.touch();
-    void run("legacy", request);
+    };
+    if (sessionReady === undefined) serve();
+    else void sessionReady.then(serve);
   };
 
   return new Promise((resolve) => {

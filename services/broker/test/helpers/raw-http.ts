@@ -30,12 +30,18 @@ export function raw(url: string, options: { method?: string; headers?: Record<st
   });
 }
 
-/** A raw SSE reader: parsed events as they arrive, and when the server ends the stream. */
-export async function openSse(url: string, headers: Record<string, string>): Promise<{ events: { id?: string; data: unknown }[]; ended: Promise<void>; close(): void }> {
+/** A raw SSE reader: parsed events as they arrive, and when the server ends the stream. `body`: POST it (a listen) instead of a GET. */
+export async function openSse(
+  url: string,
+  headers: Record<string, string>,
+  body?: unknown,
+): Promise<{ events: { id?: string; data: unknown }[]; ended: Promise<void>; close(): void; status: number; retry?: number }> {
   return new Promise((resolve, reject) => {
     const events: { id?: string; data: unknown }[] = [];
-    const req = request(url, { method: "GET", headers }, (res) => {
-      if (res.statusCode !== 200) reject(new Error(`GET answered ${res.statusCode}`));
+    const method = body === undefined ? "GET" : "POST";
+    const allHeaders = body === undefined ? headers : { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers };
+    const req = request(url, { method, headers: allHeaders }, (res) => {
+      if (res.statusCode !== 200) reject(new Error(`${method} answered ${res.statusCode}`));
       let buffer = "";
       const ended = new Promise<void>((done) => res.on("close", () => done()));
       res.setEncoding("utf8");
@@ -46,12 +52,15 @@ export async function openSse(url: string, headers: Record<string, string>): Pro
           const block = buffer.slice(0, end);
           buffer = buffer.slice(end + 2);
           const fields = Object.fromEntries(block.split("\n").filter((l) => !l.startsWith(":")).map((l) => [l.slice(0, l.indexOf(":")), l.slice(l.indexOf(":") + 1).trim()]));
+          if (fields.retry !== undefined) stream.retry = Number(fields.retry);
           if (fields.data !== undefined) events.push({ ...(fields.id !== undefined && { id: fields.id }), data: JSON.parse(fields.data) });
         }
       });
-      resolve({ events, ended, close: () => req.destroy() });
+      const stream: { events: typeof events; ended: Promise<void>; close(): void; status: number; retry?: number } = { events, ended, close: () => req.destroy(), status: res.statusCode ?? 0 };
+      resolve(stream);
     });
     req.on("error", reject);
+    if (body !== undefined) req.write(JSON.stringify(body));
     req.end();
   });
 }

@@ -161,8 +161,12 @@ describe("cluster on the Redis engine: two broker instances", () => {
     expect(server.stats.activeSubscriptions.get(URI)).toBe(1);
   });
 
-  it("releases at once what the sessions of an instance that stops gracefully held", async () => {
-    const [a, b] = await cluster();
+  it("hands its legacy sessions to the cluster when it stops gracefully, releases its listen streams' at once, and the sessions' once nobody adopted them in time", async () => {
+    await freshBackend();
+    const shortLived = { ...config(), server: { sessionIdleMs: 1_500 } };
+    const [a, b] = [await startBroker(shortLived), await startBroker(shortLived)];
+    brokers.push(a, b);
+    await eventually(() => a.broker.watchers.holds("leg") !== b.broker.watchers.holds("leg"), "one watcher for the backend");
     const watcher = a.broker.watchers.holds("leg") ? a : b;
     const leaving = watcher === a ? b : a;
     const c = await client(leaving, "legacy");
@@ -173,7 +177,10 @@ describe("cluster on the Redis engine: two broker instances", () => {
     await leaving.close();
     const redis = new Redis(redisUrl);
     try {
-      expect(await redis.hlen(`${prefix}refs:leg`)).toBe(0);
+      // The listen stream's are gone; the session's wait for it to be adopted.
+      expect((await redis.hkeys(`${prefix}refs:leg`)).sort()).toEqual([URI, "test://static/b"]);
+      // Nobody comes back for it: once its record expires, the reap job releases what it held.
+      await eventually(async () => (await redis.hlen(`${prefix}refs:leg`)) === 0, "the expired session's release", 15_000);
     } finally {
       redis.disconnect();
     }
@@ -218,11 +225,12 @@ describe("cluster on the Redis engine: two broker instances", () => {
     await expect(c.subscribeResource({ uri: EXPOSED })).rejects.toMatchObject({ code: -32000 });
   });
 
-  it("recovers from an instance killed outright: the other takes over the backend and releases what the dead one's sessions held", async () => {
+  it("recovers from an instance killed outright: the other takes over the backend, and releases what the dead one's sessions held once nobody adopted them in time", async () => {
     await freshBackend();
     const dir = await mkdtemp(join(tmpdir(), "broker-cluster-"));
     const configFile = join(dir, "broker.json");
-    await writeFile(configFile, JSON.stringify({ ...config(), logging: { level: "warn" } }));
+    const shortLived = { ...config(), server: { sessionIdleMs: 1_500 } };
+    await writeFile(configFile, JSON.stringify({ ...shortLived, logging: { level: "warn" } }));
     const child = spawn(process.execPath, ["--import", "tsx", CLI, "--config", configFile, "--port", "0"], { cwd: BROKER_DIR, stdio: ["ignore", "ignore", "pipe"] });
     try {
       // The process starts first, so it watches the backend.
@@ -235,7 +243,7 @@ describe("cluster on the Redis engine: two broker instances", () => {
         });
         child.once("exit", (code) => fail(new Error(`broker exited with ${code}: ${stderr}`)));
       });
-      const survivor = await startBroker(config());
+      const survivor = await startBroker(shortLived);
       brokers.push(survivor);
       expect(survivor.broker.watchers.holds("leg")).toBe(false);
       const onDoomed = await client({ url: doomedUrl } as RunningBroker, "legacy");
@@ -246,9 +254,10 @@ describe("cluster on the Redis engine: two broker instances", () => {
 
       child.kill("SIGKILL");
       await eventually(() => survivor.broker.watchers.holds("leg"), "the takeover after the lease expired", 5_000);
-      // What the dead instance's session held is wanted until it is reaped: watched, then released.
+      // What the dead instance's session held stays wanted while the session waits to be adopted
+      // (server.sessionIdleMs after its instance was found dead): watched, then released.
       await eventually(() => server.stats.subscribeCount(URI) === 2, "the new watcher to subscribe what is wanted", 5_000);
-      await eventually(() => server.stats.unsubscribeCount(URI) === 1, "the release once the dead instance's heartbeat expired", 10_000);
+      await eventually(() => server.stats.unsubscribeCount(URI) === 1, "the release once the orphaned session expired", 15_000);
       expect(survivor.broker.upstream.watched("leg")).toEqual(["test://static/b"]);
       got.length = 0;
       server.emitUpdate("test://static/b");

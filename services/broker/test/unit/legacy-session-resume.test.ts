@@ -37,6 +37,8 @@ function session(options: { historyLimit?: number; since?: Since } = {}): { s: L
     historyLimit: options.historyLimit ?? 64,
     since: (_targets, position) => since(position),
     exposeUri: (target) => target.uri,
+    touched: () => undefined,
+    logLevelSet: () => undefined,
   });
   actor.on("reply", ({ replyTo, error }) => s.settle(replyTo, error));
   actor.start();

@@ -1,10 +1,11 @@
-import { CHANNEL, MemoryBus, MemoryRegistry, systemClock, type AddOutcome, type BusMessage, type SubscriptionLimits, type SubscriptionRef } from "@mcp-broker/shared";
+import { CHANNEL, MemoryBus, MemoryRegistry, MemorySessionStore, systemClock, type AddOutcome, type BusMessage, type SubscriptionLimits, type SubscriptionRef } from "@mcp-broker/shared";
 import { pino } from "pino";
 import { describe, expect, it, vi } from "vitest";
 import { Catalog } from "../../src/catalog/catalog.js";
 import { Fanout } from "../../src/fanout/fanout.js";
 import type { NotificationWriter } from "../../src/session/legacy-session.js";
 import { SessionHost } from "../../src/session/session-host.js";
+import { ResumeCursors } from "../../src/session/resume-cursor.js";
 
 function host(registry = new MemoryRegistry(), released: string[] = []) {
   const bus = new MemoryBus();
@@ -16,6 +17,9 @@ function host(registry = new MemoryRegistry(), released: string[] = []) {
     registry,
     upstream: { ensure: async () => undefined, release: (_backendId, uri) => void released.push(uri) },
     fanout,
+    sessions: new MemorySessionStore(systemClock),
+    bus,
+    instanceId: "me",
     clock: systemClock,
     logger: pino({ level: "silent" }),
     limits: { perSession: 10, perPrincipal: 10, total: 10 },
@@ -23,6 +27,7 @@ function host(registry = new MemoryRegistry(), released: string[] = []) {
     maxSessionsPerPrincipal: 10,
     resumeHistory: 64,
     resume: { since: () => Promise.reject(new Error("not in this test")) },
+    cursors: new ResumeCursors(() => "cluster"),
   });
   bus.onMessage((channel, message) => {
     if (message.kind === "resource.updated") fanout.receive(channel, message);
@@ -40,8 +45,8 @@ const update = (key: string, uri: string, update: number, keys: number): BusMess
 describe("session host: delivery of one backend update published under several keys", () => {
   it("gives a session subscribed to a resource and a sub-resource of it the update once", async () => {
     const { bus, sessions } = host();
-    const both = sessions.createLegacySession("p");
-    const ancestorOnly = sessions.createLegacySession("p");
+    const both = await sessions.createLegacySession("p");
+    const ancestorOnly = await sessions.createLegacySession("p");
     const [w1, w2] = [writer(), writer()];
     await both.attachStream(w1, undefined);
     await ancestorOnly.attachStream(w2, undefined);
@@ -63,8 +68,8 @@ describe("session host: delivery of one backend update published under several k
 describe("session host: a gap on the bus", () => {
   it("re-announces every subscribed resource once to each local subscriber", async () => {
     const { sessions, fanout } = host();
-    const one = sessions.createLegacySession("p");
-    const two = sessions.createLegacySession("p");
+    const one = await sessions.createLegacySession("p");
+    const two = await sessions.createLegacySession("p");
     const [w1, w2] = [writer(), writer()];
     await one.attachStream(w1, undefined);
     await two.attachStream(w2, undefined);
@@ -81,7 +86,7 @@ describe("session host: a gap on the bus", () => {
 describe("session host: a session actor that fails", () => {
   it("releases what it held, frees its slot and rejects whoever waits", async () => {
     const { sessions } = host();
-    const session = sessions.createLegacySession("p");
+    const session = await sessions.createLegacySession("p");
     await session.subscribe("b+x://a");
     const waiting = session.subscribe("b+x://b"); // answered by nobody once the actor has failed
     // What xstate sends a parent when a child's transition throws (see Actor._error).
@@ -91,7 +96,7 @@ describe("session host: a session actor that fails", () => {
     expect(sessions.legacySession(session.id, "p")).toBeUndefined();
     expect(sessions.legacySessions()).toEqual([]);
     // The slot is free again: maxSessionsPerPrincipal is 10, and 10 more fit.
-    for (let i = 0; i < 10; i++) sessions.createLegacySession("p");
+    for (let i = 0; i < 10; i++) await sessions.createLegacySession("p");
     sessions.close();
   });
 });
@@ -132,7 +137,7 @@ describe("session host: a legacy session closed while a subscribe is being made"
     const registry = new SlowRegistry();
     const released: string[] = [];
     const { sessions } = host(registry, released);
-    const session = sessions.createLegacySession("p");
+    const session = await sessions.createLegacySession("p");
     const subscribing = session.subscribe("b+x://1");
     await vi.waitFor(() => expect(registry.waiting()).toBe(1));
     session.close("test");

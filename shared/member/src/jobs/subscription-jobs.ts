@@ -1,4 +1,4 @@
-import { CHANNEL, type Beyond, type Bus, type SubscriptionLimits, type SubscriptionRegistry } from "@mcp-broker/shared";
+import { CHANNEL, type Beyond, type Bus, type Clock, type SessionStore, type SubscriptionLimits, type SubscriptionRegistry } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
 
 /**
@@ -12,8 +12,12 @@ export class SubscriptionJobs {
   constructor(
     private readonly deps: {
       registry: SubscriptionRegistry;
+      sessions: SessionStore;
       bus: Bus;
       logger: Logger;
+      clock: Clock;
+      /** How long a session nobody holds lives on, for a member to adopt it (`server.sessionIdleMs`). */
+      sessionIdleMs: number;
       instanceId: string;
       /** The cluster-wide count of (backend, uri) reached zero: release it upstream. */
       release(backendId: string, uri: string): void;
@@ -27,10 +31,25 @@ export class SubscriptionJobs {
     return this.repaired;
   }
 
+  /**
+   * Dead members: the legacy sessions they held are let go (their records live on for
+   * `sessionIdleMs`, for any member to adopt, and keep what they hold); what else they held (listen
+   * streams) is released. Then the let-go sessions nobody adopted in time end: what they held is released.
+   */
   async reap(): Promise<void> {
-    const released = await this.deps.registry.reapDead();
-    if (released.length > 0) this.deps.logger.warn({ released: released.length }, "released the subscriptions of dead broker instances");
-    for (const { backendId, uri } of released) this.deps.release(backendId, uri);
+    for (const dead of await this.deps.registry.deadInstances()) {
+      const orphaned = await this.deps.sessions.orphan(dead, this.deps.sessionIdleMs);
+      const released = await this.deps.registry.reapInstance(dead);
+      this.deps.logger.warn({ instance: dead, sessionsKept: orphaned.length, released: released.length }, "a broker instance died: its sessions wait for another to adopt them; the rest of what it held is released");
+      for (const { backendId, uri } of released) this.deps.release(backendId, uri);
+    }
+    for (const key of await this.deps.sessions.expired(this.deps.clock.now())) {
+      const refs = await this.deps.registry.ofSession(key.principal, key.sessionId);
+      for (const ref of refs) {
+        if ((await this.deps.registry.remove(ref)).last) this.deps.release(ref.backendId, ref.uri);
+      }
+      this.deps.logger.info({ principal: key.principal, session: key.sessionId, released: refs.length }, "a session nobody adopted expired; released what it held");
+    }
   }
 
   /** Recounts and repairs the counts; holdings beyond `limits` (they were lowered) get the limits job. */

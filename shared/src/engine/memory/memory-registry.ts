@@ -100,7 +100,11 @@ export class MemoryRegistry implements SubscriptionRegistry {
     return true;
   }
 
-  async reapDead(): Promise<{ backendId: string; uri: string }[]> {
+  async deadInstances(): Promise<string[]> {
+    return [];
+  }
+
+  async reapInstance(): Promise<{ backendId: string; uri: string }[]> {
     return [];
   }
 

@@ -65,6 +65,21 @@ export class RedisKeys {
     return `${this.prefix}refs:${backendId}`;
   }
 
+  /** Hash of one legacy session's record (see `SessionStore`), under its principal. */
+  sessionRecord(principal: string, sessionId: string): string {
+    return `${this.prefix}session:${encodeURIComponent(principal)}:${encodeURIComponent(sessionId)}`;
+  }
+
+  /** Set of the sessions (records) one member holds, as JSON `[principal, sessionId, …]`. */
+  instanceRecords(instanceId: string): string {
+    return `${this.prefix}instance-records:${instanceId}`;
+  }
+
+  /** Sorted set of the sessions no member holds, by when their records expire (ms). */
+  orphans(): string {
+    return `${this.prefix}orphans`;
+  }
+
   /** Set of instance ids that have heartbeaten (dead ones until they are reaped). */
   instances(): string {
     return `${this.prefix}instances`;
@@ -97,6 +112,11 @@ export class RedisKeys {
   /** The cluster's event position counter (resource updates and catalog changes). */
   positions(): string {
     return `${this.prefix}position`;
+  }
+
+  /** This cluster's id (set by the first member that starts): resume cursors name the cluster they come from. */
+  cluster(): string {
+    return `${this.prefix}cluster`;
   }
 
   /** BullMQ's own prefix: it lays out its keys below it, as `<jobs()>:<queue>:...`. */

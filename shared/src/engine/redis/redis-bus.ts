@@ -18,6 +18,8 @@ import type { RedisKeys } from "./keys.js";
  */
 export class RedisBus implements Bus {
   private readonly channels = new Set<string>();
+  /** SUBSCRIBEs in flight, by channel. */
+  private readonly subscribing = new Map<string, Promise<void>>();
   private handler: ((channel: string, message: BusMessage) => void) | undefined;
   private readonly gapHandlers: ((side: "receive" | "publish") => void)[] = [];
 
@@ -84,11 +86,22 @@ export class RedisBus implements Bus {
     return command.promise.then(() => undefined);
   }
 
-  /** A channel stays wanted even when its SUBSCRIBE fails (Redis away): it is subscribed again once the connection is back. */
+  /**
+   * A channel stays wanted even when its SUBSCRIBE fails (Redis away): it is subscribed again once
+   * the connection is back. A second call while the first SUBSCRIBE is in flight waits for it.
+   */
   async subscribe(channel: string): Promise<void> {
+    const pending = this.subscribing.get(channel);
+    if (pending !== undefined) return pending;
     if (this.channels.has(channel)) return;
     this.channels.add(channel);
-    await this.subscriber.subscribe(this.keys.channel(channel));
+    const subscribing = this.subscriber.subscribe(this.keys.channel(channel)).then(() => undefined);
+    this.subscribing.set(channel, subscribing);
+    try {
+      await subscribing;
+    } finally {
+      this.subscribing.delete(channel);
+    }
   }
 
   async unsubscribe(channel: string): Promise<void> {

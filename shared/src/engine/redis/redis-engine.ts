@@ -3,6 +3,7 @@ import type { JobQueue } from "../jobs.js";
 import { BullJobQueue, type BullJobQueueOptions } from "./bullmq-job-queue.js";
 import { RedisBus } from "./redis-bus.js";
 import { RedisCatalogStore } from "./redis-catalog-store.js";
+import { RedisSessionStore } from "./redis-session-store.js";
 import { RedisUpdateLog } from "./redis-update-log.js";
 import { RedisKeys } from "./keys.js";
 import { RedisLeases } from "./redis-leases.js";
@@ -29,6 +30,8 @@ export interface RedisEngine {
   readonly catalog: RedisCatalogStore;
   /** Resource updates with their cluster positions and stamps. */
   readonly updates: RedisUpdateLog;
+  /** Legacy sessions' records, for adoption by any member. */
+  readonly sessions: RedisSessionStore;
   /** The command connection, for operator tools and tests. */
   readonly redis: Redis;
   /** A BullMQ job queue of this cluster (its connections are its own; `close` it before the engine). */
@@ -68,6 +71,7 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     leases: new RedisLeases(redis, keys),
     catalog: new RedisCatalogStore(redis, keys),
     updates: new RedisUpdateLog(redis, keys),
+    sessions: new RedisSessionStore(redis, keys),
     redis,
     jobQueue: (name, queueOptions) =>
       new BullJobQueue({

@@ -118,7 +118,7 @@ type RegistryCommands = {
  * The subscription registry in Redis. `add` and `remove` are single Lua scripts, so limits hold
  * exactly and `first`/`last` go to exactly one caller however many instances call at once. Each
  * instance also keeps the set of its sessions that hold subscriptions and a heartbeat, so that the
- * others can release what a dead instance's sessions held (`reapDead`).
+ * others can release what a dead instance's sessions held (`reapInstance`).
  */
 export class RedisRegistry implements SubscriptionRegistry {
   private readonly redis: Redis & RegistryCommands;
@@ -165,19 +165,25 @@ export class RedisRegistry implements SubscriptionRegistry {
     return alive || first;
   }
 
-  async reapDead(): Promise<{ backendId: string; uri: string }[]> {
-    const released: { backendId: string; uri: string }[] = [];
+  async deadInstances(): Promise<string[]> {
+    const dead: string[] = [];
     for (const instanceId of await this.redis.smembers(this.keys.instances())) {
-      if (instanceId === this.instanceId || (await this.redis.exists(this.keys.instance(instanceId))) === 1) continue;
-      for (const session of await this.redis.smembers(this.keys.instanceSessions(instanceId))) {
-        const [principal, sessionId] = JSON.parse(session) as [string, string];
-        for (const ref of await this.ofSession(principal, sessionId)) {
-          if ((await this.removeOf(ref, instanceId)).last) released.push({ backendId: ref.backendId, uri: ref.uri });
-        }
-      }
-      // Another instance reaping at the same time gets `removed: false` for what this one took.
-      await this.redis.srem(this.keys.instances(), instanceId);
+      if (instanceId !== this.instanceId && (await this.redis.exists(this.keys.instance(instanceId))) === 0) dead.push(instanceId);
     }
+    return dead;
+  }
+
+  async reapInstance(instanceId: string): Promise<{ backendId: string; uri: string }[]> {
+    if ((await this.redis.exists(this.keys.instance(instanceId))) === 1) return [];
+    const released: { backendId: string; uri: string }[] = [];
+    for (const session of await this.redis.smembers(this.keys.instanceSessions(instanceId))) {
+      const [principal, sessionId] = JSON.parse(session) as [string, string];
+      for (const ref of await this.ofSession(principal, sessionId)) {
+        if ((await this.removeOf(ref, instanceId)).last) released.push({ backendId: ref.backendId, uri: ref.uri });
+      }
+    }
+    // Another process reaping at the same time gets `removed: false` for what this one took.
+    await this.redis.srem(this.keys.instances(), instanceId);
     return released;
   }
 

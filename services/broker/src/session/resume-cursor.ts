@@ -1,0 +1,35 @@
+import { createHash } from "node:crypto";
+import { formatEventId, parseEventId, type EventId } from "../fanout/event-ids.js";
+
+const VERSION = "1";
+
+/**
+ * Resume cursors of listen streams (the `io.mcp-broker/cursor` extension): `1:<cluster>:<tag>:<event id>`,
+ * where the cluster is this cluster's id and the tag a digest of the principal. A cursor names the
+ * last event a client saw, so a listen that passes it back resumes from there on any member. One
+ * from another cluster, another principal, or in any other form cannot be resumed from: the
+ * listen then announces everything it honors once (nothing is lost).
+ */
+export class ResumeCursors {
+  constructor(private readonly clusterId: () => string) {}
+
+  /** What every cursor of a principal's streams begins with; an event id completes it. */
+  prefix(principal: string): string {
+    return `${VERSION}:${this.clusterId()}:${tagOf(principal)}:`;
+  }
+
+  format(principal: string, id: EventId): string {
+    return `${this.prefix(principal)}${formatEventId(id)}`;
+  }
+
+  /** The event a cursor names, when it is this cluster's and this principal's. */
+  parse(cursor: unknown, principal: string): EventId | undefined {
+    if (typeof cursor !== "string") return undefined;
+    const prefix = this.prefix(principal);
+    return cursor.startsWith(prefix) ? parseEventId(cursor.slice(prefix.length)) : undefined;
+  }
+}
+
+function tagOf(principal: string): string {
+  return createHash("sha256").update(principal).digest("base64url").slice(0, 12);
+}

@@ -1,0 +1,319 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { deleteKeys, testRedisUrl, uniquePrefix } from "@mcp-broker/shared/testing";
+import { Redis } from "ioredis";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
+import { startLegacyHttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
+import { createTestServer, type TestServer } from "../fixtures/test-server.js";
+import { eventually, post, startBroker, type RunningBroker } from "../helpers/harness.js";
+import { openSse } from "../helpers/raw-http.js";
+
+const BROKER_DIR = resolve(import.meta.dirname, "../..");
+const CLI = join(BROKER_DIR, "src/cli.ts");
+const MODERN = { "mcp-protocol-version": "2026-07-28", "mcp-method": "subscriptions/listen" };
+const MODERN_META = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
+const KEY_A = "key-for-team-a-0123456789";
+const KEY_B = "key-for-team-b-0123456789";
+
+type Stream = Awaited<ReturnType<typeof openSse>>;
+type Event = Stream["events"][number];
+
+/** The URIs of the resources/updated events, and the methods of any other event. */
+const described = (events: readonly Event[]) =>
+  events.map((e) => {
+    const { method, params } = e.data as { method?: string; params?: { uri?: string } };
+    return method === "notifications/resources/updated" ? (params?.uri ?? "?") : (method ?? "(response)");
+  });
+
+/**
+ * Sessions that outlive their instance (Redis engine, real broker processes and in-process
+ * brokers on one Redis): any member adopts a legacy session, resumes its stream from what the
+ * cluster knows, and a listen stream resumes from its cursor on any member.
+ */
+describe("sessions across broker instances", () => {
+  let redisUrl: string;
+  let prefix: string;
+  let server: TestServer;
+  let backend: LegacyHttpBackend;
+  let brokers: RunningBroker[] = [];
+  let streams: Stream[] = [];
+  let children: ChildProcess[] = [];
+  let dirs: string[] = [];
+
+  const config = (extra: Record<string, unknown> = {}) => ({
+    backends: [{ id: "leg", url: backend.url, era: "legacy" as const, reconnect: { initialDelayMs: 50, maxDelayMs: 200 }, healthIntervalMs: 200 }],
+    subscriptions: { releaseGraceMs: 0 },
+    redisUrl,
+    redis: { keyPrefix: prefix, leaseTtlMs: 1_000, instanceTtlMs: 2_000, watcherTimeoutMs: 3_000 },
+    ...extra,
+  });
+
+  beforeAll(async () => {
+    redisUrl = await testRedisUrl();
+  });
+
+  afterEach(async () => {
+    for (const child of children) child.kill("SIGKILL");
+    for (const stream of streams) stream.close();
+    await Promise.all(brokers.map((b) => b.close().catch(() => undefined)));
+    await backend?.close();
+    await deleteKeys(redisUrl, prefix);
+    for (const dir of dirs) await rm(dir, { recursive: true, force: true });
+    brokers = [];
+    streams = [];
+    children = [];
+    dirs = [];
+  });
+
+  async function fresh(): Promise<void> {
+    prefix = uniquePrefix("takeover");
+    server = createTestServer({ name: "shared-backend" });
+    backend = await startLegacyHttpBackend(server);
+  }
+
+  async function broker(extra: Record<string, unknown> = {}): Promise<RunningBroker> {
+    const running = await startBroker(config(extra));
+    brokers.push(running);
+    return running;
+  }
+
+  /** A broker as its own process (to be killed), ready to serve. */
+  async function brokerProcess(): Promise<{ url: string; child: ChildProcess; stderr: () => string }> {
+    const dir = await mkdtemp(join(tmpdir(), "takeover-"));
+    dirs.push(dir);
+    const file = join(dir, "broker.json");
+    await writeFile(file, JSON.stringify({ ...config(), logging: { level: "warn" } }));
+    const child = spawn(process.execPath, ["--import", "tsx", CLI, "--config", file, "--port", "0"], { cwd: BROKER_DIR, stdio: ["ignore", "ignore", "pipe"] });
+    children.push(child);
+    let stderr = "";
+    const url = await new Promise<string>((done, fail) => {
+      child.stderr?.on("data", (chunk: Buffer) => {
+        stderr += chunk.toString("utf8");
+        const ready = /mcp-broker ready: (\S+)/.exec(stderr);
+        if (ready?.[1] !== undefined) done(ready[1]);
+      });
+      child.once("exit", (code) => fail(new Error(`broker exited with ${code}: ${stderr}`)));
+    });
+    return { url, child, stderr: () => stderr };
+  }
+
+  const headersOf = (sessionId: string, key?: string) => ({
+    "mcp-session-id": sessionId,
+    "mcp-protocol-version": "2025-11-25",
+    ...(key !== undefined && { authorization: `Bearer ${key}` }),
+  });
+
+  async function initialize(url: string, key?: string): Promise<string> {
+    const auth: Record<string, string> = key === undefined ? {} : { authorization: `Bearer ${key}` };
+    const init = await post(url, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } }, auth);
+    const sessionId = init.headers.get("mcp-session-id") ?? "";
+    expect(sessionId).not.toBe("");
+    await post(url, { jsonrpc: "2.0", method: "notifications/initialized" }, headersOf(sessionId, key));
+    return sessionId;
+  }
+
+  async function subscribe(url: string, sessionId: string, uri: string): Promise<void> {
+    const answer = await post(url, { jsonrpc: "2.0", id: 2, method: "resources/subscribe", params: { uri } }, headersOf(sessionId));
+    expect(answer.json).toMatchObject({ result: {} });
+  }
+
+  async function stream(url: string, sessionId: string, lastEventId?: string, key?: string): Promise<Stream> {
+    const opened = await openSse(url, { ...headersOf(sessionId, key), accept: "text/event-stream", ...(lastEventId !== undefined && { "last-event-id": lastEventId }) });
+    streams.push(opened);
+    return opened;
+  }
+
+  const updates = (s: Stream) => s.events.filter((e) => (e.data as { method?: string }).method === "notifications/resources/updated");
+  const A = "leg+test://static/a";
+  const B = "leg+test://static/b";
+
+  it("adopts a session whose broker was SIGKILLed, under the same id, and resumes it with what was updated meanwhile", async () => {
+    await fresh();
+    const doomed = await brokerProcess(); // starts first: it watches the backend
+    const survivor = await broker();
+    const sessionId = await initialize(doomed.url);
+    await subscribe(doomed.url, sessionId, A);
+    await subscribe(doomed.url, sessionId, B);
+    const first = await stream(doomed.url, sessionId);
+    server.emitUpdate("test://static/a");
+    await eventually(() => updates(first).length === 1, "an update on the first broker");
+    const seen = updates(first)[0]?.id ?? "";
+
+    doomed.child.kill("SIGKILL");
+    await eventually(() => survivor.broker.watchers.holds("leg"), "the survivor to watch the backend", 5_000);
+    // Updated while no broker holds the session: it is not lost.
+    server.emitUpdate("test://static/b");
+    const redis = new Redis(redisUrl);
+    try {
+      await eventually(async () => (await redis.hget(`${prefix}stamps:leg`, "utest://static/b")) !== null, "the update stamped");
+    } finally {
+      redis.disconnect();
+    }
+
+    const resumed = await stream(survivor.url, sessionId, seen);
+    expect(resumed.status).toBe(200);
+    await eventually(() => described(updates(resumed)).includes(B), "the update made while the session had no holder");
+    const call = await post(survivor.url, { jsonrpc: "2.0", id: 3, method: "tools/call", params: { name: "leg__echo", arguments: { text: "hi" } } }, headersOf(sessionId));
+    expect(call.status).toBe(200);
+    expect(call.json).toMatchObject({ result: {} });
+    const before = updates(resumed).length;
+    server.emitUpdate("test://static/a");
+    await eventually(() => updates(resumed).length > before, "live updates on the adopting broker");
+  }, 40_000);
+
+  it("resumes Last-Event-ID on another broker with exactly the subscriptions updated since", async () => {
+    await fresh();
+    const [one, two] = [await broker(), await broker()];
+    const sessionId = await initialize(one.url);
+    for (const name of ["a", "b", "static/a"]) await subscribe(one.url, sessionId, name.startsWith("static") ? A : `leg+test://items/${name}`);
+    const first = await stream(one.url, sessionId);
+    server.emitUpdate("test://items/a");
+    await eventually(() => updates(first).length === 1, "the first update");
+    const seen = updates(first)[0]?.id ?? "";
+    first.close();
+    await first.ended;
+    const delivered = one.broker.fanout.deliveries().resourceUpdated;
+    server.emitUpdate("test://items/b");
+    server.emitUpdate("test://static/a");
+    await eventually(() => one.broker.fanout.deliveries().resourceUpdated === delivered + 2, "the updates reaching the session on the first broker");
+
+    const resumed = await stream(two.url, sessionId, seen);
+    // A barrier: an update after the resumption arrives after anything the resumption sends.
+    await eventually(() => updates(resumed).length === 2, "the resumption");
+    server.emitUpdate("test://items/a");
+    await eventually(() => updates(resumed).length === 3, "the barrier update");
+    expect(described(resumed.events)).toEqual(["leg+test://items/b", A, "leg+test://items/a"]);
+    // The first broker let go of it.
+    await eventually(() => one.broker.sessions.legacySession(sessionId, "anonymous") === undefined, "the first broker to let go");
+  });
+
+  it("lets exactly one of two brokers racing to adopt a session deliver to it", async () => {
+    await fresh();
+    const [owner, b, c] = [await broker(), await broker(), await broker()];
+    const sessionId = await initialize(owner.url);
+    await subscribe(owner.url, sessionId, A);
+    const [onB, onC] = await Promise.all([stream(b.url, sessionId), stream(c.url, sessionId)]);
+    // The one with the older epoch is told to let go, and ends its stream.
+    await eventually(() => [b, c].filter((r) => r.broker.sessions.legacySession(sessionId, "anonymous") !== undefined).length === 1, "one holder");
+    await Promise.race([onB.ended, onC.ended]);
+    expect(owner.broker.sessions.legacySession(sessionId, "anonymous")).toBeUndefined();
+    const holder = b.broker.sessions.legacySession(sessionId, "anonymous") !== undefined ? onB : onC;
+    const other = holder === onB ? onC : onB;
+    const [holderBefore, otherBefore] = [updates(holder).length, updates(other).length];
+    server.emitUpdate("test://static/a");
+    server.emitUpdate("test://static/a");
+    await eventually(() => updates(holder).length === holderBefore + 2, "the updates on the holder's stream");
+    expect(updates(other).length).toBe(otherBefore);
+  });
+
+  it("answers 404 to a session id presented by another principal, or one that never existed", async () => {
+    await fresh();
+    const keys = { auth: { apiKeys: [{ key: KEY_A, principal: "team-a" }, { key: KEY_B, principal: "team-b" }] } };
+    const [one, two] = [await broker(keys), await broker(keys)];
+    const sessionId = await initialize(one.url, KEY_A);
+    const ping = { jsonrpc: "2.0", id: 9, method: "ping" };
+    expect((await post(two.url, ping, headersOf(sessionId, KEY_B))).status).toBe(404);
+    expect((await post(one.url, ping, headersOf(sessionId, KEY_B))).status).toBe(404);
+    expect((await post(two.url, ping, headersOf("00000000-0000-4000-8000-000000000000", KEY_A))).status).toBe(404);
+    // Its own principal reaches it from either broker.
+    expect((await post(two.url, ping, headersOf(sessionId, KEY_A))).json).toMatchObject({ result: {} });
+  });
+
+  it("ends a session everywhere on DELETE from any broker, and releases what it held", async () => {
+    await fresh();
+    const [one, two] = [await broker(), await broker()];
+    const sessionId = await initialize(one.url);
+    await subscribe(one.url, sessionId, A);
+    const first = await stream(one.url, sessionId);
+    const deleted = await fetch(two.url, { method: "DELETE", headers: headersOf(sessionId) });
+    expect(deleted.status).toBe(200);
+    await first.ended;
+    for (const url of [one.url, two.url]) expect((await post(url, { jsonrpc: "2.0", id: 9, method: "ping" }, headersOf(sessionId))).status).toBe(404);
+    const redis = new Redis(redisUrl);
+    try {
+      await eventually(async () => (await redis.hlen(`${prefix}refs:leg`)) === 0, "the release");
+    } finally {
+      redis.disconnect();
+    }
+  });
+
+  it("resumes a listen stream from its cursor on another broker, with exactly what changed since", async () => {
+    await fresh();
+    const [one, two] = [await broker(), await broker()];
+    // Someone else keeps the resources watched while the listen is closed.
+    const keeper = await initialize(one.url);
+    await subscribe(one.url, keeper, A);
+    await subscribe(one.url, keeper, B);
+    const listen = (url: string, meta: Record<string, unknown> = {}) =>
+      openSse(url, MODERN, { jsonrpc: "2.0", id: 5, method: "subscriptions/listen", params: { notifications: { resourceSubscriptions: [A, B] }, _meta: { ...MODERN_META, ...meta } } });
+    const first = await listen(one.url);
+    streams.push(first);
+    await eventually(() => first.events.length === 1, "the acknowledgement");
+    server.emitUpdate("test://static/a");
+    await eventually(() => updates(first).length === 1, "an update with its cursor");
+    const cursor = (updates(first)[0]?.data as { params: { _meta: Record<string, unknown> } }).params._meta["io.mcp-broker/cursor"];
+    expect(cursor).toMatch(/^1:[^:]+:[^:]+:\d+$/);
+    first.close();
+    server.emitUpdate("test://static/b");
+    await eventually(async () => {
+      const redis = new Redis(redisUrl);
+      try {
+        return (await redis.hget(`${prefix}stamps:leg`, "utest://static/b")) !== null && Number(await redis.hget(`${prefix}stamps:leg`, "utest://static/b")) > Number(String(cursor).split(":")[3]);
+      } finally {
+        redis.disconnect();
+      }
+    }, "the update while the listen was closed");
+
+    const resumed = await listen(two.url, { "io.mcp-broker/cursor": cursor });
+    streams.push(resumed);
+    await eventually(() => updates(resumed).length === 1, "the resumption");
+    expect(resumed.events[0]?.data).toMatchObject({ method: "notifications/subscriptions/acknowledged", params: { _meta: { "io.mcp-broker/resumed": "exact" } } });
+    server.emitUpdate("test://static/a");
+    await eventually(() => updates(resumed).length === 2, "the barrier update");
+    expect(described(updates(resumed))).toEqual([B, A]);
+  });
+
+  it("announces everything once for a forged or malformed Last-Event-ID, and for a cursor of another principal or cluster", async () => {
+    await fresh();
+    const [one, two] = [await broker(), await broker()];
+    const sessionId = await initialize(one.url);
+    await subscribe(one.url, sessionId, A);
+    const everything = [A, "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"];
+    for (const [url, lastEventId] of [
+      [two.url, "999999999999"],
+      [one.url, "abc"],
+      [two.url, "1.0"],
+    ] as const) {
+      const resumed = await stream(url, sessionId, lastEventId);
+      await eventually(() => resumed.events.length >= 4, `the re-announcement for ${lastEventId}`);
+      expect(described(resumed.events), lastEventId).toEqual(everything);
+    }
+    for (const cursor of ["1:another-cluster:x:5", "garbage", 42]) {
+      const resumed = await openSse(two.url, MODERN, { jsonrpc: "2.0", id: 5, method: "subscriptions/listen", params: { notifications: { resourceSubscriptions: [A] }, _meta: { ...MODERN_META, "io.mcp-broker/cursor": cursor } } });
+      streams.push(resumed);
+      await eventually(() => updates(resumed).length === 1, `the re-announcement for cursor ${String(cursor)}`);
+      expect(resumed.events[0]?.data).toMatchObject({ params: { _meta: { "io.mcp-broker/resumed": "everything" } } });
+    }
+  });
+
+  it("hands its sessions over when it stops gracefully: the stream ends with a retry, and another broker resumes it", async () => {
+    await fresh();
+    const leaving = await brokerProcess();
+    const staying = await broker();
+    const sessionId = await initialize(leaving.url);
+    await subscribe(leaving.url, sessionId, A);
+    const first = await stream(leaving.url, sessionId);
+    server.emitUpdate("test://static/a");
+    await eventually(() => updates(first).length === 1, "an update");
+    const seen = updates(first)[0]?.id ?? "";
+    leaving.child.kill("SIGTERM");
+    await first.ended;
+    expect(first.retry).toBeGreaterThan(0);
+    const resumed = await stream(staying.url, sessionId, seen);
+    server.emitUpdate("test://static/a");
+    await eventually(() => updates(resumed).length >= 1, "updates on the broker that took it over", 10_000);
+    expect(described(updates(resumed)).every((uri) => uri === A)).toBe(true);
+  }, 30_000);
+});

@@ -1,0 +1,87 @@
+import type { Clock } from "../../clock.js";
+import type { NewSession, SessionKey, SessionRecord, SessionStore } from "../session-store.js";
+
+const keyOf = (key: SessionKey): string => `${key.principal}\u0000${key.sessionId}`;
+
+/** The session store of one process (there is no other member to adopt a session, but the rules are the same). */
+export class MemorySessionStore implements SessionStore {
+  private readonly records = new Map<string, SessionRecord>();
+  /** Sessions let go, by key: when their record expires. */
+  private readonly letGoUntil = new Map<string, number>();
+
+  constructor(private readonly clock: Clock) {}
+
+  async create(session: NewSession, owner: string, now: number): Promise<void> {
+    this.records.set(keyOf(session), { ...structuredClone(session), owner, epoch: 1, lastSeen: now });
+  }
+
+  async get(key: SessionKey): Promise<SessionRecord | undefined> {
+    const record = this.live(key);
+    return record === undefined ? undefined : structuredClone(record);
+  }
+
+  async adopt(key: SessionKey, owner: string, now: number): Promise<{ record: SessionRecord; previous: string | undefined } | undefined> {
+    const record = this.live(key);
+    if (record === undefined) return undefined;
+    const previous = record.owner === "" || record.owner === owner ? undefined : record.owner;
+    record.owner = owner;
+    record.epoch++;
+    record.lastSeen = now;
+    this.letGoUntil.delete(keyOf(key));
+    return { record: structuredClone(record), previous };
+  }
+
+  async touch(key: SessionKey, now: number): Promise<void> {
+    const record = this.live(key);
+    if (record !== undefined) record.lastSeen = now;
+  }
+
+  async setLogLevel(key: SessionKey, level: string): Promise<void> {
+    const record = this.live(key);
+    if (record !== undefined) record.logLevel = level;
+  }
+
+  async delete(key: SessionKey): Promise<void> {
+    this.records.delete(keyOf(key));
+    this.letGoUntil.delete(keyOf(key));
+  }
+
+  async letGo(key: SessionKey, owner: string, epoch: number, idleMs: number): Promise<void> {
+    const record = this.live(key);
+    if (record === undefined || record.owner !== owner || record.epoch !== epoch) return;
+    record.owner = "";
+    this.letGoUntil.set(keyOf(key), this.clock.now() + idleMs);
+  }
+
+  async orphan(owner: string, idleMs: number): Promise<SessionKey[]> {
+    const orphaned: SessionKey[] = [];
+    for (const record of this.records.values()) {
+      if (record.owner !== owner) continue;
+      record.owner = "";
+      this.letGoUntil.set(keyOf(record), this.clock.now() + idleMs);
+      orphaned.push({ principal: record.principal, sessionId: record.sessionId });
+    }
+    return orphaned;
+  }
+
+  async expired(now: number): Promise<SessionKey[]> {
+    const gone: SessionKey[] = [];
+    for (const [key, until] of this.letGoUntil) {
+      if (until > now) continue;
+      const record = this.records.get(key);
+      this.records.delete(key);
+      this.letGoUntil.delete(key);
+      if (record !== undefined) gone.push({ principal: record.principal, sessionId: record.sessionId });
+    }
+    return gone;
+  }
+
+  async close(): Promise<void> {}
+
+  /** The record unless it expired (let go, and not adopted in time). */
+  private live(key: SessionKey): SessionRecord | undefined {
+    const until = this.letGoUntil.get(keyOf(key));
+    if (until !== undefined && until <= this.clock.now()) return undefined;
+    return this.records.get(keyOf(key));
+  }
+}
