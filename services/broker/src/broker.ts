@@ -127,6 +127,11 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     log: (backend, params) => router.relayLog(backend.id, params),
     ...busIntake({ fanout, catalog, sessions }),
     presumedDead: () => sessions.endAll("this broker instance lost contact with the cluster; start a new session"),
+    newestPosition: () => fanout.events.newest(),
+    recover: async () => {
+      catalog.forgetVersions();
+      await sessions.reregister();
+    },
     retryReleases: () => sessions.retryReleases(),
   });
   const gate = new StartupGate();

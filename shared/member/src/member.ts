@@ -59,6 +59,13 @@ export interface MemberHooks {
   unpublished?(backendId: string, keys: readonly string[], uri: string): void;
   /** The cluster presumed this member dead: what its sessions held may be gone. */
   presumedDead?(): void;
+  /** The newest cluster position this member passed on to clients (the floor after Redis lost the counter). */
+  newestPosition?(): number;
+  /**
+   * Redis lost the cluster's state (restarted without persistence): write back what this member
+   * holds (session records, subscriptions), and take what comes next as new (catalog versions restart).
+   */
+  recover?(): Promise<void>;
   /** A heartbeat went through: releases that failed while Redis was away are tried again. */
   retryReleases?(): void;
 }
@@ -215,8 +222,13 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     clock,
     logger,
     ttlMs: config.redis.instanceTtlMs,
-    presumedDead: () => hooks.presumedDead?.(),
+    // Redis lost its data (no heartbeat key either): not presumed dead, the recovery writes back what it holds.
+    presumedDead: () => {
+      if (clock.now() - lastRecovery > config.redis.instanceTtlMs) hooks.presumedDead?.();
+      else logger.warn("the heartbeat had expired with the rest of Redis's data: recovered, not presumed dead");
+    },
     retryReleases: () => hooks.retryReleases?.(),
+    beforeHeartbeat: () => recoverIfLost(),
   });
   const metrics = createMemberMetrics({
     backends: () => pool.all(),
@@ -240,6 +252,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
   bus.onGap((side) => {
     if (side === "publish") watchers.publishGap();
     else hooks.receiveGap?.();
+    void recoverIfLost().catch((error: unknown) => logger.warn({ err: (error as Error).message }, "checking the cluster's state failed"));
   });
   if (config.jobs.process) {
     jobs.process(async (_key, job) => {
@@ -268,6 +281,37 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
 
   let started = false;
   let clusterId: string = randomUUID();
+  let recovering: Promise<void> | undefined;
+  let lastRecovery = Number.NEGATIVE_INFINITY;
+  /** The incarnation of the cluster's state this member knows (see `RedisKeys.generation`). */
+  let generation: string | undefined;
+  /**
+   * Redis keeps the cluster's state; one restarted without persistence has none. Each member notices
+   * (the generation it knew is gone: the first to notice writes a new one, the others find it
+   * changed) on its next heartbeat or bus reconnect, and writes back what it holds: the cluster's name (the same: cursors stay valid), a position floor (what clients saw
+   * still comes first), its heartbeat, its sessions and their subscriptions (the broker's part), the
+   * repeated jobs. Watcher leases are taken again as usual, and the watchers then watch what is
+   * wanted and count it as updated once; the reloads their watch start schedules fill the catalog.
+   */
+  const recoverIfLost = (): Promise<void> => {
+    if (redis === undefined || !started) return Promise.resolve();
+    recovering ??= (async () => {
+      const existing = await redis.redis.set(redis.keys.generation(), randomUUID(), "NX", "GET");
+      const current = existing ?? (await redis.redis.get(redis.keys.generation()));
+      if (current === generation) return;
+      generation = current ?? undefined;
+      logger.error("Redis lost the cluster's state (restarted without persistence?): writing back what this member holds");
+      lastRecovery = clock.now();
+      await redis.redis.set(redis.keys.cluster(), clusterId, "NX");
+      const named = await redis.redis.get(redis.keys.cluster());
+      if (named !== null && named !== clusterId) logger.warn({ was: clusterId, now: named }, "another member named the cluster first; cursors this member wrote no longer resume");
+      await updates.raiseTo(hooks.newestPosition?.() ?? 0);
+      await registry.heartbeat(config.redis.instanceTtlMs);
+      await hooks.recover?.();
+      await scheduleHousekeeping();
+    })().finally(() => (recovering = undefined));
+    return recovering;
+  };
   return {
     config,
     logger,
@@ -303,6 +347,8 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
         // The first member to start names the cluster; every later one reads the name.
         const named = await redis.redis.set(redis.keys.cluster(), clusterId, "NX", "GET");
         if (named !== null) clusterId = named;
+        const fresh = randomUUID();
+        generation = (await redis.redis.set(redis.keys.generation(), fresh, "NX", "GET")) ?? fresh;
       }
       await bus.subscribe(CHANNEL.catalog);
       await bus.subscribe(CHANNEL.revocations);

@@ -33,8 +33,8 @@ export interface SessionKey {
  * when the session ends or its record expires (`expired`).
  */
 export interface SessionStore {
-  /** Records a new session held by `owner` (epoch 1). */
-  create(session: NewSession, owner: string, now: number): Promise<void>;
+  /** Records a session held by `owner` (a new one: epoch 1; one written again after Redis lost it: its epoch). */
+  create(session: NewSession, owner: string, now: number, epoch?: number): Promise<void>;
   get(key: SessionKey): Promise<SessionRecord | undefined>;
   /**
    * `owner` takes the session over: the epoch grows by one, the previous holder (if any, and not

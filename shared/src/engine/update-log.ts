@@ -31,4 +31,9 @@ export interface UpdateLog {
   stamps(backendId: string, keys: readonly string[]): Promise<KeyStamp[]>;
   /** The newest position handed out. */
   current(): Promise<number>;
+  /**
+   * Positions go on from at least `position` (Redis lost the counter: what clients saw before must
+   * still come before whatever is handed out next).
+   */
+  raiseTo(position: number): Promise<void>;
 }

@@ -402,6 +402,15 @@ export function updateLogContract(name: string, make: () => Promise<{ log: Updat
       ]);
     });
 
+    it("goes on from at least a raised floor, and never back", async () => {
+      const { log } = await make();
+      const now = await log.current();
+      await log.raiseTo(now + 1_000);
+      expect(await log.publish(update("k"), ["k"])).toBe(now + 1_001);
+      await log.raiseTo(5);
+      expect(await log.current()).toBe(now + 1_001);
+    });
+
     it("forgets a key's stamps when its watch ends, and what came before a new watch", async () => {
       const { log } = await make();
       await log.watched("b", "k");
@@ -434,6 +443,9 @@ export function sessionStoreContract(name: string, make: () => Promise<{ store: 
       expect(await store.get({ principal: "p", sessionId: "nope" })).toBeUndefined();
       await store.delete({ principal: "p", sessionId: "s1" });
       expect(await store.get({ principal: "p", sessionId: "s1" })).toBeUndefined();
+      // Written again after Redis lost it: with the epoch its holder has.
+      await store.create(session("s2"), "m1", 5, 7);
+      expect(await store.get({ principal: "p", sessionId: "s2" })).toMatchObject({ owner: "m1", epoch: 7 });
       await store.close();
     });
 

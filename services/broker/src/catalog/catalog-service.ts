@@ -94,6 +94,16 @@ export class CatalogService {
     this.announce(diffs, message.position);
   }
 
+  /**
+   * Redis lost the cluster catalog: versions start over there, so the next ones stored are newer
+   * than anything applied here. The items stay until then.
+   */
+  forgetVersions(): void {
+    for (const kinds of this.applied.values()) {
+      for (const [kind, applied] of kinds) kinds.set(kind, { version: 0, position: applied.position });
+    }
+  }
+
   /** Announcements may have been lost (the bus reconnected): every connected backend's lists are read again. */
   resync(): Promise<void> {
     return Promise.all([...this.applied.keys()].map((backendId) => this.refresh(backendId, CATALOG_KINDS))).then(() => undefined);

@@ -87,6 +87,8 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     private readonly env: SessionEnv,
     /** Which holding of the session this is (see `SessionRecord.epoch`): a newer one elsewhere supersedes it. */
     readonly epoch = 1,
+    /** The protocol revision `initialize` negotiated. */
+    readonly protocolVersion = "2025-11-25",
   ) {
     this.covered = env.events.next();
     this.written = this.covered;

@@ -95,6 +95,8 @@ export class SessionHost {
   private readonly superseded = new Map<string, number>();
   /** Acknowledged listen streams by id (its actor's, which is its registry session id). */
   private readonly listensById = new Map<string, ListenSink>();
+  /** What each acknowledged listen stream holds, by id (written back if Redis loses it). */
+  private readonly listenHoldings = new Map<string, { principal: string; honored: () => SubscriptionTarget[] }>();
   /** What to release when a listen's actor fails (a bug): by actor id (a legacy session's is `legacyFailed`). */
   private readonly failureCleanups = new Map<string, () => void>();
   /** Idle timers of legacy sessions without a stream, by session id (armed and disarmed by their actors). */
@@ -201,7 +203,7 @@ export class SessionHost {
   async createLegacySession(principal: string, init: { protocolVersion: string; clientInfo?: unknown; capabilities?: unknown } = { protocolVersion: "2025-11-25" }): Promise<LegacySession> {
     this.holdSession(principal);
     const id = randomUUID();
-    const session = this.start(id, principal, { epoch: 1 });
+    const session = this.start(id, principal, { epoch: 1, protocolVersion: init.protocolVersion });
     try {
       await this.deps.sessions.create({ sessionId: id, principal, ...init }, this.deps.instanceId, this.deps.clock.now());
     } catch (error) {
@@ -236,7 +238,7 @@ export class SessionHost {
     }
     this.legacy.get(id)?.handOff("adopted again"); // a stale local copy (this member held it before)
     this.holdSession(principal);
-    const session = this.start(id, principal, { epoch: record.epoch, subscriptions, logLevel: record.logLevel });
+    const session = this.start(id, principal, { epoch: record.epoch, subscriptions, logLevel: record.logLevel, protocolVersion: record.protocolVersion });
     // Subscribed on the bus before anything is read for resumption: nothing falls between.
     await Promise.all(Object.values(subscriptions).map((target) => this.deps.fanout.interest.add(target, session)));
     const superseded = this.superseded.get(id);
@@ -266,14 +268,14 @@ export class SessionHost {
   }
 
   /** Runs a legacy session here: its actor, effects, stream and idle timer. */
-  private start(id: string, principal: string, options: { epoch: number; subscriptions?: Record<string, SubscriptionTarget>; logLevel?: string }): LegacySession {
+  private start(id: string, principal: string, options: { epoch: number; protocolVersion: string; subscriptions?: Record<string, SubscriptionTarget>; logLevel?: string }): LegacySession {
     const actor = createActor(this.legacyMachine, {
       parent: this.root,
       id,
       input: { id, principal, idleTimeoutMs: this.deps.idleTimeoutMs, ...(options.subscriptions !== undefined && { subscriptions: options.subscriptions }) },
       clock: this.deps.clock,
     });
-    const session = new LegacySession(id, principal, actor, this.env, options.epoch);
+    const session = new LegacySession(id, principal, actor, this.env, options.epoch, options.protocolVersion);
     if (options.logLevel !== undefined && (LOG_LEVELS as readonly string[]).includes(options.logLevel)) session.logLevel = options.logLevel as LogLevel;
     // One listener for all effects (a listener per event type costs a Set each, per session).
     actor.on("*", (effect) => {
@@ -361,6 +363,7 @@ export class SessionHost {
       this.failureCleanups.delete(id);
       this.listens.delete(sink);
       this.listensById.delete(id);
+      this.listenHoldings.delete(id);
       this.deps.fanout.forget(sink);
       this.releaseSession(principal);
     };
@@ -384,6 +387,7 @@ export class SessionHost {
           acknowledged = true;
           this.listens.add(sink);
           this.listensById.set(id, sink);
+          this.listenHoldings.set(id, { principal, honored: () => Object.values(actor.getSnapshot().context.honored) });
           this.deps.fanout.listen(sink);
           if (cursor === undefined) {
             onOutcome(effect);
@@ -471,6 +475,31 @@ export class SessionHost {
       ...(report === undefined ? wanted.map((list) => PreparedNotification.listChanged(list, this.env.events.next())) : []),
     ];
     sink.release?.(told, late);
+  }
+
+  /**
+   * Redis lost the cluster's state: every session this member holds gets its record back (with
+   * its epoch), and every session and listen stream its subscriptions (within the limits, as they
+   * were admitted). The watchers then find them wanted again.
+   */
+  async reregister(): Promise<void> {
+    const now = this.deps.clock.now();
+    let sessions = 0;
+    let subscriptions = 0;
+    const add = async (principal: string, sessionId: string, targets: Iterable<SubscriptionTarget>) => {
+      for (const target of targets) {
+        const outcome = await this.deps.registry.add({ principal, sessionId, backendId: target.backendId, uri: target.uri }, this.deps.limits);
+        if (outcome.status === "added") subscriptions++;
+      }
+    };
+    for (const session of [...this.legacy.values()]) {
+      if (session.closed) continue;
+      await this.deps.sessions.create({ sessionId: session.id, principal: session.principal, protocolVersion: session.protocolVersion }, this.deps.instanceId, now, session.epoch);
+      await add(session.principal, session.id, Object.values(session.actor.getSnapshot().context.subscriptions));
+      sessions++;
+    }
+    for (const [id, { principal, honored }] of this.listenHoldings) await add(principal, id, honored());
+    this.deps.logger.warn({ sessions, listens: this.listenHoldings.size, subscriptions }, "wrote back the sessions and subscriptions this member holds");
   }
 
   /**

@@ -11,6 +11,8 @@ export interface InstancePresenceDeps {
   presumedDead(): void;
   /** Releases that failed earlier (Redis unreachable when a session ended) are tried again. */
   retryReleases(): void;
+  /** Runs before each heartbeat: the cluster's state is checked (see `Member`'s recovery). */
+  beforeHeartbeat?(): Promise<void>;
 }
 
 /**
@@ -35,6 +37,7 @@ export class InstancePresence {
   }
 
   private async tick(): Promise<void> {
+    await this.deps.beforeHeartbeat?.().catch((error: unknown) => this.deps.logger.warn({ err: (error as Error).message }, "checking the cluster's state failed"));
     try {
       if (!(await this.deps.registry.heartbeat(this.deps.ttlMs))) {
         this.deps.logger.error({ ttlMs: this.deps.ttlMs }, "this instance was presumed dead by the cluster (no heartbeat within the TTL): ending its sessions");

@@ -11,4 +11,8 @@ export class MemoryPositions implements Positions {
   async current(): Promise<number> {
     return this.value;
   }
+
+  raiseTo(position: number): void {
+    if (position > this.value) this.value = position;
+  }
 }

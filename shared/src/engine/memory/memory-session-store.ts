@@ -11,8 +11,8 @@ export class MemorySessionStore implements SessionStore {
 
   constructor(private readonly clock: Clock) {}
 
-  async create(session: NewSession, owner: string, now: number): Promise<void> {
-    this.records.set(keyOf(session), { ...structuredClone(session), owner, epoch: 1, lastSeen: now });
+  async create(session: NewSession, owner: string, now: number, epoch = 1): Promise<void> {
+    this.records.set(keyOf(session), { ...structuredClone(session), owner, epoch, lastSeen: now });
   }
 
   async get(key: SessionKey): Promise<SessionRecord | undefined> {

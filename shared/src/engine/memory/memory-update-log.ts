@@ -39,4 +39,8 @@ export class MemoryUpdateLog implements UpdateLog {
   current(): Promise<number> {
     return this.positions.current();
   }
+
+  async raiseTo(position: number): Promise<void> {
+    this.positions.raiseTo(position);
+  }
 }

@@ -88,6 +88,8 @@ export class BullJobQueue<T> implements JobQueue<T> {
       stalledInterval: lockMs,
       // A member that died mid-job loses its job to another, as often as members die: never failed for it.
       maxStalledCount: Number.MAX_SAFE_INTEGER,
+      // After a Redis outage the worker takes jobs again within a second, not BullMQ's default 15 s.
+      runRetryDelay: 1_000,
     });
     this.worker.on("error", () => undefined);
   }

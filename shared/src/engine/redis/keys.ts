@@ -119,6 +119,14 @@ export class RedisKeys {
     return `${this.prefix}cluster`;
   }
 
+  /**
+   * A name for this incarnation of the cluster's state: set by the first member, again after Redis
+   * lost its data. A member that finds another than it knew writes back what it holds.
+   */
+  generation(): string {
+    return `${this.prefix}generation`;
+  }
+
   /** BullMQ's own prefix: it lays out its keys below it, as `<jobs()>:<queue>:...`. */
   jobs(): string {
     return `${this.prefix}bull`;

@@ -7,10 +7,10 @@ import { unavailable } from "./unavailable.js";
 const NOW = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
 
-/** KEYS: record, the owner's record index. ARGV: member, owner, lastSeen, then field, value pairs. */
+/** KEYS: record, the owner's record index. ARGV: member, owner, lastSeen, epoch, then field, value pairs. */
 const CREATE = `
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'epoch', 1, 'lastSeen', ARGV[3], unpack(ARGV, 4))
+redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'epoch', ARGV[4], 'lastSeen', ARGV[3], unpack(ARGV, 5))
 redis.call('SADD', KEYS[2], ARGV[1])
 return 1
 `;
@@ -121,11 +121,11 @@ export class RedisSessionStore implements SessionStore {
     this.redis = redis as Redis & SessionCommands;
   }
 
-  async create(session: NewSession, owner: string, now: number): Promise<void> {
+  async create(session: NewSession, owner: string, now: number, epoch = 1): Promise<void> {
     const fields: (string | number)[] = ["principal", session.principal, "sessionId", session.sessionId, "protocolVersion", session.protocolVersion];
     if (session.clientInfo !== undefined) fields.push("clientInfo", JSON.stringify(session.clientInfo));
     if (session.capabilities !== undefined) fields.push("capabilities", JSON.stringify(session.capabilities));
-    await unavailable(this.redis.sessionCreate(this.keys.sessionRecord(session.principal, session.sessionId), this.keys.instanceRecords(owner), member(session), owner, now, ...fields));
+    await unavailable(this.redis.sessionCreate(this.keys.sessionRecord(session.principal, session.sessionId), this.keys.instanceRecords(owner), member(session), owner, now, epoch, ...fields));
   }
 
   async get(key: SessionKey): Promise<SessionRecord | undefined> {

@@ -26,7 +26,14 @@ redis.call('HDEL', KEYS[2], 'u' .. ARGV[1])
 return 1
 `;
 
+/** KEYS: the position counter. ARGV: floor. */
+const RAISE = `
+if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
+`;
+
 type UpdateLogCommands = {
+  updateRaise(positions: string, floor: number): Promise<number>;
   updatePublish(positions: string, stamps: string, ...args: (string | number)[]): Promise<number>;
   updateWatched(positions: string, stamps: string, key: string): Promise<number>;
 };
@@ -46,6 +53,7 @@ export class RedisUpdateLog implements UpdateLog {
   ) {
     redis.defineCommand("updatePublish", { numberOfKeys: 2, lua: PUBLISH });
     redis.defineCommand("updateWatched", { numberOfKeys: 2, lua: WATCHED });
+    redis.defineCommand("updateRaise", { numberOfKeys: 1, lua: RAISE });
     this.redis = redis as Redis & UpdateLogCommands;
   }
 
@@ -73,6 +81,10 @@ export class RedisUpdateLog implements UpdateLog {
       const since = values[2 * i + 1];
       return { updated: Number(values[2 * i] ?? 0), since: since === null || since === undefined ? undefined : Number(since) };
     });
+  }
+
+  async raiseTo(position: number): Promise<void> {
+    await this.redis.updateRaise(this.keys.positions(), position);
   }
 
   async current(): Promise<number> {

@@ -1,0 +1,108 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { createServer } from "node:net";
+import { afterEach, describe, expect, it } from "vitest";
+import { startLegacyHttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
+import { createTestServer, type TestServer } from "../fixtures/test-server.js";
+import { eventually, post, startBroker, type RunningBroker } from "../helpers/harness.js";
+import { openSse } from "../helpers/raw-http.js";
+
+const MODERN = { "mcp-protocol-version": "2026-07-28", "mcp-method": "subscriptions/listen" };
+const MODERN_META = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** A Redis of this test's own (it is restarted, so not the shared one), keeping nothing on disk. */
+async function redisServer(port: number): Promise<ChildProcess> {
+  const child = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: ["ignore", "pipe", "pipe"] });
+  await new Promise<void>((resolve, reject) => {
+    let output = "";
+    child.stdout?.on("data", (chunk: Buffer) => {
+      output += chunk.toString("utf8");
+      if (output.includes("Ready to accept connections")) resolve();
+    });
+    child.once("error", reject);
+    child.once("exit", (code) => reject(new Error(`redis-server exited with ${code}: ${output}`)));
+  });
+  return child;
+}
+
+/**
+ * Redis restarted without persistence loses the cluster's state: sessions, subscriptions, the
+ * catalog, positions, leases, jobs. The members write back what they hold, and nothing a client
+ * holds is lost: its session id still works, its subscriptions deliver again, lists still reload.
+ */
+describe("cluster recovery after Redis lost its data", () => {
+  let redis: ChildProcess | undefined;
+  let server: TestServer;
+  let backend: LegacyHttpBackend;
+  let brokers: RunningBroker[] = [];
+  const streams: { close(): void }[] = [];
+
+  afterEach(async () => {
+    for (const stream of streams.splice(0)) stream.close();
+    await Promise.all(brokers.map((b) => b.close().catch(() => undefined)));
+    brokers = [];
+    await backend?.close();
+    redis?.kill("SIGKILL");
+  });
+
+  it("writes back sessions and subscriptions: ids keep working, updates flow again, lists reload", async () => {
+    const port = await freePort();
+    redis = await redisServer(port);
+    server = createTestServer({ name: "shared-backend" });
+    backend = await startLegacyHttpBackend(server);
+    const config = {
+      backends: [{ id: "leg", url: backend.url, era: "legacy" as const, reconnect: { initialDelayMs: 50, maxDelayMs: 200 }, healthIntervalMs: 200 }],
+      subscriptions: { releaseGraceMs: 0 },
+      lists: { debounceMs: 50 },
+      redisUrl: `redis://127.0.0.1:${port}`,
+      redis: { keyPrefix: "recovery:", leaseTtlMs: 1_000, instanceTtlMs: 2_000, watcherTimeoutMs: 3_000 },
+    };
+    const [one, two] = [await startBroker(config), await startBroker(config)];
+    brokers.push(one, two);
+    const init = await post(two.url, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
+    const sessionId = init.headers.get("mcp-session-id") ?? "";
+    const headers = { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-11-25" };
+    await post(two.url, { jsonrpc: "2.0", method: "notifications/initialized" }, headers);
+    expect((await post(two.url, { jsonrpc: "2.0", id: 2, method: "resources/subscribe", params: { uri: "leg+test://static/a" } }, headers)).json).toMatchObject({ result: {} });
+    const legacy = await openSse(two.url, { ...headers, accept: "text/event-stream" });
+    streams.push(legacy);
+    const listen = await openSse(one.url, MODERN, { jsonrpc: "2.0", id: 5, method: "subscriptions/listen", params: { notifications: { resourceSubscriptions: ["leg+test://static/b"], toolsListChanged: true }, _meta: MODERN_META } });
+    streams.push(listen);
+    await eventually(() => listen.events.length === 1, "the acknowledgement");
+    const updated = (stream: { events: { data: unknown }[] }, uri: string) => stream.events.filter((e) => (e.data as { params?: { uri?: string } }).params?.uri === uri).length;
+
+    redis.kill("SIGKILL");
+    await new Promise((done) => redis?.once("exit", done));
+    redis = await redisServer(port);
+
+    // Once written back and watched again, updates flow as before.
+    await eventually(
+      async () => {
+        server.emitUpdate("test://static/a");
+        server.emitUpdate("test://static/b");
+        await new Promise((r) => setTimeout(r, 100));
+        return updated(legacy, "leg+test://static/a") >= 1 && updated(listen, "leg+test://static/b") >= 1;
+      },
+      "updates through the recovered cluster",
+      20_000,
+    );
+    // The session is known to the cluster again: the other broker adopts it, no 404.
+    const call = await post(one.url, { jsonrpc: "2.0", id: 3, method: "ping" }, headers);
+    expect(call.status).toBe(200);
+    // The catalog reloads: a tool change reaches the listen stream, and the new tool is listed.
+    server.addTool("after-recovery");
+    await eventually(() => listen.events.some((e) => (e.data as { method?: string }).method === "notifications/tools/list_changed"), "the list change after recovery", 10_000);
+    const tools = await post(one.url, { jsonrpc: "2.0", id: 4, method: "tools/list" }, headers);
+    expect(JSON.stringify(tools.json)).toContain("leg__after-recovery");
+  }, 60_000);
+});
