@@ -28,8 +28,16 @@ export interface PlainChild {
   waitForLine(pattern: RegExp, timeoutMs: number): Promise<string>;
   /** SIGKILL now, by pid; resolves once the process is gone. */
   kill(): Promise<void>;
-  /** SIGTERM, then SIGKILL after 3 s. */
+  /** SIGTERM, then SIGKILL after its grace (3 s unless spawned with another). */
   stop(): Promise<void>;
+}
+
+export interface SpawnOptions {
+  env?: Record<string, string>;
+  /** Its own process group: a Ctrl-C in the terminal reaches the orchestrator only, which stops the children in its own order. */
+  detached?: boolean;
+  /** How long `stop` waits after SIGTERM before SIGKILL (default 3 s). */
+  termGraceMs?: number;
 }
 
 /**
@@ -60,15 +68,22 @@ export class ProcessGroup {
   }
 
   /** Runs `node <script> ...args` as deployed (no IPC), stdout and stderr in its log. */
-  spawnNode(script: string, args: string[], name: string, options: { env?: Record<string, string> } = {}): PlainChild {
+  spawnNode(script: string, args: string[], name: string, options: SpawnOptions = {}): PlainChild {
+    return this.spawn(process.execPath, [script, ...args], name, options);
+  }
+
+  /** Runs any program (no IPC), stdout and stderr in its log, its stderr lines watchable. */
+  spawn(command: string, args: string[], name: string, options: SpawnOptions = {}): PlainChild {
     const label = `${String(++this.seq).padStart(2, "0")}-${name}`;
     const logFile = join(this.logDir, `${label}.log`);
     // Both streams append (stdout straight from the child, stderr through here), so neither overwrites the other.
     closeSync(openSync(logFile, "w"));
     const logFd = openSync(logFile, "a");
-    const child = spawn(process.execPath, [script, ...args], { env: { ...process.env, ...options.env }, stdio: ["ignore", logFd, "pipe"] });
+    const child = spawn(command, args, { env: { ...process.env, ...options.env }, stdio: ["ignore", logFd, "pipe"], detached: options.detached === true });
     closeSync(logFd);
     const log = createWriteStream(logFile, { flags: "a" });
+    // A program that cannot be started reports it here (its pid is then undefined: `own` throws).
+    child.once("error", (error) => log.write(`[bench] ${command}: ${error.message}\n`));
     const lines: string[] = [];
     const watchers = new Set<(line: string) => void>();
     let partial = "";
@@ -83,7 +98,7 @@ export class ProcessGroup {
       }
     });
     child.stderr?.once("end", () => log.end());
-    const { pid, exited, stop } = this.own(child, name);
+    const { pid, exited, stop } = this.own(child, name, options.termGraceMs);
     const waitForLine = (pattern: RegExp, timeoutMs: number): Promise<string> => {
       const seen = lines.find((line) => pattern.test(line));
       if (seen !== undefined) return Promise.resolve(seen);
@@ -117,7 +132,7 @@ export class ProcessGroup {
   }
 
   /** Tracks `child` until it exits; its `stop` ends it (after `graceful`, if given) and forgets it. */
-  private own(child: ChildProcess, name: string): { pid: number; exited: Promise<number | string>; stop: (graceful?: () => Promise<unknown>) => Promise<void> } {
+  private own(child: ChildProcess, name: string, termGraceMs = 3_000): { pid: number; exited: Promise<number | string>; stop: (graceful?: () => Promise<unknown>) => Promise<void> } {
     const exited = new Promise<number | string>((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal ?? "unknown")));
     const pid = child.pid;
     if (pid === undefined) throw new Error(`could not start ${name}`);
@@ -128,7 +143,7 @@ export class ProcessGroup {
           await Promise.race([exited, delay(15_000)]);
         }
         if (child.exitCode === null && child.signalCode === null) process.kill(pid, "SIGTERM");
-        if ((await Promise.race([exited, delay(3_000).then(() => "timeout")])) === "timeout") process.kill(pid, "SIGKILL");
+        if ((await Promise.race([exited, delay(termGraceMs).then(() => "timeout")])) === "timeout") process.kill(pid, "SIGKILL");
         await exited;
       }
       this.children.delete(entry);
