@@ -8,7 +8,7 @@ const LISTS: readonly ListName[] = ["tools", "prompts", "resources"];
  * What the cluster can tell a resuming client: which of its subscriptions were updated after the
  * position it last saw (the update log's stamps, one read per backend), which lists changed after
  * it (the catalog versions this broker applied), and which subscriptions nobody can tell about
- * (watched only since after it). A position the cluster never handed out (forged, or from before
+ * (watched only since it was handed out, or later). A position the cluster never handed out (forged, or from before
  * Redis lost its data) cannot be told about: it rejects, and the session announces everything.
  */
 export class SessionResume {
@@ -33,7 +33,8 @@ export class SessionResume {
       const stamps = await this.deps.updates.stamps(backendId, held.map((target) => target.uri));
       held.forEach((target, i) => {
         const stamp = stamps[i];
-        if (stamp === undefined || stamp.since === undefined || stamp.since > position) report.unknown.push(target);
+        // A watch that began when the position was already `position` (or later) missed whatever changed between.
+        if (stamp === undefined || stamp.since === undefined || stamp.since >= position) report.unknown.push(target);
         else if (stamp.updated > position) report.updated.push({ target, position: stamp.updated });
       });
     }
