@@ -3,6 +3,7 @@ import { systemClock, type BackoffPolicy, type Clock, type ListName } from "@mcp
 import type { ReconnectPolicy } from "./connection/connection-supervisor.js";
 import { ERAS, type ConnectionSettings, type EraOption } from "./connection/connection.js";
 import { createHttpTransport } from "./connection/http-transport.js";
+import { ListenCursor } from "./connection/listen-cursor.js";
 import { BrokerClientError } from "./errors.js";
 
 export interface ReconnectOptions extends Partial<ReconnectPolicy> {
@@ -87,6 +88,8 @@ export function resolveOptions(options: BrokerClientOptions): ResolvedOptions {
   return {
     connection: {
       createTransport: transportFactory(options, clock),
+      // One cursor for every connection this client makes: a reopened listen resumes from the last event seen.
+      cursor: new ListenCursor(),
       clientInfo: options.clientInfo ?? DEFAULT_CLIENT_INFO,
       era: options.era ?? "auto",
       requestTimeoutMs: options.requestTimeoutMs,

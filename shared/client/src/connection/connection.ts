@@ -11,6 +11,7 @@ import {
 } from "@modelcontextprotocol/client";
 import { LIST_CHANGED_METHOD, MODERN_PROTOCOL_VERSION, NOTIFICATION, type BackoffPolicy, type Clock, type ListName, type TimerHandle } from "@mcp-broker/shared";
 import { BrokerClientError } from "../errors.js";
+import type { ListenCursor } from "./listen-cursor.js";
 import { LegacySubscriptionChannel } from "../subscriptions/legacy-subscription-channel.js";
 import { ListenStream } from "../subscriptions/listen-stream.js";
 import type { SubscriptionChannel } from "../subscriptions/subscription-channel.js";
@@ -30,6 +31,8 @@ export interface TransportHooks {
 export interface ConnectionSettings {
   /** Called once per connection. */
   createTransport(hooks: TransportHooks): Transport;
+  /** The listen streams' resume cursor, kept across connections (see `ListenCursor`). */
+  cursor?: ListenCursor;
   clientInfo: Implementation;
   era: EraOption;
   requestTimeoutMs: number | undefined;
@@ -127,6 +130,7 @@ export class Connection {
     if (this.phase !== "new") throw new Error("Connection.open() may be called once");
     this.phase = "opening";
     this.transport = this.settings.createTransport({ interrupted: () => this.checkAlive() });
+    this.settings.cursor?.attach(this.transport);
     try {
       await this.client.connect(this.transport, this.requestOptions);
     } catch (error) {
@@ -233,6 +237,7 @@ export class Connection {
       reopened: () => {
         if (this.phase === "open") this.listener.gap(this);
       },
+      resumedExactly: () => this.settings.cursor?.takeExactResume() ?? false,
     });
   }
 

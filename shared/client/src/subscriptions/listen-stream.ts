@@ -20,6 +20,11 @@ export interface ListenStreamDeps {
   refused(refused: ReadonlyMap<string, unknown>): void;
   /** A dropped stream is open again: notifications sent in between were lost. */
   reopened(): void;
+  /**
+   * Whether the stream just acknowledged resumed exactly where the last one left off (the server
+   * sends what changed in between, so nothing was lost). Asked once per acknowledged stream.
+   */
+  resumedExactly(): boolean;
 }
 
 /**
@@ -212,13 +217,15 @@ export class ListenStream implements SubscriptionChannel {
       throw notConnected();
     }
     if (previous.kind === "dropped") this.deps.clock.clearTimeout(previous.timer);
+    const resumed = next !== undefined && this.deps.resumedExactly();
     const honored = new Set(next?.honoredFilter.resourceSubscriptions ?? []);
     const attempt = previous.kind === "dropped" ? previous.attempt + 1 : this.attemptAfter(previous);
     this.state = { kind: "open", subscription: next, since: this.deps.clock.now(), attempt };
     this.uris = uris.filter((uri) => honored.has(uri));
     if (next !== undefined) this.watch(next);
     if (previous.kind === "open") void previous.subscription?.close().catch(() => undefined);
-    return { honored, reopened: previous.kind === "dropped" };
+    // A stream that resumed exactly from the cursor was sent what changed meanwhile: no gap.
+    return { honored, reopened: previous.kind === "dropped" && !resumed };
   }
 
   private isClosed(): boolean {

@@ -1,0 +1,83 @@
+import type { JSONRPCMessage, Transport } from "@modelcontextprotocol/client";
+
+/** The `_meta` key of mcp-broker's resume cursor (an extension a server without it never sends). */
+export const CURSOR_META = "io.mcp-broker/cursor";
+/** The `_meta` key with which mcp-broker acknowledges a listen that gave a cursor: how it resumed. */
+export const RESUMED_META = "io.mcp-broker/resumed";
+
+const ACKNOWLEDGED = "notifications/subscriptions/acknowledged";
+
+type Message = { method?: unknown; params?: { _meta?: Record<string, unknown> } };
+
+/**
+ * The resume cursor of a client's listen streams: the last one a server wrote on a notification.
+ * Kept across connections, so that a listen reopened after any drop (or on another broker of a
+ * fleet) asks to resume from there, and the broker sends what changed meanwhile. A server that
+ * does not know the extension never writes one, and ignores it in requests.
+ */
+export class ListenCursor {
+  private last: string | undefined;
+  private resumed: unknown;
+
+  get value(): string | undefined {
+    return this.last;
+  }
+
+  /**
+   * Hooks `transport` before the client connects over it: each `subscriptions/listen` it sends
+   * carries the last cursor (the SDK's `listen()` takes no `_meta`), and each message it delivers
+   * is looked at first (the cursor of notifications, how an acknowledged listen resumed).
+   */
+  attach<T extends Transport>(transport: T): T {
+    const send = transport.send.bind(transport);
+    transport.send = (message, options) => send(this.annotate(message), options);
+    this.interceptHandler(transport);
+    return transport;
+  }
+
+  /**
+   * Whether the last acknowledged listen resumed exactly from the cursor it gave (the broker
+   * sent every change since, so nothing needs re-checking); asking forgets the answer.
+   */
+  takeExactResume(): boolean {
+    const exact = this.resumed === "exact";
+    this.resumed = undefined;
+    return exact;
+  }
+
+  /** Wraps whatever `onmessage` handler is set on `transport` from now on, keeping any accessor it already has. */
+  private interceptHandler(transport: Transport): void {
+    const own = Object.getOwnPropertyDescriptor(transport, "onmessage");
+    let plain = own?.value as Transport["onmessage"];
+    const get = own?.get?.bind(transport) ?? (() => plain);
+    const set = own?.set?.bind(transport) ?? ((next: Transport["onmessage"]) => void (plain = next));
+    Object.defineProperty(transport, "onmessage", {
+      configurable: true,
+      enumerable: true,
+      get,
+      set: (handler: Transport["onmessage"]) =>
+        set(
+          handler === undefined
+            ? undefined
+            : (message: JSONRPCMessage, extra?: Parameters<NonNullable<Transport["onmessage"]>>[1]) => {
+                this.note(message);
+                handler(message, extra);
+              },
+        ),
+    });
+  }
+
+  private note(message: JSONRPCMessage): void {
+    const { method, params } = message as Message;
+    if (typeof method !== "string") return;
+    const cursor = params?._meta?.[CURSOR_META];
+    if (typeof cursor === "string") this.last = cursor;
+    if (method === ACKNOWLEDGED) this.resumed = params?._meta?.[RESUMED_META];
+  }
+
+  private annotate(message: JSONRPCMessage): JSONRPCMessage {
+    const request = message as Message;
+    if (request.method !== "subscriptions/listen" || this.last === undefined) return message;
+    return { ...message, params: { ...request.params, _meta: { ...request.params?._meta, [CURSOR_META]: this.last } } } as JSONRPCMessage;
+  }
+}
