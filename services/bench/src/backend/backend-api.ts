@@ -41,6 +41,12 @@ export type ListStormChange = "each" | "last";
 export type BackendApi = {
   /** Emits `resources/updated` for the plan's sub-resources at the plan's rate; resolves when all are sent. */
   emit(plan: EmitPlan): Promise<PacedResult>;
+  /**
+   * Of the last emission with `record`: when updates from..from+count-1 were emitted (µs; 0: not
+   * yet), and to how many of the backend's connections each went (0: nobody had subscribed its
+   * resource, so it reached no broker; at most 255).
+   */
+  emitLog(params: { from: number; count: number }): { micros: number[]; targets: number[] };
   /** `count` `tools/list_changed` spread over `durationMs`, each after a tool-list change (`change: "each"`, the default) or only the last (`"last"`). */
   listStorm(params: { count: number; durationMs: number; change?: ListStormChange }): Promise<ListStormOutcome>;
   /** `tools/list` requests arriving from now on are answered `ms` later (0: at once again); requests already held keep their delay. */
@@ -60,6 +66,12 @@ export const BACKEND_ENV = {
   controlPort: "BENCH_CONTROL_PORT",
   /** `http` for the HTTP mode; stdio otherwise. */
   transport: "BENCH_BACKEND_TRANSPORT",
+  /**
+   * HTTP mode: a session without a notification stream for this long (ms) is ended, as the broker
+   * that opened it is gone (SIGKILLed brokers never DELETE theirs); unset or 0: sessions live until
+   * deleted.
+   */
+  sessionIdleMs: "BENCH_BACKEND_SESSION_IDLE_MS",
 } as const;
 
 /**

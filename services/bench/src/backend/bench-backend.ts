@@ -41,7 +41,7 @@ if (process.env[BACKEND_ENV.transport] === "http") {
   const api: HttpBackendProcessApi = {
     listen: async () => {
       if (http !== undefined) throw new Error("already listening");
-      http = await listenHttp(bench, stalls);
+      http = await listenHttp(bench, stalls, Number(process.env[BACKEND_ENV.sessionIdleMs] ?? 0));
       return { url: http.url };
     },
     stop: async () => {

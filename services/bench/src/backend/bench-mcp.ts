@@ -41,6 +41,8 @@ export class BenchMcp {
   /** Delay of `tools/list` answers (listDelay), ms. */
   private listDelayMs = 0;
   private readonly connections = new Set<Connection>();
+  /** The last emission with `record`: per update, when it was emitted and to how many connections. */
+  private emitted: { micros: Float64Array; targets: Uint8Array } | undefined;
   /** Resource URI → the connections subscribed to it. */
   private readonly subscribers = new Map<string, Set<Connection>>();
 
@@ -99,7 +101,16 @@ export class BenchMcp {
   /** The control API; emission waits while `backpressure` says the connections' sink is full. */
   api(backpressure: Backpressure): BackendApi {
     return {
-      emit: (plan: EmitPlan) => pacedLoop(plan.rate, plan.count, (i) => this.emitUpdate(backendUri(keyOf(plan, i)), plan.step, i), backpressure),
+      emit: (plan: EmitPlan) => {
+        this.emitted = plan.record === true ? { micros: new Float64Array(plan.count), targets: new Uint8Array(plan.count) } : undefined;
+        return pacedLoop(plan.rate, plan.count, (i) => this.emitUpdate(backendUri(keyOf(plan, i)), plan.step, i), backpressure);
+      },
+      emitLog: ({ from, count }) => {
+        const log = this.emitted;
+        if (log === undefined) return { micros: [], targets: [] };
+        const end = Math.min(log.micros.length, from + count);
+        return { micros: Array.from(log.micros.subarray(from, end)), targets: Array.from(log.targets.subarray(from, end)) };
+      },
       listStorm: async ({ count, durationMs, change = "each" }) => {
         let firstMicros = 0;
         let lastMicros = 0;
@@ -143,8 +154,13 @@ export class BenchMcp {
   /** `resources/updated` for a sub-resource of `base` (the URI carries step, seq and emit time), to the subscribers of `base`. */
   private emitUpdate(base: string, step: number, seq: number): void {
     const targets = this.subscribers.get(base);
+    const at = nowMicros();
+    if (this.emitted !== undefined) {
+      this.emitted.micros[seq] = at;
+      this.emitted.targets[seq] = Math.min(255, targets?.size ?? 0);
+    }
     if (targets === undefined) return;
-    const uri = updateUri(base, step, seq, nowMicros());
+    const uri = updateUri(base, step, seq, at);
     const notification = JSON.stringify({ jsonrpc: "2.0", method: "notifications/resources/updated", params: { uri } });
     for (const { mcp, direct } of targets) {
       if (direct?.(notification) !== true) mcp.server.sendResourceUpdated({ uri }).catch(() => undefined);

@@ -59,16 +59,33 @@ export interface HttpSessions {
   close(): Promise<void>;
 }
 
-export async function listenHttp(bench: BenchMcp, stalls: WriteStalls): Promise<HttpSessions> {
+export async function listenHttp(bench: BenchMcp, stalls: WriteStalls, sessionIdleMs = 0): Promise<HttpSessions> {
   const sessions = new Map<string, WebStandardStreamableHTTPServerTransport>();
   /** Each session's open standalone GET stream, where its notifications go. */
   const notificationStreams = new Map<string, ServerResponse>();
+  /** Sessions without a notification stream, since when (ms); ended after `sessionIdleMs` (when set). */
+  const streamless = new Map<string, number>();
+  const sweep =
+    sessionIdleMs > 0
+      ? setInterval(() => {
+          const now = Date.now();
+          for (const [sessionId, since] of streamless) {
+            if (now - since < sessionIdleMs) continue;
+            streamless.delete(sessionId);
+            const transport = sessions.get(sessionId);
+            sessions.delete(sessionId);
+            void transport?.close().catch(() => undefined);
+          }
+        }, 1_000)
+      : undefined;
+  sweep?.unref();
 
   const openSession = async (request: Request): Promise<Response> => {
     const transport: WebStandardStreamableHTTPServerTransport = new WebStandardStreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
       onsessioninitialized: (sessionId) => {
         sessions.set(sessionId, transport);
+        streamless.set(sessionId, Date.now());
       },
     });
     // `resources/updated` frames go straight onto the session's GET stream, as the SDK's transport
@@ -84,7 +101,9 @@ export async function listenHttp(bench: BenchMcp, stalls: WriteStalls): Promise<
     const mcp = await bench.connect(
       transport,
       () => {
-        if (transport.sessionId !== undefined) sessions.delete(transport.sessionId);
+        if (transport.sessionId === undefined) return;
+        sessions.delete(transport.sessionId);
+        streamless.delete(transport.sessionId);
       },
       direct,
     );
@@ -108,9 +127,14 @@ export async function listenHttp(bench: BenchMcp, stalls: WriteStalls): Promise<
     const sessionId = req.headers["mcp-session-id"];
     if (req.method === "GET" && typeof sessionId === "string") {
       res.once("close", () => {
-        if (notificationStreams.get(sessionId) === res) notificationStreams.delete(sessionId);
+        if (notificationStreams.get(sessionId) !== res) return;
+        notificationStreams.delete(sessionId);
+        if (sessions.has(sessionId)) streamless.set(sessionId, Date.now());
       });
-      void bridge(handle, req, res, stalls, () => notificationStreams.set(sessionId, res));
+      void bridge(handle, req, res, stalls, () => {
+        notificationStreams.set(sessionId, res);
+        streamless.delete(sessionId);
+      });
       return;
     }
     void bridge(handle, req, res, stalls);
@@ -124,6 +148,7 @@ export async function listenHttp(bench: BenchMcp, stalls: WriteStalls): Promise<
   return {
     url: `http://127.0.0.1:${port}${MCP_PATH}`,
     close: async () => {
+      clearInterval(sweep);
       await bench.close();
       await closeServer(server);
     },

@@ -44,6 +44,8 @@ export interface EmitPlan {
   uriCount: number;
   uriOffset: number;
   start?: number;
+  /** Keep when each update was emitted and to how many connections (read back with the backend's `emitLog`). */
+  record?: boolean;
 }
 
 export function keyOf(plan: EmitPlan, i: number): number {
