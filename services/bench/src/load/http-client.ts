@@ -10,6 +10,8 @@ export interface HttpCall {
   method: "GET" | "POST" | "DELETE";
   headers: Record<string, string>;
   body?: string;
+  /** Fails the request when no response (its headers) arrives within this long; a streaming body is not limited. */
+  timeoutMs?: number;
 }
 
 /** One request with the whole response body. A reset of a reused keep-alive socket is retried once. */
@@ -48,6 +50,11 @@ function send(agent: Agent, url: URL, call: HttpCall): ClientRequest {
   const headers: Record<string, string | number> = { ...call.headers };
   if (call.body !== undefined) headers["content-length"] = Buffer.byteLength(call.body);
   const req = request({ host: url.hostname, port: url.port, path: url.pathname + url.search, method: call.method, agent, headers });
+  if (call.timeoutMs !== undefined) {
+    const timer = setTimeout(() => req.destroy(new Error(`no response within ${call.timeoutMs} ms`)), call.timeoutMs);
+    req.once("response", () => clearTimeout(timer));
+    req.once("close", () => clearTimeout(timer));
+  }
   req.end(call.body);
   return req;
 }
