@@ -22,7 +22,7 @@ export function brokerEnv(i: number): string {
  * `round-robin`, without its stick lines. Throws when the text has no server line of that form
  * (the file changed shape: the variant would silently differ from it).
  */
-export function haproxyVariant(cfg: string, options: { brokers: number; balancing: Balancing }): string {
+export function haproxyVariant(cfg: string, options: { brokers: number; balancing: Balancing; serverHeader?: string }): string {
   const lines = cfg.split("\n");
   const first = lines.findIndex((line) => SERVER_LINE.test(line));
   if (first < 0) throw new Error('deploy/haproxy.cfg has no `server brokerN "${BROKERN}" …` line to repeat');
@@ -36,9 +36,18 @@ export function haproxyVariant(cfg: string, options: { brokers: number; balancin
     }
     if (options.balancing === "round-robin" && STICK_LINE.test(line)) return;
     out.push(line);
+    // Diagnostics only (the chaos harness): which server answered, in a response header.
+    if (options.serverHeader !== undefined && /^\s*balance\s/.test(line)) out.push(`${indentOf(line)}http-response set-header ${options.serverHeader} %s`);
   });
-  const header = `# Generated from deploy/haproxy.cfg: ${options.brokers} broker server line(s)${options.balancing === "round-robin" ? ", stickiness left out (round-robin)" : ""}.`;
+  const changes = [`${options.brokers} broker server line(s)`];
+  if (options.balancing === "round-robin") changes.push("stickiness left out (round-robin)");
+  if (options.serverHeader !== undefined) changes.push(`the answering server named in ${options.serverHeader}`);
+  const header = `# Generated from deploy/haproxy.cfg: ${changes.join(", ")}.`;
   return `${header}\n${out.join("\n")}`;
+}
+
+function indentOf(line: string): string {
+  return /^\s*/.exec(line)?.[0] ?? "";
 }
 
 /** Whether the file keeps sessions on their broker (it has stick lines). */

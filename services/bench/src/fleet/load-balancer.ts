@@ -27,6 +27,8 @@ export interface LoadBalancerOptions extends SpawnOptions {
   /** `host:port` of each broker, in order (BROKER1…). */
   brokers: string[];
   balancing: Balancing;
+  /** Name the answering server in this response header (diagnostics). */
+  serverHeader?: string;
   /** Where the generated config goes. */
   dir: string;
   name?: string;
@@ -35,9 +37,9 @@ export interface LoadBalancerOptions extends SpawnOptions {
 /** Writes the config variant, checks it with `haproxy -c`, starts HAProxy; resolves once /healthz answers 200 through it. */
 export async function startLoadBalancer(group: ProcessGroup, options: LoadBalancerOptions, log: (message: string) => void): Promise<LoadBalancer> {
   const haproxy = ensureProgram("haproxy", "haproxy", log);
-  const { bind, brokers, balancing, dir, name = "haproxy", ...spawn } = options;
+  const { bind, brokers, balancing, serverHeader, dir, name = "haproxy", ...spawn } = options;
   const cfgFile = join(dir, `${name}.cfg`);
-  writeFileSync(cfgFile, haproxyVariant(readFileSync(PATHS.haproxyCfg, "utf8"), { brokers: brokers.length, balancing }));
+  writeFileSync(cfgFile, haproxyVariant(readFileSync(PATHS.haproxyCfg, "utf8"), { brokers: brokers.length, balancing, ...(serverHeader !== undefined && { serverHeader }) }));
   const env: Record<string, string> = { ...spawn.env, LB_BIND: bind };
   brokers.forEach((address, i) => (env[brokerEnv(i + 1)] = address));
   const check = spawnSync(haproxy, ["-c", "-q", "-f", cfgFile], { env: { ...process.env, ...env }, encoding: "utf8" });
