@@ -2,7 +2,7 @@ import { MemoryBus, MemoryPositions, MemoryUpdateLog } from "@mcp-broker/shared"
 import { describe, expect, it } from "vitest";
 import { SessionResume } from "../../src/session/session-resume.js";
 
-const target = (uri: string) => ({ backendId: "b", uri }) as Parameters<SessionResume["since"]>[0][number];
+const target = (uri: string): Parameters<SessionResume["since"]>[0][number] => ({ backendId: "b", uri });
 
 function setup() {
   const positions = new MemoryPositions();

@@ -78,6 +78,6 @@ export class ListenCursor {
   private annotate(message: JSONRPCMessage): JSONRPCMessage {
     const request = message as Message;
     if (request.method !== "subscriptions/listen" || this.last === undefined) return message;
-    return { ...message, params: { ...request.params, _meta: { ...request.params?._meta, [CURSOR_META]: this.last } } } as JSONRPCMessage;
+    return { ...message, params: { ...request.params, _meta: { ...request.params?._meta, [CURSOR_META]: this.last } } };
   }
 }
