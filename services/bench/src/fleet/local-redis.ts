@@ -12,6 +12,7 @@ import { ensureProgram } from "./system-programs.js";
 /** Whether a Redis answers PING at `url` within 2 s. */
 export async function redisAnswers(url: string): Promise<boolean> {
   const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 2_000 });
+  redis.on("error", () => undefined); // the failed connect rejects connect() below
   try {
     await redis.connect();
     return (await redis.ping()) === "PONG";
