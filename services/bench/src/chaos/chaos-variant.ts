@@ -161,7 +161,7 @@ export async function runVariant(ctx: VariantContext, variant: VariantPlan, step
           brokers: cluster.brokers,
           worker: workerInstance,
           registry,
-          traces: clients.filter((c) => c.refusals.length > 0 || registry.mismatches.some((x) => x.client === c.index) || reports.position.lost.all.some(([client]) => client === c.index)).map((c) => ({ client: c.index, keys: c.keys, sessionIds: c.sessionIds, trace: c.trace, streams: c.streams })),
+          traces: clients.filter((c) => c.setupError !== undefined || c.refusals.length > 0 || registry.mismatches.some((x) => x.client === c.index) || reports.position.lost.all.some(([client]) => client === c.index)).map((c) => ({ client: c.index, keys: c.keys, sessionIds: c.sessionIds, setupError: c.setupError, trace: c.trace, streams: c.streams })),
           refusals: clients.flatMap((c) => c.refusals.map((r) => ({ client: c.index, ...r }))),
           restarts: clients.filter((c) => c.sessionIds.length > 1).map((c) => ({ client: c.index, sessionIds: c.sessionIds, initializedAt: c.initializedAt })),
           failedTries: clients.flatMap((c) => c.streams.filter((st) => st.openMicros === 0).map((st) => ({ client: c.index, kind: c.kind, sessionId: c.sessionIds[c.sessionIds.length - 1], ...st }))),
