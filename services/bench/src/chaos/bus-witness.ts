@@ -21,6 +21,8 @@ export class BusWitness {
   unreadable = 0;
   /** Positions that went backwards (a restarted Redis counting again from a lower number). */
   backwards = 0;
+  /** The first of them: [position, the highest seen before, when (µs)]. */
+  readonly backwardSamples: [number, number, number][] = [];
   private readonly seen = new Set<number>();
   private newest = 0;
 
@@ -73,7 +75,10 @@ export class BusWitness {
       }
       seq = Number(seqText);
     }
-    if (position < this.newest) this.backwards++;
+    if (position < this.newest) {
+      this.backwards++;
+      if (this.backwardSamples.length < 20) this.backwardSamples.push([position, this.newest, nowMicros()]);
+    }
     this.newest = Math.max(this.newest, position);
     this.published.push({ position, key: k, seq, atMicros: nowMicros() });
   }

@@ -35,6 +35,11 @@ const TRACE_LIMIT = 40;
 export const SDK_RECONNECTION = { initialDelayMs: 1_000, growFactor: 1.5, maxDelayMs: 30_000, maxRetries: 2 } as const;
 /** A stream or request without a response within this long counts as failed (the SDK waits for ever; a run cannot). */
 const RESPONSE_TIMEOUT_MS = 15_000;
+/**
+ * A listen is acknowledged only once its subscriptions are made, which may wait for the backend's
+ * watcher up to `redis.watcherTimeoutMs` (35 s by default): its acknowledgement gets longer.
+ */
+const ACK_TIMEOUT_MS = 60_000;
 
 export interface ClientEnv {
   readonly url: URL;
@@ -214,26 +219,28 @@ export class ChaosClient {
         body,
       },
       false,
+      ACK_TIMEOUT_MS,
     );
     if (opened !== "open") {
       this.acknowledged = undefined;
       return "failed";
     }
     const timer = setTimeout(() => {
-      record.error = `no acknowledgement within ${RESPONSE_TIMEOUT_MS} ms`;
+      record.error = `no acknowledgement within ${ACK_TIMEOUT_MS} ms`;
       this.endStream("no acknowledgement");
-    }, RESPONSE_TIMEOUT_MS);
+    }, ACK_TIMEOUT_MS);
     const ok = await acknowledged;
     clearTimeout(timer);
+    if (!ok && this.stream?.record === record) this.endStream(record.error ?? "not acknowledged");
     return ok ? "open" : "failed";
   }
 
   /** Sends the stream request; on a 200 event stream, reads it. */
-  private async attach(record: StreamRecord, call: HttpCall, established: boolean): Promise<Outcome> {
+  private async attach(record: StreamRecord, call: HttpCall, established: boolean, timeoutMs = RESPONSE_TIMEOUT_MS): Promise<Outcome> {
     let req: ClientRequest;
     let res: IncomingMessage;
     try {
-      ({ req, res } = await openStream(this.env.agents.streams, this.env.url, { ...call, timeoutMs: RESPONSE_TIMEOUT_MS }));
+      ({ req, res } = await openStream(this.env.agents.streams, this.env.url, { ...call, timeoutMs }));
     } catch (error) {
       record.error = (error as Error).message;
       return "failed";
@@ -249,7 +256,8 @@ export class ChaosClient {
       res.destroy();
       return "failed";
     }
-    record.openMicros = nowMicros();
+    // A listen counts as open once acknowledged with everything it asked for (see onEvent).
+    if (established) record.openMicros = nowMicros();
     const stream: OpenStream = { req, res, record, established };
     this.stream = stream;
     if (established) this.attempt = 0;
@@ -275,9 +283,19 @@ export class ChaosClient {
       if (data.includes(ACKNOWLEDGED)) {
         const resumed = stringField(data, RESUMED_FIELD);
         if (resumed !== undefined) stream.record.resumed = resumed;
-        stream.established = true;
-        this.attempt = 0;
-        this.acknowledged?.(true);
+        // The honored filter names the subscriptions the broker made; one left out is not heard on this stream.
+        const honored = data.split(RESOURCE_PREFIX).length - 1;
+        stream.record.honored = honored;
+        if (honored < this.record.keys.length) {
+          // As @mcp-broker/client retries refused subscriptions: this listen is left, another tried later.
+          stream.record.error = `acknowledged without ${this.record.keys.length - honored} of its ${this.record.keys.length} subscriptions`;
+          this.acknowledged?.(false);
+        } else {
+          stream.established = true;
+          stream.record.openMicros = nowMicros();
+          this.attempt = 0;
+          this.acknowledged?.(true);
+        }
         this.acknowledged = undefined;
         return;
       }

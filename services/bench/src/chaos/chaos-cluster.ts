@@ -170,6 +170,21 @@ export class ChaosCluster {
     return flags.filter((name): name is string => name !== undefined);
   }
 
+  /** Each running broker's own count of legacy sessions and listen streams (`mcp_broker_sessions{era}` on its /metrics). */
+  async sessionGauges(): Promise<{ name: string; legacy: number; modern: number }[]> {
+    return Promise.all(
+      this.brokers
+        .filter((slot) => slot.member !== undefined)
+        .map(async (slot) => {
+          const text = await fetch(`http://127.0.0.1:${slot.port}/metrics`, { signal: AbortSignal.timeout(5_000) })
+            .then((r) => r.text())
+            .catch(() => "");
+          const gauge = (era: string): number => sample(text, `mcp_broker_sessions{era="${era}"}`);
+          return { name: slot.name, legacy: gauge("legacy"), modern: gauge("modern") };
+        }),
+    );
+  }
+
   /** SIGKILLs the harness's own redis-server and starts it again, empty, on the same port. */
   async restartRedis(log: (message: string) => void): Promise<{ downMicros: number; upMicros: number }> {
     const redis = this.ownRedis;
@@ -189,6 +204,12 @@ export class ChaosCluster {
     if (this.ownRedis !== undefined) await this.ownRedis.child.stop();
     else await deleteKeys(this.redisUrl, this.keyPrefix).catch(() => undefined);
   }
+}
+
+/** The value of one sample (`name{labels}`) of a Prometheus text page; NaN when absent. */
+function sample(text: string, series: string): number {
+  const line = text.split("\n").find((l) => l.startsWith(`${series} `));
+  return line === undefined ? Number.NaN : Number(line.slice(series.length + 1));
 }
 
 /** The instance id the member at `base` reports on /readyz ("?" when it cannot be asked). */

@@ -49,6 +49,8 @@ export interface StreamRecord {
   resumeFrom?: string;
   /** Modern: the acknowledgement's `io.mcp-broker/resumed`. */
   resumed?: string;
+  /** Modern: how many of its subscriptions the acknowledgement's filter honored (fewer: the client leaves it and listens again later). */
+  honored?: number;
   endMicros: number;
   endReason?: string;
 }

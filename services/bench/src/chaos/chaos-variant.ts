@@ -136,6 +136,7 @@ export async function runVariant(ctx: VariantContext, variant: VariantPlan, step
       micros.set(chunk.micros, from);
       targets.set(chunk.targets, from);
     }
+    const gauges = await cluster.sessionGauges();
     const registry = await checkRegistry(cluster.redisUrl, cluster.keyPrefix, clients).catch((error: unknown) => ({ checked: 0, mismatches: [], error: (error as Error).message }));
     const workerInstance = await instanceOf(cluster.worker.url);
     const closed = await Promise.all(generators.map((gen) => gen.rpc.call("closeAll", {})));
@@ -157,9 +158,10 @@ export async function runVariant(ctx: VariantContext, variant: VariantPlan, step
         {
           t0,
           failovers,
-          witness: { published: published.length, backwards: witness.backwards, unreadable: witness.unreadable, connections: witness.connections },
+          witness: { published: published.length, backwards: witness.backwards, backwardSamples: witness.backwardSamples, unreadable: witness.unreadable, connections: witness.connections },
           brokers: cluster.brokers,
           worker: workerInstance,
+          gauges,
           registry,
           traces: clients.filter((c) => c.setupError !== undefined || c.refusals.length > 0 || registry.mismatches.some((x) => x.client === c.index) || reports.position.lost.all.some(([client]) => client === c.index)).map((c) => ({ client: c.index, keys: c.keys, sessionIds: c.sessionIds, setupError: c.setupError, trace: c.trace, streams: c.streams })),
           refusals: clients.flatMap((c) => c.refusals.map((r) => ({ client: c.index, ...r }))),
@@ -190,6 +192,7 @@ export async function runVariant(ctx: VariantContext, variant: VariantPlan, step
       failedSetups,
       registry,
       workerInstance,
+      gauges,
     });
   } finally {
     await witness?.stop();
@@ -272,6 +275,7 @@ interface Measured {
   failedSetups: number;
   registry: { checked: number; mismatches: RegistryMismatch[] };
   workerInstance: string;
+  gauges: { name: string; legacy: number; modern: number }[];
 }
 
 /** The variant's rows, findings and detail tables. */
@@ -367,7 +371,19 @@ function describe(ctx: VariantContext, variant: VariantPlan, m: Measured): Chaos
   if (m.failedSetups > 0) findings.push(`${m.failedSetups} clients failed to set up (before any chaos) and are left out.`);
   if (moved > 0) findings.push(`${moved} requests were answered "the session moved to another broker instance while this was on its way; retry it" (-32000, data.moved) and sent again.`);
   if (attempts.beyond > 0) findings.push(`${attempts.beyond} of ${attempts.reconnects} reconnects needed 2 or more failed tries first: an SDK client with its default reconnection options (maxRetries 2) would have given up on them.`);
-  if (m.witness.backwards > 0) findings.push(`The bus witness saw positions go backwards ${m.witness.backwards} times (the counter restarted lower): the position basis is unreliable across that point; see the time basis.`);
+  const holding = streamsHeld(m.clients);
+  const extra = m.gauges.map((g) => ({ name: g.name, legacy: g.legacy - (holding.get(`${g.name} legacy`) ?? 0), modern: g.modern - (holding.get(`${g.name} modern`) ?? 0) }));
+  if (extra.some((x) => x.modern > 0 || x.legacy > 0))
+    findings.push(
+      `At the end the brokers counted more sessions and listen streams than clients held streams on them (mcp_broker_sessions{era} minus the clients' open streams there): ${extra.map((x) => `${x.name} legacy ${x.legacy >= 0 ? "+" : ""}${x.legacy}, modern ${x.modern >= 0 ? "+" : ""}${x.modern}`).join("; ")}. Table "Brokers at the end".`,
+    );
+  if (m.witness.backwards > 0)
+    findings.push(
+      `The bus witness saw positions go backwards ${m.witness.backwards} times (the counter restarted lower), so this variant is judged on the time basis: ${m.witness.backwardSamples
+        .slice(0, 3)
+        .map(([position, before, at]) => `position ${position} after ${before} at ${((at - m.t0) / 1e6).toFixed(2)} s`)
+        .join("; ")}.`,
+    );
 
   const s = (micros: number): string => (micros === 0 ? "—" : `${((micros - m.t0) / 1e6).toFixed(1)}`);
   const details: DetailTable[] = [
@@ -403,6 +419,11 @@ function describe(ctx: VariantContext, variant: VariantPlan, m: Measured): Chaos
       ],
     },
   ];
+  details.push({
+    title: "Brokers at the end: their own count (mcp_broker_sessions) against the clients' open streams on them",
+    columns: ["broker", "legacy sessions (broker)", "legacy streams (clients)", "listen streams (broker)", "listen streams (clients)"],
+    rows: m.gauges.map((g) => [g.name, g.legacy, holding.get(`${g.name} legacy`) ?? 0, g.modern, holding.get(`${g.name} modern`) ?? 0]),
+  });
   if (m.registry.mismatches.length > 0)
     details.push({
       title: "Registry: legacy sessions whose granted subscriptions the registry did not hold at the end",
@@ -467,6 +488,18 @@ function describe(ctx: VariantContext, variant: VariantPlan, m: Measured): Chaos
     `The backend emits ${plan.rate} numbered updates/s for ${variant.emitSeconds} s, round-robin over the resources; ${chaos}; then ${plan.settleMs / 1000} s to settle. ` +
     `Clients reconnect as the SDK client does (1 s, ×1.5 per failed try, or the server's retry), legacy with Last-Event-ID and the same Mcp-Session-Id, modern with the last cursor; a 404 makes a legacy client start over.`;
   return { id: variant.id, title: variant.title, method, rows, findings, details };
+}
+
+/** Clients' open streams at the end, by `<broker> <era>` (the broker that answered the stream's request). */
+function streamsHeld(clients: readonly ClientRecord[]): Map<string, number> {
+  const held = new Map<string, number>();
+  for (const client of clients) {
+    const last = client.streams[client.streams.length - 1];
+    if (last === undefined || last.openMicros === 0 || last.endMicros !== 0) continue;
+    const key = `${last.server ?? "?"} ${client.kind}`;
+    held.set(key, (held.get(key) ?? 0) + 1);
+  }
+  return held;
 }
 
 function resumedCounts(clients: readonly ClientRecord[]): string {

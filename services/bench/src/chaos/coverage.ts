@@ -445,7 +445,8 @@ export function beyondSdkRetries(clients: readonly ClientRecord[], fromMicros: n
     for (const stream of client.streams) {
       if (stream.requestMicros < fromMicros) continue;
       if (stream.openMicros === 0) {
-        const label = stream.status === 0 ? `no response (${(stream.error ?? "?").replace(/\d+/g, "N").slice(0, 40)})` : `HTTP ${stream.status}`;
+        const why = (stream.error ?? "?").replace(/\d+/g, "N").slice(0, 60);
+        const label = stream.status === 0 ? `no response (${why})` : stream.status === 200 ? `HTTP 200, ${why}` : `HTTP ${stream.status}`;
         failedByStatus[label] = (failedByStatus[label] ?? 0) + 1;
         continue;
       }
