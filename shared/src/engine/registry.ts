@@ -6,6 +6,14 @@ export interface SubscriptionRef {
   backendId: string;
   /** The subscribed URI in the backend's own form. */
   uri: string;
+  /**
+   * The holding (`SessionRecord.epoch`) of the legacy session the caller acts for: a fence. An add
+   * for a session whose record names another holding (another member adopted it meanwhile) or none
+   * (it ended) is refused with `moved`; a remove for a session another member holds by now leaves
+   * its subscription alone. Without it (listen streams, the cluster's own jobs) nothing is checked;
+   * engines whose sessions cannot move (memory) ignore it.
+   */
+  epoch?: number;
 }
 
 export interface SubscriptionLimits {
@@ -17,6 +25,8 @@ export interface SubscriptionLimits {
 export type AddOutcome =
   | { status: "added"; first: boolean }
   | { status: "exists" }
+  /** The session is held at another epoch than the ref's, or ended (see `SubscriptionRef.epoch`). */
+  | { status: "moved" }
   | { status: "limit"; limit: "session" | "principal" | "global"; max: number };
 
 export interface RemoveOutcome {

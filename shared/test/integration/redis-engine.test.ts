@@ -277,6 +277,30 @@ describe("Redis engine", () => {
     expect(await dead!.registry.heartbeat(60_000)).toBe(true);
   });
 
+  it("fences a session's subscriptions by the epoch it is held at: a member that lost it changes nothing", async () => {
+    const [a, b] = await cluster(2);
+    const limits = { perSession: 10, perPrincipal: 10, total: 100 };
+    const ref = (uri: string, epoch?: number) => ({ principal: "p", sessionId: "s", backendId: "b", uri, ...(epoch !== undefined && { epoch }) });
+    const [idA, idB] = [`${prefixes.at(-1)}0`, `${prefixes.at(-1)}1`];
+    await a!.sessions.create({ sessionId: "s", principal: "p", protocolVersion: "2025-11-25" }, idA, Date.now());
+    expect(await a!.registry.add(ref("u1", 1), limits)).toEqual({ status: "added", first: true });
+    // Member b takes the session over (epoch 2): member a, still at 1, can neither add nor remove.
+    expect((await b!.sessions.adopt({ principal: "p", sessionId: "s" }, idB, Date.now()))?.record.epoch).toBe(2);
+    expect(await a!.registry.add(ref("u2", 1), limits)).toEqual({ status: "moved" });
+    expect(await a!.registry.remove(ref("u1", 1))).toEqual({ removed: false, last: false });
+    expect(await b!.registry.add(ref("u2", 2), limits)).toEqual({ status: "added", first: true });
+    expect((await b!.registry.ofSession("p", "s")).map((r) => r.uri).sort()).toEqual(["u1", "u2"]);
+    // Only b's instance set names the session now: a's death would not reap what it holds.
+    expect(await a!.redis.sismember(a!.keys.instanceSessions(idA), JSON.stringify(["p", "s"]))).toBe(0);
+    expect(await a!.redis.sismember(a!.keys.instanceSessions(idB), JSON.stringify(["p", "s"]))).toBe(1);
+    // The session ended (its record is gone): no add, but a fenced remove still cleans up.
+    await b!.sessions.delete({ principal: "p", sessionId: "s" });
+    expect(await b!.registry.add(ref("u3", 2), limits)).toEqual({ status: "moved" });
+    expect(await b!.registry.remove(ref("u1", 2))).toEqual({ removed: true, last: true });
+    // Without a fence (listen streams, the cluster's jobs) nothing is checked.
+    expect(await a!.registry.remove(ref("u2"))).toEqual({ removed: true, last: true });
+  });
+
   it("keeps an instance's session set to the sessions that hold something", async () => {
     const [engine] = await cluster(1);
     const limits = { perSession: 10, perPrincipal: 10, total: 100 };

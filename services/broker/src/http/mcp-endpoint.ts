@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { classifyInboundRequest, isJsonContentType } from "@modelcontextprotocol/server";
 import {
+  BrokerError,
   LEGACY_PROTOCOL_VERSIONS,
   META,
   NOTIFICATION,
@@ -12,7 +13,7 @@ import type { Dispatcher, JsonRpcRequest, JsonRpcResponse } from "../routing/dis
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
 import { nestsTooDeep, TOO_DEEP_MESSAGE, topLevelId } from "../routing/message-depth.js";
 import { validateParams } from "../routing/validate-params.js";
-import type { LegacySession, NotificationWriter } from "../session/legacy-session.js";
+import { HAND_OFF_RETRY_MS, type LegacySession, type NotificationWriter } from "../session/legacy-session.js";
 import { honoredFilter, parseListenRequest, wantsListChanges, type ListenRequest } from "../session/listen-request.js";
 import { listenStreamPart, type PreparedNotification } from "../fanout/prepared-notification.js";
 import { mergeInOrder } from "../fanout/event-ids.js";
@@ -250,7 +251,9 @@ export class McpEndpoint {
 
   /**
    * The caller's session, held here or adopted from another member, or an error response already
-   * sent (400 no header, 404 unknown or not theirs, -32004 when the cluster cannot be asked).
+   * sent (400 no header, 404 unknown or not theirs, -32004 when the cluster cannot be asked, and
+   * when another member adopted it at the same moment -32000 with data.moved, or for a GET a stream
+   * that ends at once with an SSE retry).
    */
   private async sessionFor(req: IncomingMessage, res: ServerResponse, principal: string, id: string | number | null): Promise<LegacySession | undefined> {
     const sessionId = header(req, SESSION_HEADER);
@@ -263,6 +266,16 @@ export class McpEndpoint {
       try {
         session = await this.deps.host.adoptLegacySession(sessionId, principal);
       } catch (error) {
+        // Another member adopted it at the same moment: the client asks again and reaches it
+        // (a GET stream ends with an SSE retry, a request gets -32000 with data.moved).
+        if (isMoved(error) && req.method === "GET") {
+          new SseStream(res, { headers: { [SESSION_HEADER]: sessionId } }).close(HAND_OFF_RETRY_MS);
+          return undefined;
+        }
+        if (isMoved(error) && req.method === "POST") {
+          sendJson(res, 200, this.deps.dispatcher.errorResponse(id, error, "legacy"));
+          return undefined;
+        }
         sendJson(res, 503, this.deps.dispatcher.errorResponse(id, error, "legacy"));
         return undefined;
       }
@@ -507,4 +520,8 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer | "too-la
     req.on("error", onAborted);
     req.on("aborted", onAborted);
   });
+}
+
+function isMoved(error: unknown): boolean {
+  return error instanceof BrokerError && (error.data as { moved?: unknown } | undefined)?.moved === true;
 }

@@ -1,6 +1,6 @@
 import { BrokerError } from "@mcp-broker/shared";
 import { assign, emit, enqueueActions, fromPromise, setup } from "xstate";
-import { subscriptionFlow, type SubscriptionTarget } from "./subscription-flow.js";
+import { movedError, subscriptionFlow, type SubscriptionTarget } from "./subscription-flow.js";
 
 export type ReplyTo = number;
 
@@ -60,7 +60,6 @@ export type LegacySessionEmitted =
   | { type: "idle.disarm" };
 
 const closedError = () => new BrokerError("BAD_PARAMS", "The session is closing; initialize a new one.");
-const movedError = () => new BrokerError("BACKEND_UNAVAILABLE", "The session moved to another broker instance while this was on its way; retry it.", { moved: true });
 
 /**
  * One legacy (2025-era) client session. Owns its subscription set and lifecycle:

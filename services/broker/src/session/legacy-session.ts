@@ -22,7 +22,8 @@ export interface NotificationWriter {
 }
 
 /** How soon a client whose session left this member reconnects (the session waits for it elsewhere). */
-const HAND_OFF_RETRY_MS = 250;
+/** The SSE `retry` (ms) of a stream ended because its session left this member: the client reconnects soon, to the session's holder. */
+export const HAND_OFF_RETRY_MS = 250;
 
 /** What the cluster can tell of what happened after a position (see `SessionEnv.since`). */
 export interface SinceReport {

@@ -26,7 +26,7 @@ import type { EventId } from "../fanout/event-ids.js";
 import { legacySessionMachine } from "./legacy-session-machine.js";
 import { listenMachine, type ListenEmitted, type ListenFlags } from "./listen-machine.js";
 import { subscribeMany } from "./subscribe-many.js";
-import { subscriptionFlow, type SubscriptionTarget } from "./subscription-flow.js";
+import { movedError, subscriptionFlow, type SubscriptionTarget } from "./subscription-flow.js";
 import { LOG_LEVELS, type LogLevel } from "../routing/request-context.js";
 
 /** Subscription flows one listen request runs at once. */
@@ -150,21 +150,23 @@ export class SessionHost {
       actors: {
         validate: fromPromise(async ({ input }) => this.validate(input.uri)),
         reserve: fromPromise(async ({ input, signal }) => {
-          const outcome = await deps.registry.add(input, deps.limits);
+          const ref = this.fenced(input);
+          const outcome = await deps.registry.add(ref, deps.limits);
           // The session ended while this was on its way (its releaseAll may have run already):
-          // nobody will release this reservation but us.
-          if (signal.aborted && outcome.status === "added") await this.release(input);
+          // nobody will release this reservation but us. One that moved to another member keeps
+          // it (the fence): the client is told to retry there, and finds it held.
+          if (signal.aborted && outcome.status === "added") await this.release(ref);
           return outcome;
         }),
         ensureUpstream: fromPromise(async ({ input }) => deps.upstream.ensure(input.backendId, input.uri)),
-        release: fromPromise(async ({ input }) => this.release(input)),
+        release: fromPromise(async ({ input }) => this.release(this.fenced(input))),
       },
     });
     const releaseAll = fromPromise<void, { principal: string; sessionId: string }>(async ({ input }) => this.releaseAll(input.principal, input.sessionId));
     this.legacyMachine = legacySessionMachine.provide({
       actors: {
         subscribe: this.flow,
-        unsubscribe: fromPromise(async ({ input }) => this.release({ principal: input.principal, sessionId: input.sessionId, ...input.target })),
+        unsubscribe: fromPromise(async ({ input }) => this.release(this.fenced({ principal: input.principal, sessionId: input.sessionId, ...input.target }))),
         releaseAll,
       },
     });
@@ -245,7 +247,7 @@ export class SessionHost {
     this.superseded.delete(id);
     if (superseded !== undefined && superseded > record.epoch) {
       session.handOff("adopted by another member meanwhile");
-      return undefined;
+      throw movedError();
     }
     if (previous !== undefined) {
       await this.deps.bus
@@ -593,6 +595,16 @@ export class SessionHost {
   /** Accepts a listed resource, a template match or a sub-resource of a listed resource. */
   private validate(uri: string): SubscriptionTarget {
     return this.deps.subscriptionTarget(uri);
+  }
+
+  /**
+   * `ref` fenced with the epoch at which this member holds its legacy session, so that the
+   * registry refuses the change should another member have adopted the session meanwhile (a
+   * listen stream's ref is left as it is: it cannot move).
+   */
+  private fenced(ref: SubscriptionRef): SubscriptionRef {
+    const session = this.legacy.get(ref.sessionId);
+    return session !== undefined && session.principal === ref.principal ? { ...ref, epoch: session.epoch } : ref;
   }
 
   private async release(ref: SubscriptionRef): Promise<void> {

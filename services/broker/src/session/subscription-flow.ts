@@ -34,6 +34,11 @@ export function limitError(limit: "session" | "principal" | "global", max: numbe
   );
 }
 
+/** The answer to a request for a session that another broker instance took over meanwhile (`-32000`, `data.moved`): the client sends it again, and it reaches the session's holder. */
+export function movedError(): BrokerError {
+  return new BrokerError("BACKEND_UNAVAILABLE", "The session moved to another broker instance while this was on its way; retry it.", { moved: true });
+}
+
 function refOf(context: FlowContext): SubscriptionRef {
   const target = context.target as SubscriptionTarget;
   return { principal: context.principal, sessionId: context.sessionId, backendId: target.backendId, uri: target.uri };
@@ -90,6 +95,8 @@ export const subscriptionFlow = setup({
               },
             }),
           },
+          // Another member took the session over meanwhile: its holder is to be asked.
+          { guard: ({ event }) => event.output.status === "moved", target: "failed", actions: assign({ error: () => movedError() }) },
           // Already held by this session: idempotent, nothing more to do.
           { guard: ({ event }) => event.output.status === "exists", target: "done" },
           { target: "ensuring", actions: assign({ added: true }) },

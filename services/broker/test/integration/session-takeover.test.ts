@@ -208,6 +208,32 @@ describe("sessions across broker instances", () => {
     expect(updates(other).length).toBe(otherBefore);
   });
 
+  it("refuses a subscribe on a broker that no longer holds the session (moved, retry), and the retry on the holder delivers", async () => {
+    await fresh();
+    const [stale, holder] = [await broker(), await broker()];
+    const sessionId = await initialize(stale.url);
+    await subscribe(stale.url, sessionId, A);
+    const redis = new Redis(redisUrl);
+    try {
+      // Another member adopts the session, and its word to the old holder has not arrived yet.
+      const record = `${prefix}session:anonymous:${sessionId}`;
+      await redis.hincrby(record, "epoch", 1);
+      const refused = await post(stale.url, { jsonrpc: "2.0", id: 4, method: "resources/subscribe", params: { uri: B } }, headersOf(sessionId));
+      expect(refused.json).toMatchObject({ error: { code: -32000, data: { moved: true } } });
+      // Nothing was added for the session behind its holder's back.
+      expect(await redis.zrange(`${prefix}sub:anonymous:${sessionId}`, 0, -1)).toEqual(["leg\u0000test://static/a"]);
+
+      // The client sends it again, and it reaches a member that takes the session over.
+      const onHolder = await stream(holder.url, sessionId);
+      await subscribe(holder.url, sessionId, B);
+      server.emitUpdate("test://static/b");
+      await eventually(() => described(updates(onHolder)).includes(B), "the update on the holder's stream");
+      expect((await redis.zrange(`${prefix}sub:anonymous:${sessionId}`, 0, -1)).sort()).toEqual(["leg\u0000test://static/a", "leg\u0000test://static/b"]);
+    } finally {
+      redis.disconnect();
+    }
+  });
+
   it("answers 404 to a session id presented by another principal, or one that never existed", async () => {
     await fresh();
     const keys = { auth: { apiKeys: [{ key: KEY_A, principal: "team-a" }, { key: KEY_B, principal: "team-b" }] } };

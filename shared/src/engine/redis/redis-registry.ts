@@ -8,14 +8,16 @@ const SEP = "\u0000";
 
 /**
  * KEYS: session holdings, principal counts, total, backend refcounts, the instance's session set,
- * the principal's session index, the set of principals.
+ * the principal's session index, the set of principals, the session's record.
  * ARGV: member, principal, uri, perSession, perPrincipal, total, session (for the instance's set),
- * the session holdings' key (for the principal's index).
+ * the session holdings' key (for the principal's index), the epoch fence ('' for none).
  * A session's holdings are a sorted set scored by when each was added (Redis's clock, µs), so the
  * newest can be found when limits are lowered.
- * Returns {0} exists, {1, first} added, {2, which, max} limit (which: 1 session, 2 principal, 3 global).
+ * Returns {0} exists, {1, first} added, {2, which, max} limit (which: 1 session, 2 principal, 3
+ * global), {3} moved (the record names another epoch, or is gone).
  */
 const ADD = `
+if ARGV[9] ~= '' and redis.call('HGET', KEYS[8], 'epoch') ~= ARGV[9] then return {3} end
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {0} end
 local perSession = tonumber(ARGV[4])
 if redis.call('ZCARD', KEYS[1]) >= perSession then return {2, 1, perSession} end
@@ -36,9 +38,15 @@ return {1, 0}
 `;
 
 /**
- * KEYS as for ADD; ARGV: member, principal, uri, session, the session holdings' key. Returns {removed, last}.
+ * KEYS as for ADD; ARGV: member, principal, uri, session, the session holdings' key, the epoch
+ * fence ('' for none: a record that names another epoch leaves the holding alone; a record that is
+ * gone does not). Returns {removed, last}.
  */
 const REMOVE = `
+if ARGV[6] ~= '' then
+  local epoch = redis.call('HGET', KEYS[8], 'epoch')
+  if epoch and epoch ~= ARGV[6] then return {0, 0} end
+end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return {0, 0} end
 if redis.call('ZCARD', KEYS[1]) == 0 then
   redis.call('SREM', KEYS[5], ARGV[4])
@@ -105,10 +113,10 @@ return {stored, sum, largest}
 const LIMITS = ["session", "principal", "global"] as const;
 
 
-type Keys = [string, string, string, string, string, string, string];
+type Keys = [string, string, string, string, string, string, string, string];
 type RegistryCommands = {
   registryAdd(...args: [...Keys, ...(string | number)[]]): Promise<number[]>;
-  registryRemove(...args: [...Keys, ...string[]]): Promise<number[]>;
+  registryRemove(...args: [...Keys, ...(string | number)[]]): Promise<number[]>;
   registryHeartbeat(heartbeat: string, instances: string, instanceId: string, ttlMs: number): Promise<number>;
   registryAuditPrincipal(index: string, counts: string, principals: string, principal: string): Promise<number[]>;
   registryAuditTotal(counts: string, total: string): Promise<number[]>;
@@ -129,8 +137,8 @@ export class RedisRegistry implements SubscriptionRegistry {
     private readonly keys: RedisKeys,
     private readonly instanceId: string,
   ) {
-    redis.defineCommand("registryAdd", { numberOfKeys: 7, lua: ADD });
-    redis.defineCommand("registryRemove", { numberOfKeys: 7, lua: REMOVE });
+    redis.defineCommand("registryAdd", { numberOfKeys: 8, lua: ADD });
+    redis.defineCommand("registryRemove", { numberOfKeys: 8, lua: REMOVE });
     redis.defineCommand("registryHeartbeat", { numberOfKeys: 2, lua: HEARTBEAT });
     redis.defineCommand("registryAuditPrincipal", { numberOfKeys: 3, lua: AUDIT_PRINCIPAL });
     redis.defineCommand("registryAuditTotal", { numberOfKeys: 2, lua: AUDIT_TOTAL });
@@ -148,8 +156,10 @@ export class RedisRegistry implements SubscriptionRegistry {
       limits.total,
       JSON.stringify([ref.principal, ref.sessionId]),
       this.keys.session(ref.principal, ref.sessionId),
+      ref.epoch ?? "",
     ));
     if (status === 0) return { status: "exists" };
+    if (status === 3) return { status: "moved" };
     if (status === 1) return { status: "added", first: a === 1 };
     return { status: "limit", limit: LIMITS[a - 1] ?? "global", max: b };
   }
@@ -195,6 +205,7 @@ export class RedisRegistry implements SubscriptionRegistry {
       ref.uri,
       JSON.stringify([ref.principal, ref.sessionId]),
       this.keys.session(ref.principal, ref.sessionId),
+      ref.epoch ?? "",
     ));
     return { removed: removed === 1, last: last === 1 };
   }
@@ -267,6 +278,7 @@ export class RedisRegistry implements SubscriptionRegistry {
       this.keys.instanceSessions(instanceId),
       this.keys.principalSessions(ref.principal),
       this.keys.principals(),
+      this.keys.sessionRecord(ref.principal, ref.sessionId),
     ];
   }
 }
