@@ -157,7 +157,7 @@ export const brokerConfigSchema = z
         /** Prefix of every Redis key and channel: clusters sharing one Redis need different prefixes. */
         keyPrefix: z.string().min(1).max(64).regex(/^[^\s{}]+$/, "no whitespace or braces").default("mcp-broker:"),
         /** How long a backend's watcher lease lasts without renewal (renewed every third of it). */
-        leaseTtlMs: z.number().int().min(1_000).max(MAX_TIMER_MS, TOO_LONG).default(10_000),
+        leaseTtlMs: z.number().int().min(1_000).max(MAX_TIMER_MS, TOO_LONG).default(2_000),
         /**
          * How long an instance counts as alive after its last heartbeat (sent every fifth of it).
          * The others release what a dead instance's sessions held once it has passed.

@@ -42,10 +42,14 @@ export interface BackendWatchersDeps {
  * up, and gives it up when the connection drops, so a watcher can always reach its backend. When a
  * holder dies its lease expires and another instance takes over: it watches the registry's wanted
  * set (counting each URI as updated once, since updates may have been missed). The holder also
- * reconciles desired against actual every renewal, which repairs messages lost on the bus.
+ * reconciles desired against actual at its renewals, at most every `RECONCILE_INTERVAL_MS`, which
+ * repairs messages lost on the bus.
  *
  * With the memory engine there is one instance and it holds every lease of a connected backend.
  */
+/** The shortest time between two periodic reconciles of one backend (each reads its whole wanted set). */
+export const RECONCILE_INTERVAL_MS = 3_000;
+
 export class BackendWatchers implements UpstreamPort {
   private readonly held = new Set<string>();
   private readonly pending = new Map<number, PendingEnsure>();
@@ -53,6 +57,8 @@ export class BackendWatchers implements UpstreamPort {
   private readonly busy = new Map<string, Promise<void>>();
   /** Backends whose periodic reconcile is running (one at a time each). */
   private readonly reconciling = new Set<string>();
+  /** When each backend's last periodic reconcile started (clock ms). */
+  private readonly reconciled = new Map<string, number>();
   private nextId = 0;
   private timer: TimerHandle | undefined;
   private closed = false;
@@ -265,8 +271,10 @@ export class BackendWatchers implements UpstreamPort {
       }
       // Reconnected while holding the lease: the connection's subscriptions are gone, watch again.
       if (reason === "connected") this.watchingNow(backendId);
-      if (reason === "periodic" && !this.reconciling.has(backendId)) {
+      const now = this.deps.clock.now();
+      if (reason === "periodic" && !this.reconciling.has(backendId) && now - (this.reconciled.get(backendId) ?? -Infinity) >= RECONCILE_INTERVAL_MS) {
         this.reconciling.add(backendId);
+        this.reconciled.set(backendId, now);
         void this.deps.local.reconcile(backendId).finally(() => this.reconciling.delete(backendId));
       }
       return;
