@@ -11,6 +11,9 @@ interface PendingEnsure {
   resolve(): void;
   reject(error: BrokerError): void;
   timer: TimerHandle;
+  backendId: string;
+  /** The watcher asked. */
+  holder: string;
 }
 
 export interface BackendWatchersDeps {
@@ -138,7 +141,7 @@ export class BackendWatchers implements UpstreamPort {
         this.pending.delete(id);
         reject(new BrokerError("BACKEND_UNAVAILABLE", `Backend '${backendId}': its watcher (another broker instance) did not answer; retry later.`, { backend: backendId }));
       }, this.deps.watcherTimeoutMs);
-      this.pending.set(id, { resolve, reject, timer });
+      this.pending.set(id, { resolve, reject, timer, backendId, holder });
     });
     try {
       await this.deps.bus.publish(CHANNEL.watcher(backendId), {
@@ -209,6 +212,24 @@ export class BackendWatchers implements UpstreamPort {
       .catch((failure: unknown) => this.deps.logger.warn({ backend: message.backendId, err: (failure as Error).message }, "cannot answer a watch request"));
   }
 
+  /**
+   * Ensures waiting on a watcher that no longer holds the lease (it died, and another member took
+   * over) are asked again of the new one, instead of waiting out `watcherTimeoutMs`.
+   */
+  private async redirectPending(): Promise<void> {
+    const asked = new Map<string, Set<string>>();
+    for (const { backendId, holder } of this.pending.values()) asked.set(backendId, (asked.get(backendId) ?? new Set()).add(holder));
+    for (const [backendId, holders] of asked) {
+      const now = await this.deps.leases.holder(watcherLease(backendId));
+      if (now === undefined) continue;
+      for (const [id, pending] of [...this.pending]) {
+        if (pending.backendId === backendId && holders.has(pending.holder) && pending.holder !== now) {
+          this.settle(id, { code: "BACKEND_UNAVAILABLE", message: `Backend '${backendId}': its watcher changed; retry.`, data: { backend: backendId, watcherChanged: true } });
+        }
+      }
+    }
+  }
+
   private settle(id: number, error: { code: string; message: string; data?: Record<string, unknown> } | undefined): void {
     const pending = this.pending.get(id);
     if (pending === undefined) return;
@@ -222,7 +243,7 @@ export class BackendWatchers implements UpstreamPort {
     if (this.closed) return;
     this.timer = this.deps.clock.setTimeout(() => {
       this.timer = undefined;
-      void Promise.allSettled(this.deps.backendIds.map((backendId) => this.step(backendId, "periodic"))).then(() => this.schedule());
+      void Promise.allSettled([...this.deps.backendIds.map((backendId) => this.step(backendId, "periodic")), this.redirectPending()]).then(() => this.schedule());
     }, Math.max(100, Math.floor(this.deps.leaseTtlMs / 3)));
     this.timer.unref?.();
   }

@@ -19,7 +19,7 @@ function localRole(): UpstreamSubscriptions & { ensured: string[] } {
   } as unknown as UpstreamSubscriptions & { ensured: string[] };
 }
 
-function member(hub: MemoryBusHub, leases: Leases, instanceId: string, connected: boolean) {
+function member(hub: MemoryBusHub, leases: Leases, instanceId: string, connected: boolean, timing = { leaseTtlMs: 60_000, watcherTimeoutMs: 2_000 }) {
   const local = localRole();
   const bus = new MemoryBus(hub);
   const watchers = new BackendWatchers({
@@ -31,8 +31,7 @@ function member(hub: MemoryBusHub, leases: Leases, instanceId: string, connected
     instanceId,
     backendIds: ["x"],
     connected: () => connected,
-    leaseTtlMs: 60_000,
-    watcherTimeoutMs: 2_000,
+    ...timing,
   });
   bus.onMessage((_channel, message) => {
     if (message.kind.startsWith("watch.")) watchers.receive(message as Parameters<typeof watchers.receive>[0]);
@@ -72,6 +71,23 @@ describe("backend watchers across members", () => {
     expect(stale.local.ensured).toEqual([]);
     expect(await leases.holder(watcherLease("x"))).toBe("holder");
     await Promise.all([stale.watchers.close(), holder.watchers.close(), asking.watchers.close()]);
+  });
+
+  it("asks the new watcher when the one an ensure waits on died and another took its lease over", async () => {
+    const hub = new MemoryBusHub();
+    const leases = new MemoryLeases();
+    // A watcher that died holding the lease: it will never answer.
+    expect(await leases.acquire(watcherLease("x"), "dead", 60_000)).toBe(true);
+    const asking = member(hub, leases, "asking", false, { leaseTtlMs: 300, watcherTimeoutMs: 60_000 });
+    const next = member(hub, leases, "next", true);
+    await Promise.all([asking.watchers.start(), next.watchers.start()]);
+    const ensured = asking.watchers.ensure("x", "u://1");
+    // The dead watcher's lease expires and another member takes over.
+    await leases.release(watcherLease("x"), "dead");
+    await next.watchers.backendConnected("x");
+    await ensured; // long before the 60 s watcher timeout
+    expect(next.local.ensured).toEqual(["u://1"]);
+    await Promise.all([asking.watchers.close(), next.watchers.close()]);
   });
 
   it("answers -32000 at once when no member reaches the backend", async () => {
