@@ -301,6 +301,17 @@ describe("Redis engine", () => {
     expect(await a!.registry.remove(ref("u2"))).toEqual({ removed: true, last: true });
   });
 
+  it("never publishes at a position below its own last one, even when the counter was lost", async () => {
+    const [engine] = await cluster(1);
+    const update = { kind: "resource.updated", v: 1, origin: "o", backendId: "b", uri: "u" } as unknown as Parameters<typeof engine.updates.publish>[0];
+    await engine!.updates.publish(update, ["u"]);
+    const last = await engine!.updates.publish(update, ["u"]);
+    // Redis restarted without its data: the counter is gone before any member wrote a floor back.
+    await engine!.redis.del(engine!.keys.positions());
+    expect(await engine!.updates.publish(update, ["u"])).toBe(last + 1);
+    expect(await engine!.updates.current()).toBe(last + 1);
+  });
+
   it("keeps an instance's session set to the sessions that hold something", async () => {
     const [engine] = await cluster(1);
     const limits = { perSession: 10, perPrincipal: 10, total: 100 };

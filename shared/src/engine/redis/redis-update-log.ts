@@ -6,12 +6,20 @@ import { corkUntilTickEnds } from "./redis-bus.js";
 
 /**
  * KEYS: the position counter, the backend's stamps hash. ARGV: n, then n keys, n channels and n
- * message heads (each ending `"position":`). Takes the next position, stamps every key with it
- * and publishes each message with it appended, in one step. Returns the position.
+ * message heads (each ending `"position":`), then the floor (the newest position this member
+ * knows). Takes the next position, stamps every key with it and publishes each message with it
+ * appended, in one step. Returns the position. A counter below the floor (Redis lost its data,
+ * and the members have not written it back yet) continues from the floor: positions never go
+ * backwards for what this member published.
  */
 const PUBLISH = `
 local n = tonumber(ARGV[1])
 local position = redis.call('INCR', KEYS[1])
+local floor = tonumber(ARGV[2 + 3 * n])
+if position <= floor then
+  position = floor + 1
+  redis.call('SET', KEYS[1], position)
+end
 for i = 1, n do
   redis.call('HSET', KEYS[2], 'u' .. ARGV[1 + i], position)
   redis.call('PUBLISH', ARGV[1 + n + i], ARGV[1 + 2 * n + i] .. position .. '}')
@@ -46,6 +54,8 @@ type UpdateLogCommands = {
  */
 export class RedisUpdateLog implements UpdateLog {
   private readonly redis: Redis & UpdateLogCommands;
+  /** The newest position this member published or raised the counter to. */
+  private floor = 0;
 
   constructor(
     redis: Redis,
@@ -63,7 +73,10 @@ export class RedisUpdateLog implements UpdateLog {
     const channels = keys.map((key) => this.keys.channel(CHANNEL.resource(update.backendId, key)));
     const heads = keys.map((key) => encodeUpdateHead({ ...update, key, keys: keys.length }));
     corkUntilTickEnds(this.redis);
-    return this.redis.updatePublish(this.keys.positions(), this.keys.stamps(update.backendId), keys.length, ...keys, ...channels, ...heads);
+    return this.redis.updatePublish(this.keys.positions(), this.keys.stamps(update.backendId), keys.length, ...keys, ...channels, ...heads, this.floor).then((position) => {
+      if (position > this.floor) this.floor = position;
+      return position;
+    });
   }
 
   async watched(backendId: string, key: string): Promise<void> {
@@ -84,6 +97,7 @@ export class RedisUpdateLog implements UpdateLog {
   }
 
   async raiseTo(position: number): Promise<void> {
+    if (position > this.floor) this.floor = position;
     await this.redis.updateRaise(this.keys.positions(), position);
   }
 
