@@ -303,7 +303,7 @@ describe("Redis engine", () => {
 
   it("never publishes at a position below its own last one, even when the counter was lost", async () => {
     const [engine] = await cluster(1);
-    const update = { kind: "resource.updated", v: 1, origin: "o", backendId: "b", uri: "u" } as unknown as Parameters<typeof engine.updates.publish>[0];
+    const update = { kind: "resource.updated", v: 1, origin: "o", backendId: "b", uri: "u" } as unknown as Parameters<RedisEngine["updates"]["publish"]>[0];
     await engine!.updates.publish(update, ["u"]);
     const last = await engine!.updates.publish(update, ["u"]);
     // Redis restarted without its data: the counter is gone before any member wrote a floor back.
