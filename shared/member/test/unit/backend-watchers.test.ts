@@ -1,22 +1,26 @@
 import { MemoryBus, MemoryBusHub, MemoryLeases, systemClock, watcherLease, type Leases } from "@mcp-broker/shared";
 import { pino } from "pino";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { BackendWatchers } from "../../src/upstream/backend-watchers.js";
 import type { UpstreamSubscriptions } from "../../src/upstream/upstream-subscriptions.js";
 
 /** The watcher role of one member, recording what it is asked to watch. */
-function localRole(): UpstreamSubscriptions & { ensured: string[] } {
+function localRole(): UpstreamSubscriptions & { ensured: string[]; relinquished: string[]; connected: string[] } {
   const ensured: string[] = [];
+  const relinquished: string[] = [];
+  const connected: string[] = [];
   return {
     ensured,
+    relinquished,
+    connected,
     ensure: async (_backendId: string, uri: string) => void ensured.push(uri),
     release: () => undefined,
-    backendConnected: async () => undefined,
+    backendConnected: async ({ id }: { id: string }) => void connected.push(id),
     backendDisconnected: () => undefined,
-    relinquish: () => undefined,
+    relinquish: (id: string) => void relinquished.push(id),
     reconcile: async () => undefined,
     updatesMissed: () => undefined,
-  } as unknown as UpstreamSubscriptions & { ensured: string[] };
+  } as unknown as UpstreamSubscriptions & { ensured: string[]; relinquished: string[]; connected: string[] };
 }
 
 function member(hub: MemoryBusHub, leases: Leases, instanceId: string, connected: boolean, timing = { leaseTtlMs: 60_000, watcherTimeoutMs: 2_000 }) {
@@ -88,6 +92,21 @@ describe("backend watchers across members", () => {
     await ensured; // long before the 60 s watcher timeout
     expect(next.local.ensured).toEqual(["u://1"]);
     await Promise.all([asking.watchers.close(), next.watchers.close()]);
+  });
+
+  it("takes a lease that vanished (Redis lost its data) back at its next renewal, without watching everything again", async () => {
+    const hub = new MemoryBusHub();
+    const leases = new MemoryLeases();
+    const holder = member(hub, leases, "holder", true, { leaseTtlMs: 300, watcherTimeoutMs: 2_000 });
+    await holder.watchers.start();
+    await holder.watchers.backendConnected("x");
+    expect(holder.local.connected).toEqual(["x"]);
+    await leases.release(watcherLease("x"), "holder"); // what a Redis restarted empty looks like
+    await vi.waitFor(async () => expect(await leases.holder(watcherLease("x"))).toBe("holder"));
+    expect(holder.watchers.holds("x")).toBe(true);
+    expect(holder.local.relinquished).toEqual([]);
+    expect(holder.local.connected).toEqual(["x"]);
+    await holder.watchers.close();
   });
 
   it("answers -32000 at once when no member reaches the backend", async () => {
