@@ -1,8 +1,15 @@
-import { CHANNEL, type Bus, type Clock, type ListName, type ResourceUpdatedMessage } from "@mcp-broker/shared";
+import { CHANNEL, type Bus, type Clock, type ListName, type ResourceUpdatedMessage, type TimerHandle } from "@mcp-broker/shared";
 import type { Logger } from "@mcp-broker/member";
 import { EventClock } from "./event-ids.js";
-import { InterestTable, type NotificationSink } from "./interest-table.js";
+import { InterestTable, type NotificationSink, type SubscriptionTarget } from "./interest-table.js";
 import { PreparedNotification } from "./prepared-notification.js";
+
+/**
+ * How long the re-announcements a bus gap calls for wait for anything about the same resource to
+ * arrive first (the watcher re-publishes what it watches when its own connection comes back, as
+ * after a Redis restart): one notification per subscriber, not two.
+ */
+export const GAP_SETTLE_MS = 1_000;
 
 /** How the fan-out names a backend resource to clients, and which backends it knows. */
 export interface ExposedNames {
@@ -27,6 +34,9 @@ export class Fanout {
   private readonly delivered = { resourceUpdated: 0, listChanged: 0 };
   /** The last update that was published under several keys (see `deliverOnce`). */
   private multiKeyUpdate: { position: number; notification: PreparedNotification; delivered: Set<NotificationSink> } | undefined;
+  /** After a bus gap: channel → its target and the sinks still owed a re-announcement (see `gap`). */
+  private owed = new Map<string, { target: SubscriptionTarget; sinks: Set<NotificationSink> }>();
+  private owedTimer: TimerHandle | undefined;
 
   constructor(
     private readonly deps: {
@@ -67,6 +77,7 @@ export class Fanout {
       this.deps.logger.warn({ channel, backend: message.backendId }, "bus message for an unknown backend dropped");
       return;
     }
+    if (this.owed.size > 0) this.owed.delete(channel);
     const sinks = this.interest.of(channel);
     if (sinks === undefined || sinks.size === 0) return;
     if (message.keys > 1) {
@@ -87,6 +98,7 @@ export class Fanout {
     const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(backendId, uri), this.events.next());
     const delivered = new Set<NotificationSink>();
     for (const key of keys) {
+      if (this.owed.size > 0) this.owed.delete(CHANNEL.resource(backendId, key));
       for (const sink of this.interest.of(CHANNEL.resource(backendId, key)) ?? []) {
         if (delivered.has(sink)) continue;
         delivered.add(sink);
@@ -119,14 +131,36 @@ export class Fanout {
 
   /**
    * The bus may have lost messages (it reconnected): every subscribed resource counts as updated
-   * once, for every local subscriber. An extra `updated` is harmless, a missed one is not.
+   * once, for every local subscriber. An extra `updated` is harmless, a missed one is not. The
+   * re-announcements wait `GAP_SETTLE_MS`: a resource about which anything arrives meanwhile (an
+   * update, the watcher's own re-announcement) is covered by that and not announced again.
    */
   gap(): void {
-    let targets = 0;
     for (const { target, sinks } of this.interest.all()) {
+      const channel = CHANNEL.resource(target.backendId, target.uri);
+      const owed = this.owed.get(channel);
+      if (owed === undefined) this.owed.set(channel, { target, sinks: new Set(sinks) });
+      else for (const sink of sinks) owed.sinks.add(sink);
+    }
+    if (this.owedTimer !== undefined) return;
+    this.owedTimer = this.deps.clock.setTimeout(() => this.payOwed(), GAP_SETTLE_MS);
+    this.owedTimer.unref?.();
+  }
+
+  private payOwed(): void {
+    this.owedTimer = undefined;
+    const owed = this.owed;
+    this.owed = new Map();
+    let targets = 0;
+    for (const [channel, { target, sinks }] of owed) {
+      const current = this.interest.of(channel);
+      if (current === undefined) continue;
       const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(target.backendId, target.uri), this.events.next());
-      for (const sink of sinks) sink.deliver(notification);
-      this.delivered.resourceUpdated += sinks.size;
+      for (const sink of sinks) {
+        if (!current.has(sink)) continue;
+        sink.deliver(notification);
+        this.delivered.resourceUpdated++;
+      }
       targets++;
     }
     this.deps.logger.warn({ resources: targets }, "the bus reconnected: subscribed resources re-announced as updated");
@@ -151,6 +185,8 @@ export class Fanout {
   }
 
   close(): void {
+    if (this.owedTimer !== undefined) this.deps.clock.clearTimeout(this.owedTimer);
+    this.owed.clear();
     this.interest.close();
     this.listeners.clear();
   }

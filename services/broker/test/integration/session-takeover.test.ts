@@ -221,14 +221,14 @@ describe("sessions across broker instances", () => {
       const refused = await post(stale.url, { jsonrpc: "2.0", id: 4, method: "resources/subscribe", params: { uri: B } }, headersOf(sessionId));
       expect(refused.json).toMatchObject({ error: { code: -32000, data: { moved: true } } });
       // Nothing was added for the session behind its holder's back.
-      expect(await redis.zrange(`${prefix}sub:anonymous:${sessionId}`, 0, -1)).toEqual(["leg\u0000test://static/a"]);
+      expect(await redis.zrange(`${prefix}sub:anonymous:${sessionId}`, "0", "-1")).toEqual(["leg\u0000test://static/a"]);
 
       // The client sends it again, and it reaches a member that takes the session over.
       const onHolder = await stream(holder.url, sessionId);
       await subscribe(holder.url, sessionId, B);
       server.emitUpdate("test://static/b");
       await eventually(() => described(updates(onHolder)).includes(B), "the update on the holder's stream");
-      expect((await redis.zrange(`${prefix}sub:anonymous:${sessionId}`, 0, -1)).sort()).toEqual(["leg\u0000test://static/a", "leg\u0000test://static/b"]);
+      expect((await redis.zrange(`${prefix}sub:anonymous:${sessionId}`, "0", "-1")).sort()).toEqual(["leg\u0000test://static/a", "leg\u0000test://static/b"]);
     } finally {
       redis.disconnect();
     }

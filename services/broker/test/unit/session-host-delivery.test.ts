@@ -66,8 +66,8 @@ describe("session host: delivery of one backend update published under several k
 });
 
 describe("session host: a gap on the bus", () => {
-  it("re-announces every subscribed resource once to each local subscriber", async () => {
-    const { sessions, fanout } = host();
+  it("re-announces every subscribed resource once to each local subscriber, unless something about it arrived meanwhile", async () => {
+    const { bus, sessions, fanout } = host();
     const one = await sessions.createLegacySession("p");
     const two = await sessions.createLegacySession("p");
     const [w1, w2] = [writer(), writer()];
@@ -77,8 +77,17 @@ describe("session host: a gap on the bus", () => {
     await one.subscribe("b+x://b");
     await two.subscribe("b+x://a");
     fanout.gap();
+    fanout.gap(); // a second gap before the first is paid adds nothing
+    expect(w1.uris).toEqual([]);
+    // The watcher re-publishes x://b (its connection came back too): that covers it.
+    await bus.publish(CHANNEL.resource("b", "x://b"), update("x://b", "x://b", 7, 1));
+    await vi.waitFor(() => expect(w1.uris).toHaveLength(1));
+    await vi.waitFor(() => expect(w2.uris).toHaveLength(1), { timeout: 3_000 });
+    await vi.waitFor(() => expect(w1.uris).toHaveLength(2), { timeout: 3_000 });
     expect(w1.uris.sort()).toEqual([expect.stringContaining("b+x://a"), expect.stringContaining("b+x://b")]);
     expect(w2.uris).toEqual([expect.stringContaining("b+x://a")]);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(w1.uris).toHaveLength(2);
     sessions.close();
   });
 });
