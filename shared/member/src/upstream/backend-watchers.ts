@@ -315,6 +315,8 @@ export class BackendWatchers implements UpstreamPort {
   }
 
   private watchingNow(backendId: string): void {
+    // This re-subscribe reads the whole wanted set: the next periodic reconcile is not due before the interval.
+    this.reconciled.set(backendId, this.deps.clock.now());
     void this.deps.local.backendConnected({ id: backendId });
     this.deps.onWatching?.(backendId);
   }

@@ -26,6 +26,8 @@ interface PollState {
 interface Watch {
   mode: Mode;
   poll?: PollState;
+  /** A re-subscribe announced this watch's URI as updated (once per watch: overlapping ones must not repeat it). */
+  caughtUp?: boolean;
 }
 
 /**
@@ -90,7 +92,7 @@ export interface UpstreamPort {
 
 const MIN_POLL_MS = 1_000;
 /** Subscribe requests (or first polls) one re-subscribe after a reconnect keeps in flight. */
-const RESUBSCRIBE_CONCURRENCY = 16;
+const RESUBSCRIBE_CONCURRENCY = 64;
 
 /**
  * The watcher role: one upstream subscription per (backend, URI) while anyone wants it.
@@ -433,9 +435,14 @@ export class UpstreamSubscriptions implements UpstreamPort {
     const concurrency = modeOf(backend) === "listen" ? uris.length : RESUBSCRIBE_CONCURRENCY;
     await eachLimited(uris, concurrency, async (uri) => {
       try {
-        await this.watchInOrder(this.slot(backendId, uri));
-        // What changed while the backend was away was not announced: count it as updated once.
-        this.resourceUpdated(backendId, uri);
+        const slot = this.slot(backendId, uri);
+        await this.watchInOrder(slot);
+        // What changed while the backend was away was not announced: count it as updated once. A
+        // reconcile overlapping a takeover's re-subscribe watches the same URIs; only one announces.
+        if (slot.watch !== undefined && slot.watch.caughtUp !== true) {
+          slot.watch.caughtUp = true;
+          this.resourceUpdated(backendId, uri);
+        }
       } catch (error) {
         if (epoch !== this.epoch(backendId)) return;
         failed.push(uri);

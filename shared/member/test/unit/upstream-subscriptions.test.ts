@@ -240,6 +240,38 @@ describe("upstream subscriptions", () => {
     expect(backend.calls).toHaveLength(4);
   });
 
+  it("announces each URI once when a reconcile overlaps a takeover's re-subscribe", async () => {
+    const bus = new MemoryBus();
+    const announced: string[] = [];
+    bus.onMessage((_channel, message) => {
+      if (message.kind === "resource.updated") announced.push(message.uri);
+    });
+    const registry = new MemoryRegistry();
+    const backend = fakeBackend();
+    const upstream = new UpstreamSubscriptions({ registry, updates: new MemoryUpdateLog(bus, new MemoryPositions()), clock, logger, instanceId: "i", releaseGraceMs: GRACE_MS, pollIntervalMs: 60_000 });
+    upstream.attach({ get: () => backend });
+    // More URIs than one re-subscribe keeps in flight, so the reconcile finds some it has not reached.
+    const uris = Array.from({ length: 100 }, (_, i) => `u://r/${i}`);
+    for (const uri of uris) {
+      await registry.add({ principal: "p", sessionId: "s1", backendId: "b", uri }, limits);
+      await bus.subscribe(CHANNEL.resource("b", uri));
+    }
+    backend.holding.add("resources/subscribe");
+    const takeover = upstream.backendConnected(backend);
+    await vi.waitFor(() => expect(backend.held.length).toBeGreaterThan(0));
+    const reconcile = upstream.reconcile("b");
+    backend.holding.clear();
+    await vi.waitFor(async () => {
+      for (const held of backend.held.splice(0)) held.resolve();
+      await Promise.resolve();
+      expect(upstream.watched("b")).toHaveLength(uris.length);
+    });
+    await Promise.all([takeover, reconcile]);
+    await vi.waitFor(() => expect(announced).toHaveLength(uris.length));
+    await vi.advanceTimersByTimeAsync(100);
+    expect(announced.sort()).toEqual([...uris].sort());
+  });
+
   it("stops retrying a re-subscribe once nobody wants the URI, or the backend dropped again", async () => {
     const { registry, backend, upstream, ref } = world();
     await registry.add(ref("u://a"), limits);
