@@ -33,6 +33,8 @@ export interface RemoveOutcome {
   removed: boolean;
   /** The cluster-wide count for (backend, uri) dropped to zero. */
   last: boolean;
+  /** Left alone: the session is held at another epoch than the ref's (see `SubscriptionRef.epoch`). */
+  moved?: boolean;
 }
 
 /**

@@ -287,7 +287,7 @@ describe("Redis engine", () => {
     // Member b takes the session over (epoch 2): member a, still at 1, can neither add nor remove.
     expect((await b!.sessions.adopt({ principal: "p", sessionId: "s" }, idB, Date.now()))?.record.epoch).toBe(2);
     expect(await a!.registry.add(ref("u2", 1), limits)).toEqual({ status: "moved" });
-    expect(await a!.registry.remove(ref("u1", 1))).toEqual({ removed: false, last: false });
+    expect(await a!.registry.remove(ref("u1", 1))).toEqual({ removed: false, last: false, moved: true });
     expect(await b!.registry.add(ref("u2", 2), limits)).toEqual({ status: "added", first: true });
     expect((await b!.registry.ofSession("p", "s")).map((r) => r.uri).sort()).toEqual(["u1", "u2"]);
     // Only b's instance set names the session now: a's death would not reap what it holds.

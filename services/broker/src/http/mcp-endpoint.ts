@@ -245,7 +245,7 @@ export class McpEndpoint {
     req.resume();
     const session = await this.sessionFor(req, res, principal, null);
     if (session === undefined) return;
-    session.close("client DELETE");
+    await this.deps.host.endLegacySession(session, "client DELETE");
     res.writeHead(200).end();
   }
 
@@ -262,6 +262,9 @@ export class McpEndpoint {
       return undefined;
     }
     let session = this.deps.host.legacySession(sessionId, principal);
+    // A stream on a stale copy (the message that another member took the session was lost) would
+    // hear nothing: a GET checks the record first (one read per stream, not per request).
+    if (session !== undefined && req.method === "GET" && !(await this.deps.host.stillHeld(session))) session = undefined;
     if (session === undefined) {
       try {
         session = await this.deps.host.adoptLegacySession(sessionId, principal);

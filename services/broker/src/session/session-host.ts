@@ -6,6 +6,7 @@ import {
   type BusMessage,
   type Clock,
   type ListName,
+  type SessionRecord,
   type SessionStore,
   type SubscriptionLimits,
   type SubscriptionRef,
@@ -152,6 +153,7 @@ export class SessionHost {
         reserve: fromPromise(async ({ input, signal }) => {
           const ref = this.fenced(input);
           const outcome = await deps.registry.add(ref, deps.limits);
+          if (outcome.status === "moved") this.stale(ref);
           // The session ended while this was on its way (its releaseAll may have run already):
           // nobody will release this reservation but us. One that moved to another member keeps
           // it (the fence): the client is told to retry there, and finds it held.
@@ -243,16 +245,19 @@ export class SessionHost {
     const session = this.start(id, principal, { epoch: record.epoch, subscriptions, logLevel: record.logLevel, protocolVersion: record.protocolVersion });
     // Subscribed on the bus before anything is read for resumption: nothing falls between.
     await Promise.all(Object.values(subscriptions).map((target) => this.deps.fanout.interest.add(target, session)));
+    // The previous holder lost the session to this adoption, even when a newer one supersedes it
+    // below: told nothing, it would keep a stale copy (and a stream that hears nothing of what the
+    // session subscribes to at its new holder).
+    if (previous !== undefined) {
+      await this.deps.bus
+        .publish(CHANNEL.replies(previous), { kind: "session.moved", v: 1, origin: this.deps.instanceId, principal, sessionId: id, epoch: record.epoch, to: this.deps.instanceId })
+        .catch((error: unknown) => this.deps.logger.warn({ session: id, to: previous, err: (error as Error).message }, "cannot tell the session's previous holder"));
+    }
     const superseded = this.superseded.get(id);
     this.superseded.delete(id);
     if (superseded !== undefined && superseded > record.epoch) {
       session.handOff("adopted by another member meanwhile");
       throw movedError();
-    }
-    if (previous !== undefined) {
-      await this.deps.bus
-        .publish(CHANNEL.replies(previous), { kind: "session.moved", v: 1, origin: this.deps.instanceId, principal, sessionId: id, epoch: record.epoch, to: this.deps.instanceId })
-        .catch((error: unknown) => this.deps.logger.warn({ session: id, to: previous, err: (error as Error).message }, "cannot tell the session's previous holder"));
     }
     this.deps.logger.info({ session: id, principal, epoch: record.epoch, from: previous ?? "(nobody)", subscriptions: Object.keys(subscriptions).length }, "session adopted");
     return session;
@@ -318,6 +323,34 @@ export class SessionHost {
   legacySession(id: string, principal: string): LegacySession | undefined {
     const session = this.legacy.get(id);
     return session !== undefined && session.principal === principal && !session.closed ? session : undefined;
+  }
+
+  /**
+   * Ends a legacy session on its client's DELETE. Its record goes first, so that from the answer on
+   * no member adopts it (a request anywhere gets 404); then it closes here and releases what it held.
+   */
+  async endLegacySession(session: LegacySession, reason: string): Promise<void> {
+    await this.deps.sessions.delete({ principal: session.principal, sessionId: session.id }).catch((error: unknown) => this.deps.logger.warn({ session: session.id, err: (error as Error).message }, "cannot delete the ended session's record; it expires"));
+    session.close(reason);
+  }
+
+  /**
+   * Whether the cluster's record still names this member, at the session's epoch, as its holder
+   * (checked before a stream is attached: a stream on a stale copy would hear nothing of what the
+   * session subscribes to at its holder). A stale copy is handed off. When the record cannot be
+   * read, or is gone (Redis lost it; this member writes it back), the local copy is trusted.
+   */
+  async stillHeld(session: LegacySession): Promise<boolean> {
+    let record: SessionRecord | undefined;
+    try {
+      record = await this.deps.sessions.get({ principal: session.principal, sessionId: session.id });
+    } catch {
+      return true;
+    }
+    if (record === undefined || (record.owner === this.deps.instanceId && record.epoch === session.epoch)) return true;
+    this.deps.logger.info({ session: session.id, epoch: session.epoch, holder: record.owner || "(nobody)", holderEpoch: record.epoch }, "session held by another member by now; handing off the stale copy");
+    session.handOff("another member holds the session");
+    return false;
   }
 
   legacySessions(): LegacySession[] {
@@ -609,7 +642,22 @@ export class SessionHost {
 
   private async release(ref: SubscriptionRef): Promise<void> {
     const outcome = await this.deps.registry.remove(ref);
+    if (outcome.moved === true) this.stale(ref);
     if (outcome.last) this.deps.upstream.release(ref.backendId, ref.uri);
+  }
+
+  /**
+   * The registry refused a change fenced with the epoch this member holds the session at: another
+   * member holds it by now, and the message telling this one was lost or is still on its way. The
+   * stale copy is handed off (its pending requests answered "moved", its stream closed with a
+   * retry), so the client's next request or stream adopts the session instead of meeting the
+   * stale copy again.
+   */
+  private stale(ref: SubscriptionRef): void {
+    const session = this.legacy.get(ref.sessionId);
+    if (session === undefined || session.principal !== ref.principal || session.epoch !== ref.epoch) return;
+    this.deps.logger.info({ session: ref.sessionId, epoch: ref.epoch }, "session held by another member by now; handing off the stale copy");
+    session.handOff("another member holds the session");
   }
 
   /**

@@ -208,9 +208,9 @@ describe("sessions across broker instances", () => {
     expect(updates(other).length).toBe(otherBefore);
   });
 
-  it("refuses a subscribe on a broker that no longer holds the session (moved, retry), and the retry on the holder delivers", async () => {
+  it("refuses a subscribe on a broker that no longer holds the session (moved, retry), lets its stale copy go, and the retry adopts the session and delivers", async () => {
     await fresh();
-    const [stale, holder] = [await broker(), await broker()];
+    const stale = await broker();
     const sessionId = await initialize(stale.url);
     await subscribe(stale.url, sessionId, A);
     const redis = new Redis(redisUrl);
@@ -222,16 +222,39 @@ describe("sessions across broker instances", () => {
       expect(refused.json).toMatchObject({ error: { code: -32000, data: { moved: true } } });
       // Nothing was added for the session behind its holder's back.
       expect(await redis.zrange(`${prefix}sub:anonymous:${sessionId}`, "0", "-1")).toEqual(["leg\u0000test://static/a"]);
+      // The refusal told the broker its copy is stale: it lets it go.
+      await eventually(() => stale.broker.sessions.legacySession(sessionId, "anonymous") === undefined, "the stale copy let go");
 
-      // The client sends it again, and it reaches a member that takes the session over.
-      const onHolder = await stream(holder.url, sessionId);
-      await subscribe(holder.url, sessionId, B);
+      // The client sends it again, to the same broker as a sticky load balancer would: it adopts
+      // the session (instead of meeting the stale copy and answering moved forever) and delivers.
+      const onStale = await stream(stale.url, sessionId);
+      await subscribe(stale.url, sessionId, B);
       server.emitUpdate("test://static/b");
-      await eventually(() => described(updates(onHolder)).includes(B), "the update on the holder's stream");
+      server.emitUpdate("test://static/a");
+      await eventually(() => described(updates(onStale)).includes(B) && described(updates(onStale)).includes(A), "both updates on the stream");
       expect((await redis.zrange(`${prefix}sub:anonymous:${sessionId}`, "0", "-1")).sort()).toEqual(["leg\u0000test://static/a", "leg\u0000test://static/b"]);
+      expect(Number(await redis.hget(record, "epoch"))).toBe(3);
     } finally {
       redis.disconnect();
     }
+  });
+
+  it("does not attach a stream to a stale copy: a broker that missed the word of a takeover adopts the session back on its client's GET", async () => {
+    await fresh();
+    const [first, second] = [await broker(), await broker()];
+    const sessionId = await initialize(first.url);
+    await subscribe(first.url, sessionId, A);
+    // The session.moved message to the first broker is lost.
+    first.broker.sessions.moved = () => undefined;
+    // The client comes to the second broker, which takes the session over and subscribes to B there.
+    await subscribe(second.url, sessionId, B);
+    expect(first.broker.sessions.legacySession(sessionId, "anonymous")).toBeDefined();
+    // Its stream goes back to the first broker (a sticky load balancer's stale entry): the first
+    // checks the record, lets its copy go and adopts the session with all it holds.
+    const onFirst = await stream(first.url, sessionId);
+    await eventually(() => second.broker.sessions.legacySession(sessionId, "anonymous") === undefined, "the second let go");
+    server.emitUpdate("test://static/b");
+    await eventually(() => described(updates(onFirst)).includes(B), "the update of what the second subscribed to");
   });
 
   it("answers 404 to a session id presented by another principal, or one that never existed", async () => {
@@ -252,11 +275,14 @@ describe("sessions across broker instances", () => {
     const [one, two] = [await broker(), await broker()];
     const sessionId = await initialize(one.url);
     await subscribe(one.url, sessionId, A);
+    // Enough that releasing them takes a while after the DELETE is answered.
+    await Promise.all(Array.from({ length: 100 }, (_, i) => subscribe(one.url, sessionId, `leg+test://items/${i}`)));
     const first = await stream(one.url, sessionId);
     const deleted = await fetch(two.url, { method: "DELETE", headers: headersOf(sessionId) });
     expect(deleted.status).toBe(200);
-    await first.ended;
+    // From the answer on, no broker adopts it (not even while the deleting one still releases what it held).
     for (const url of [one.url, two.url]) expect((await post(url, { jsonrpc: "2.0", id: 9, method: "ping" }, headersOf(sessionId))).status).toBe(404);
+    await first.ended;
     const redis = new Redis(redisUrl);
     try {
       await eventually(async () => (await redis.hlen(`${prefix}refs:leg`)) === 0, "the release");

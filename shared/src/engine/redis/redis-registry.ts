@@ -40,12 +40,12 @@ return {1, 0}
 /**
  * KEYS as for ADD; ARGV: member, principal, uri, session, the session holdings' key, the epoch
  * fence ('' for none: a record that names another epoch leaves the holding alone; a record that is
- * gone does not). Returns {removed, last}.
+ * gone does not). Returns {removed, last, moved}.
  */
 const REMOVE = `
 if ARGV[6] ~= '' then
   local epoch = redis.call('HGET', KEYS[8], 'epoch')
-  if epoch and epoch ~= ARGV[6] then return {0, 0} end
+  if epoch and epoch ~= ARGV[6] then return {0, 0, 1} end
 end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return {0, 0} end
 if redis.call('ZCARD', KEYS[1]) == 0 then
@@ -198,7 +198,7 @@ export class RedisRegistry implements SubscriptionRegistry {
   }
 
   private async removeOf(ref: SubscriptionRef, instanceId: string): Promise<RemoveOutcome> {
-    const [removed, last] = await unavailable(this.redis.registryRemove(
+    const [removed, last, moved = 0] = await unavailable(this.redis.registryRemove(
       ...this.keysOf(ref, instanceId),
       ref.backendId + SEP + ref.uri,
       ref.principal,
@@ -207,7 +207,7 @@ export class RedisRegistry implements SubscriptionRegistry {
       this.keys.session(ref.principal, ref.sessionId),
       ref.epoch ?? "",
     ));
-    return { removed: removed === 1, last: last === 1 };
+    return { removed: removed === 1, last: last === 1, ...(moved === 1 && { moved: true }) };
   }
 
   async ofSession(principal: string, sessionId: string): Promise<SubscriptionRef[]> {
