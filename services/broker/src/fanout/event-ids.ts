@@ -57,17 +57,26 @@ export class EventClock {
 }
 
 /**
- * What a resumption tells (`told`: updates and list changes at their own cluster positions) and
- * what arrived live while it was being read (`held`), in one stream order, each event once.
+ * What a resumption tells (`told`: updates and list changes at their own cluster positions), what
+ * arrived live while it was being read (`held`), and what nobody could tell (`late`: announced
+ * once, after the rest), in one stream order. A told or late notification is left out when a live
+ * one about the same resource or list, at its position or later, is among the held: a live
+ * notification was published after the stream subscribed (so after the watch began), and the
+ * client that re-reads on it learns everything before it.
  */
-export function mergeInOrder<T extends { readonly id: EventId; readonly eventId: string; updatedUri(): string | undefined }>(told: readonly T[], held: readonly T[]): T[] {
-  const ordered = [...told, ...held].sort((a, b) => (isAfter(a.id, b.id) ? 1 : isAfter(b.id, a.id) ? -1 : 0));
-  const seen = new Set<string>();
-  return ordered.filter((event) => {
-    // What the cluster reports and what arrived live meanwhile may be the same update.
-    const key = `${event.eventId} ${event.updatedUri() ?? ""}`;
-    if (seen.has(key)) return false;
-    seen.add(key);
-    return true;
-  });
+export function resumeOrder<T extends { readonly id: EventId; subject(): string | undefined }>(told: readonly T[], held: readonly T[], late: readonly T[] = []): T[] {
+  const live = new Map<string, EventId>();
+  for (const event of held) {
+    const subject = event.subject();
+    if (subject === undefined) continue;
+    const newest = live.get(subject);
+    if (newest === undefined || isAfter(event.id, newest)) live.set(subject, event.id);
+  }
+  const coveredLive = (event: T): boolean => {
+    const subject = event.subject();
+    const newest = subject === undefined ? undefined : live.get(subject);
+    return newest !== undefined && !isAfter(event.id, newest);
+  };
+  const ordered = [...told.filter((event) => !coveredLive(event)), ...held].sort((a, b) => (isAfter(a.id, b.id) ? 1 : isAfter(b.id, a.id) ? -1 : 0));
+  return [...ordered, ...late.filter((event) => !live.has(event.subject() ?? ""))];
 }

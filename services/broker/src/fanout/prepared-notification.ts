@@ -34,6 +34,12 @@ export class PreparedNotification {
     return this.method === NOTIFICATION.resourceUpdated ? (this.params.uri as string) : undefined;
   }
 
+  /** What it tells of, for telling repeats apart: the resource of a `resources/updated`, the list of a `list_changed`; undefined for anything else. */
+  subject(): string | undefined {
+    if (this.method === NOTIFICATION.resourceUpdated) return `resource ${this.params.uri as string}`;
+    return this.method.endsWith("/list_changed") ? this.method : undefined;
+  }
+
   static listChanged(list: ListName, id: EventId): PreparedNotification {
     return new PreparedNotification(LIST_CHANGED_METHOD[list], {}, id);
   }

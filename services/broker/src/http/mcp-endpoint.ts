@@ -16,7 +16,7 @@ import { validateParams } from "../routing/validate-params.js";
 import { HAND_OFF_RETRY_MS, type LegacySession, type NotificationWriter } from "../session/legacy-session.js";
 import { honoredFilter, parseListenRequest, wantsListChanges, type ListenRequest } from "../session/listen-request.js";
 import { listenStreamPart, type PreparedNotification } from "../fanout/prepared-notification.js";
-import { mergeInOrder } from "../fanout/event-ids.js";
+import { resumeOrder } from "../fanout/event-ids.js";
 import type { SessionHost } from "../session/session-host.js";
 import type { EdgeSecurity } from "./edge-security.js";
 import { checkModernRequest } from "./modern-headers.js";
@@ -382,7 +382,7 @@ export class McpEndpoint {
           resuming = false;
           const held = backlog ?? [];
           backlog = undefined;
-          for (const notification of [...mergeInOrder(told, held), ...late]) stream?.writeParts(notification.modernBody(streamPart));
+          for (const notification of resumeOrder(told, held, late)) stream?.writeParts(notification.modernBody(streamPart));
         },
         end: () => stream?.close(),
         fail: (error) => {

@@ -2,7 +2,7 @@ import type { BrokerError, ListName } from "@mcp-broker/shared";
 import type { Actor } from "xstate";
 import type { LogLevel } from "../routing/request-context.js";
 import type { LegacySessionPort } from "../routing/dispatcher.js";
-import { isAfter, mergeInOrder, parseEventId, type EventClock, type EventId } from "../fanout/event-ids.js";
+import { isAfter, parseEventId, resumeOrder, type EventClock, type EventId } from "../fanout/event-ids.js";
 import type { NotificationSink, SubscriptionTarget } from "../fanout/interest-table.js";
 import type { legacySessionMachine } from "./legacy-session-machine.js";
 import { PreparedNotification } from "../fanout/prepared-notification.js";
@@ -265,13 +265,10 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
       ...report.updated.map(({ target, position }) => PreparedNotification.resourceUpdated(this.env.exposeUri(target), { position, local: 0 })),
       ...report.lists.map(({ list, position }) => PreparedNotification.listChanged(list, { position, local: 0 })),
     ];
-    for (const notification of mergeInOrder(told, held)) {
-      stream.write(notification);
-      this.written = notification.id;
-    }
-    for (const target of report.unknown) {
-      const notification = PreparedNotification.resourceUpdated(this.env.exposeUri(target), this.env.events.next());
-      this.remember(notification);
+    const late = new Set(report.unknown.map((target) => PreparedNotification.resourceUpdated(this.env.exposeUri(target), this.env.events.next())));
+    for (const notification of resumeOrder(told, held, [...late])) {
+      // What nobody could tell is made up here: remembered, as live events are on delivery.
+      if (late.has(notification)) this.remember(notification);
       stream.write(notification);
       this.written = notification.id;
     }

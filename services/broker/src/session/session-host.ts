@@ -70,7 +70,7 @@ export interface ListenSink extends NotificationSink {
   fail?(error: BrokerError): void;
   /** Holds what is delivered from now on (a resumption is being read). */
   hold?(): void;
-  /** Writes `told` merged in order with what was held (see `mergeInOrder`), then `late`, and delivers as before. */
+  /** Writes `told` merged in order with what was held, then `late` (see `resumeOrder`), and delivers as before. */
   release?(told: readonly PreparedNotification[], late: readonly PreparedNotification[]): void;
 }
 

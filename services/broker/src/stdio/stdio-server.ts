@@ -11,7 +11,7 @@ import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/reque
 import type { LegacySession } from "../session/legacy-session.js";
 import { honoredFilter, parseListenRequest, wantsListChanges, type ListenRequest } from "../session/listen-request.js";
 import type { PreparedNotification } from "../fanout/prepared-notification.js";
-import { mergeInOrder } from "../fanout/event-ids.js";
+import { resumeOrder } from "../fanout/event-ids.js";
 
 const STDIO_PRINCIPAL = "stdio";
 
@@ -93,7 +93,7 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
           resuming = false;
           const held = backlog ?? [];
           backlog = undefined;
-          for (const notification of [...mergeInOrder(told, held), ...late]) writeLine(notification.jsonLine(cursor));
+          for (const notification of resumeOrder(told, held, late)) writeLine(notification.jsonLine(cursor));
         },
       }),
       (outcome) => {

@@ -123,6 +123,31 @@ describe("legacy session: event ids and resumption", () => {
     expect(resumed.events.at(-1)?.id).toBe("61");
   });
 
+  it("leaves out of a resumption what arrived live meanwhile at the same position or later: a told update or list change, or a resource nobody could tell about", async () => {
+    let report: (value: SinceReport) => void = () => undefined;
+    const { s, clock } = session({ since: () => new Promise((resolve) => (report = resolve)) });
+    for (const uri of ["x://a", "x://b", "x://c", "x://d"]) await s.subscribe(uri);
+    const resumed = stream();
+    const attached = s.attachStream(resumed, "40");
+    // Live while the cluster is asked: a list change and updates (a watcher's re-announcement, say).
+    s.deliver(PreparedNotification.listChanged("tools", clock.cluster(56)));
+    s.deliver(PreparedNotification.resourceUpdated("x://b", clock.cluster(58)));
+    s.deliver(PreparedNotification.resourceUpdated("x://c", clock.cluster(59)));
+    report({
+      updated: [{ target: { backendId: "b", uri: "x://a" }, position: 55 }, { target: { backendId: "b", uri: "x://b" }, position: 57 }],
+      unknown: [{ backendId: "b", uri: "x://c" }, { backendId: "b", uri: "x://d" }],
+      lists: [{ list: "tools", position: 50 }],
+    });
+    await attached;
+    expect(resumed.events.map((e) => [e.id, described([e])[0]])).toEqual([
+      ["55", "x://a"],
+      ["56", "notifications/tools/list_changed"],
+      ["58", "x://b"],
+      ["59", "x://c"],
+      [expect.stringMatching(/^59\.\d+$/), "x://d"],
+    ]);
+  });
+
   it("announces everything once when the cluster cannot tell, or the id is foreign", async () => {
     const { s, clock } = session();
     await s.subscribe("x://a");
