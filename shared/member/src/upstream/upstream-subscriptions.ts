@@ -26,8 +26,12 @@ interface PollState {
 interface Watch {
   mode: Mode;
   poll?: PollState;
-  /** A re-subscribe announced this watch's URI as updated (once per watch: overlapping ones must not repeat it). */
-  caughtUp?: boolean;
+  /**
+   * An update of its URI was published since the watch began (a real one, or the announcement of a
+   * re-subscribe): a re-subscribe need not announce it (again), since that update told every
+   * subscriber of everything before it.
+   */
+  heard?: boolean;
 }
 
 /**
@@ -246,6 +250,7 @@ export class UpstreamSubscriptions implements UpstreamPort {
     if (slots === undefined) return;
     const keys = [uri, ...ancestorsOf(uri, (length) => slots.hasLength(length))].filter((key) => slots.get(key)?.watch !== undefined);
     if (keys.length === 0) return;
+    for (const key of keys) (slots.get(key)?.watch as Watch).heard = true;
     const update = ++this.updates;
     this.deps.updates
       .publish({ kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, uri, at: this.deps.clock.now(), update }, keys)
@@ -437,12 +442,10 @@ export class UpstreamSubscriptions implements UpstreamPort {
       try {
         const slot = this.slot(backendId, uri);
         await this.watchInOrder(slot);
-        // What changed while the backend was away was not announced: count it as updated once. A
-        // reconcile overlapping a takeover's re-subscribe watches the same URIs; only one announces.
-        if (slot.watch !== undefined && slot.watch.caughtUp !== true) {
-          slot.watch.caughtUp = true;
-          this.resourceUpdated(backendId, uri);
-        }
+        // What changed while the backend was away was not announced: count it as updated once,
+        // unless an update was published since the watch began (one of a reconcile overlapping a
+        // takeover's re-subscribe, or a real one after an ensure watched it first).
+        if (slot.watch !== undefined && slot.watch.heard !== true) this.resourceUpdated(backendId, uri);
       } catch (error) {
         if (epoch !== this.epoch(backendId)) return;
         failed.push(uri);

@@ -272,6 +272,32 @@ describe("upstream subscriptions", () => {
     expect(announced.sort()).toEqual([...uris].sort());
   });
 
+  it("does not announce on a takeover's re-subscribe a URI an update was published for since its watch began", async () => {
+    const bus = new MemoryBus();
+    const published: string[] = [];
+    bus.onMessage((_channel, message) => {
+      if (message.kind === "resource.updated") published.push(message.uri);
+    });
+    const registry = new MemoryRegistry();
+    const backend = fakeBackend();
+    const upstream = new UpstreamSubscriptions({ registry, updates: new MemoryUpdateLog(bus, new MemoryPositions()), clock, logger, instanceId: "i", releaseGraceMs: GRACE_MS, pollIntervalMs: 60_000 });
+    upstream.attach({ get: () => backend });
+    for (const uri of ["u://a", "u://b", "u://c"]) {
+      await registry.add({ principal: "p", sessionId: "s1", backendId: "b", uri }, limits);
+      await bus.subscribe(CHANNEL.resource("b", uri));
+    }
+    // A session's subscribe reaches the new watcher before its re-subscribe does: a and b are
+    // watched, and a real update of a is published (it tells a's subscribers of all before it).
+    await upstream.ensure("b", "u://a");
+    await upstream.ensure("b", "u://b");
+    upstream.resourceUpdated("b", "u://a");
+    await vi.waitFor(() => expect(published).toEqual(["u://a"]));
+    await upstream.backendConnected(backend);
+    await vi.waitFor(() => expect(published).toHaveLength(3));
+    await vi.advanceTimersByTimeAsync(100);
+    expect(published.slice(1).sort()).toEqual(["u://b", "u://c"]);
+  });
+
   it("stops retrying a re-subscribe once nobody wants the URI, or the backend dropped again", async () => {
     const { registry, backend, upstream, ref } = world();
     await registry.add(ref("u://a"), limits);
