@@ -63,6 +63,8 @@ export class BackendWatchers implements UpstreamPort {
   /** When each backend's last periodic reconcile started (clock ms). */
   private readonly reconciled = new Map<string, number>();
   private nextId = 0;
+  /** Until then (clock ms) this member does not take a vacant lease it did not hold (see `publishGap`). */
+  private vacantGraceUntil = 0;
   private timer: TimerHandle | undefined;
   private closed = false;
 
@@ -97,7 +99,15 @@ export class BackendWatchers implements UpstreamPort {
    * updates of every backend it watches count as missed, so each watched URI is announced once.
    */
   publishGap(): void {
-    for (const backendId of this.held) this.deps.local.updatesMissed(backendId);
+    // Redis may have come back empty (its leases gone with the rest): the holders take their
+    // leases back at once, and everyone else leaves a vacant lease alone for one lease TTL, so a
+    // watcher that never stopped watching keeps its backend instead of a takeover's unsubscribing,
+    // re-subscribing and re-announcing everything.
+    this.vacantGraceUntil = this.deps.clock.now() + this.deps.leaseTtlMs;
+    for (const backendId of this.held) {
+      this.deps.local.updatesMissed(backendId);
+      void this.step(backendId);
+    }
   }
 
   /** This instance's connection to the backend came up: compete for its lease now. */
@@ -126,6 +136,11 @@ export class BackendWatchers implements UpstreamPort {
     if (this.held.has(backendId)) return this.deps.local.ensure(backendId, uri);
     const name = watcherLease(backendId);
     let holder = await this.deps.leases.holder(name);
+    // Redis came back empty a moment ago: its watcher is taking its lease back.
+    for (let grace = this.vacantGraceUntil - this.deps.clock.now(); holder === undefined && grace > 0; grace = this.vacantGraceUntil - this.deps.clock.now()) {
+      await new Promise<void>((resolve) => this.deps.clock.setTimeout(resolve, Math.min(grace, Math.max(50, this.deps.leaseTtlMs / 10))));
+      holder = await this.deps.leases.holder(name);
+    }
     // Nobody watches it, or this instance is taking over right now: finish that step (it takes a free lease).
     if ((holder === undefined && this.deps.connected(backendId)) || holder === this.deps.instanceId) {
       await this.step(backendId);
@@ -308,6 +323,7 @@ export class BackendWatchers implements UpstreamPort {
       }
       return;
     }
+    if (this.deps.clock.now() < this.vacantGraceUntil) return;
     if (!(await this.deps.leases.acquire(name, instanceId, leaseTtlMs))) return;
     this.held.add(backendId);
     this.deps.logger.info({ backend: backendId }, "watching the backend for the cluster");

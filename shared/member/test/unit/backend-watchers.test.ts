@@ -109,6 +109,30 @@ describe("backend watchers across members", () => {
     await holder.watchers.close();
   });
 
+  it("after Redis came back empty, lets the watcher take its lease back: the others leave the vacant lease alone for one lease TTL", async () => {
+    const hub = new MemoryBusHub();
+    const leases = new MemoryLeases();
+    // Long TTLs: the periodic steps (every third of the TTL) do not come into it.
+    const holder = member(hub, leases, "holder", true, { leaseTtlMs: 6_000, watcherTimeoutMs: 10_000 });
+    const other = member(hub, leases, "other", true, { leaseTtlMs: 6_000, watcherTimeoutMs: 10_000 });
+    await Promise.all([holder.watchers.start(), other.watchers.start()]);
+    await holder.watchers.backendConnected("x");
+    await leases.release(watcherLease("x"), "holder"); // Redis restarted empty
+    // Both members' connections come back; the other one happens to try the lease first.
+    other.watchers.publishGap();
+    await other.watchers.backendConnected("x");
+    expect(other.watchers.holds("x")).toBe(false);
+    // An ensure on the other member waits for the watcher to come back instead of failing.
+    const ensured = other.watchers.ensure("x", "u://1");
+    holder.watchers.publishGap();
+    await vi.waitFor(async () => expect(await leases.holder(watcherLease("x"))).toBe("holder"));
+    await ensured;
+    expect(holder.local.ensured).toEqual(["u://1"]);
+    expect(holder.local.relinquished).toEqual([]);
+    expect(holder.local.connected).toEqual(["x"]);
+    await Promise.all([holder.watchers.close(), other.watchers.close()]);
+  });
+
   it("answers -32000 at once when no member reaches the backend", async () => {
     const hub = new MemoryBusHub();
     const leases = new MemoryLeases();
