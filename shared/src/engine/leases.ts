@@ -1,6 +1,8 @@
 /**
  * Named, expiring ownership (one lease holder per backend watches it). A holder must renew before
- * `ttlMs` passes; a lost lease is reported by `renew` returning false.
+ * `ttlMs` passes; a lost lease is reported by `renew` returning false. The Redis engine also hands
+ * a lease over before it expires when its holder is gone: it missed a renewal and its bus
+ * connection closed (the holder's replies channel has no listener).
  */
 export interface Leases {
   acquire(name: string, owner: string, ttlMs: number): Promise<boolean>;

@@ -7,7 +7,7 @@ import type { JobQueue } from "../../src/engine/jobs.js";
 import type { BullJobQueueOptions } from "../../src/engine/redis/bullmq-job-queue.js";
 import { createRedisEngine, type RedisEngine } from "../../src/engine/redis/redis-engine.js";
 import { deleteKeys, testRedisUrl, uniquePrefix } from "../../src/testing/test-redis.js";
-import type { BusMessage } from "../../src/engine/bus.js";
+import { CHANNEL, type BusMessage } from "../../src/engine/bus.js";
 import { busContract, catalogStoreContract, sessionStoreContract, updateLogContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
 
 const url = await testRedisUrl();
@@ -275,6 +275,26 @@ describe("Redis engine", () => {
     expect(await alive!.registry.add(ref("a2", "u9"), { ...limits, perSession: 100 })).toMatchObject({ status: "limit", limit: "principal" });
     expect(await dead!.registry.heartbeat(60_000)).toBe(false);
     expect(await dead!.registry.heartbeat(60_000)).toBe(true);
+  });
+
+  it("hands a lease over before it expires once its holder missed a renewal and its bus connection closed", async () => {
+    const [a, b] = await cluster(2);
+    const [idA, idB] = [`${prefixes.at(-1)}0`, `${prefixes.at(-1)}1`];
+    await a!.bus.subscribe(CHANNEL.replies(idA));
+    expect(await a!.leases.acquire("backend:x", idA, 1_000)).toBe(true);
+    // Alive, and renewing: nobody else takes it.
+    expect(await b!.leases.acquire("backend:x", idB, 1_000)).toBe(false);
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    // A renewal missed (a stall), but its connection is there: it keeps the lease.
+    expect(await b!.leases.acquire("backend:x", idB, 1_000)).toBe(false);
+    expect(await a!.leases.renew("backend:x", idA, 1_000)).toBe(true);
+    // Its connections close (SIGKILL): once it has missed a renewal, the lease goes to b.
+    await a!.bus.unsubscribe(CHANNEL.replies(idA));
+    expect(await b!.leases.acquire("backend:x", idB, 1_000)).toBe(false);
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect(await b!.leases.acquire("backend:x", idB, 1_000)).toBe(true);
+    expect(await b!.leases.holder("backend:x")).toBe(idB);
+    expect(await a!.leases.renew("backend:x", idA, 1_000)).toBe(false);
   });
 
   it("fences a session's subscriptions by the epoch it is held at: a member that lost it changes nothing", async () => {
