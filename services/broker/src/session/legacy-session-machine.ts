@@ -59,7 +59,7 @@ export type LegacySessionEmitted =
   | { type: "idle.arm"; ms: number }
   | { type: "idle.disarm" };
 
-const closedError = () => new BrokerError("BAD_PARAMS", "The session is closing; initialize a new one.");
+export const closedError = () => new BrokerError("BAD_PARAMS", "The session is closing; initialize a new one.");
 
 /**
  * One legacy (2025-era) client session. Owns its subscription set and lifecycle:

@@ -4,7 +4,8 @@ import type { LogLevel } from "../routing/request-context.js";
 import type { LegacySessionPort } from "../routing/dispatcher.js";
 import { isAfter, parseEventId, resumeOrder, type EventClock, type EventId } from "../fanout/event-ids.js";
 import type { NotificationSink, SubscriptionTarget } from "../fanout/interest-table.js";
-import type { legacySessionMachine } from "./legacy-session-machine.js";
+import { closedError, type legacySessionMachine } from "./legacy-session-machine.js";
+import { movedError } from "./subscription-flow.js";
 import { PreparedNotification } from "../fanout/prepared-notification.js";
 
 const LIST_NAMES = ["tools", "prompts", "resources"] as const;
@@ -319,6 +320,10 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   }
 
   private ask(send: (replyTo: number) => void): Promise<void> {
+    // A stopped actor drops events: the request would never be answered. It left this member (a
+    // request that found it just before another member took it over) or it ended.
+    const snapshot = this.actor.getSnapshot();
+    if (snapshot.status !== "active") return Promise.reject(snapshot.value === "handedOff" ? movedError() : closedError());
     const replyTo = ++this.nextReply;
     const replies = (this.replies ??= new Map());
     const promise = new Promise<void>((resolve, reject) => replies.set(replyTo, { resolve, reject }));

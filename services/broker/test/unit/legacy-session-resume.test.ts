@@ -148,6 +148,17 @@ describe("legacy session: event ids and resumption", () => {
     ]);
   });
 
+  it("answers a request that reaches the session after it left this member (moved) or ended, instead of never", async () => {
+    const left = session().s;
+    left.handOff("another member took it over");
+    await expect(left.subscribe("x://a")).rejects.toMatchObject({ data: { moved: true } });
+    await expect(left.unsubscribe("x://a")).rejects.toMatchObject({ data: { moved: true } });
+    const ended = session().s;
+    ended.close("client DELETE");
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    await expect(ended.subscribe("x://a")).rejects.toMatchObject({ code: "BAD_PARAMS" });
+  });
+
   it("announces everything once when the cluster cannot tell, or the id is foreign", async () => {
     const { s, clock } = session();
     await s.subscribe("x://a");
