@@ -250,6 +250,10 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     }
   });
   bus.onGap((side) => {
+    if (side === "publish-lost") {
+      watchers.publishLost();
+      return;
+    }
     if (side === "publish") watchers.publishGap();
     else hooks.receiveGap?.();
     void recoverIfLost().catch((error: unknown) => logger.warn({ err: (error as Error).message }, "checking the cluster's state failed"));

@@ -184,11 +184,15 @@ export interface Bus {
    * Adds a handler for "messages may have been lost": the bus lost a connection and has it back.
    * `receive`: messages to this process may be lost (it has resubscribed), so receivers make up
    * for it; `publish`: publishes from this process may have failed, so publishers send what they
-   * may have lost again. An extra `updated` is harmless, a missed one is not.
+   * may have lost again. An extra `updated` is harmless, a missed one is not. `publish-lost`: the
+   * publishing connection just dropped (a `publish` gap follows once it is back).
    */
-  onGap(handler: (side: "receive" | "publish") => void): void;
+  onGap(handler: (side: GapSide) => void): void;
   close(): Promise<void>;
 }
+
+/** Which side of a bus connection lost or may have lost messages (see `Bus.onGap`). */
+export type GapSide = "receive" | "publish" | "publish-lost";
 
 /** Channel names; the Redis engine prefixes them (see keys.ts). */
 export const CHANNEL = {

@@ -95,6 +95,15 @@ export class BackendWatchers implements UpstreamPort {
   }
 
   /**
+   * The connection to Redis just dropped; Redis may come back empty, its leases gone: until the
+   * connection is back (and one lease TTL after, see `publishGap`) this member takes no vacant lease
+   * it did not hold, so that the watchers can take theirs back.
+   */
+  publishLost(): void {
+    this.vacantGraceUntil = Number.POSITIVE_INFINITY;
+  }
+
+  /**
    * Publishes from this instance may have failed for a while (the bus lost its connection): the
    * updates of every backend it watches count as missed, so each watched URI is announced once.
    */

@@ -117,7 +117,12 @@ describe("backend watchers across members", () => {
     const other = member(hub, leases, "other", true, { leaseTtlMs: 6_000, watcherTimeoutMs: 10_000 });
     await Promise.all([holder.watchers.start(), other.watchers.start()]);
     await holder.watchers.backendConnected("x");
-    await leases.release(watcherLease("x"), "holder"); // Redis restarted empty
+    // Redis restarts empty: both members' connections drop; a step while they are down takes nothing.
+    holder.watchers.publishLost();
+    other.watchers.publishLost();
+    await leases.release(watcherLease("x"), "holder");
+    await other.watchers.backendConnected("x");
+    expect(other.watchers.holds("x")).toBe(false);
     // Both members' connections come back; the other one happens to try the lease first.
     other.watchers.publishGap();
     await other.watchers.backendConnected("x");

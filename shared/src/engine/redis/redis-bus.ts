@@ -1,5 +1,5 @@
 import { Command, type Redis } from "ioredis";
-import { decodeBusMessage, encodeBusMessage, type Bus, type BusMessage } from "../bus.js";
+import { decodeBusMessage, encodeBusMessage, type Bus, type BusMessage, type GapSide } from "../bus.js";
 import type { RedisKeys } from "./keys.js";
 
 /**
@@ -21,7 +21,7 @@ export class RedisBus implements Bus {
   /** SUBSCRIBEs in flight, by channel. */
   private readonly subscribing = new Map<string, Promise<void>>();
   private handler: ((channel: string, message: BusMessage) => void) | undefined;
-  private readonly gapHandlers: ((side: "receive" | "publish") => void)[] = [];
+  private readonly gapHandlers: ((side: GapSide) => void)[] = [];
 
   private readonly health: NodeJS.Timeout;
 
@@ -43,6 +43,12 @@ export class RedisBus implements Bus {
     publisher.on("ready", () => {
       if (publisherWasReady) this.gap("publish");
       publisherWasReady = true;
+    });
+    let publisherUp = publisher.status === "ready";
+    publisher.on("ready", () => (publisherUp = true));
+    publisher.on("close", () => {
+      if (publisherUp) this.gap("publish-lost");
+      publisherUp = false;
     });
     // A half-open connection (a NAT or load balancer dropped it silently) would lose messages
     // without any error for as long as TCP keep-alive takes to notice: both are pinged instead.
@@ -67,7 +73,7 @@ export class RedisBus implements Bus {
     this.gap("receive");
   }
 
-  private gap(side: "receive" | "publish"): void {
+  private gap(side: GapSide): void {
     for (const handler of this.gapHandlers) handler(side);
   }
 
@@ -113,7 +119,7 @@ export class RedisBus implements Bus {
     this.handler = handler;
   }
 
-  onGap(handler: (side: "receive" | "publish") => void): void {
+  onGap(handler: (side: GapSide) => void): void {
     this.gapHandlers.push(handler);
   }
 
