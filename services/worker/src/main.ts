@@ -15,6 +15,7 @@ import { loadConfigFile } from "@mcp-broker/shared/node";
 import { createLogger, createMember, createOperationsServer, HostCheck, redactUrl, startBackendsOrClose, stopOnSignals } from "@mcp-broker/member";
 
 const USAGE = `Usage: mcp-broker-worker --config <file> [--port N] [--host H]
+       mcp-broker-worker --help
 
 The config file is the brokers' (JSON or YAML); MCP_BROKER_CONFIG may name it instead of --config.
 REDIS_URL, PORT and HOST override the file. The worker serves /healthz, /readyz and /metrics on
@@ -23,10 +24,14 @@ server.host:server.port.`;
 async function main(argv: string[]): Promise<number> {
   let values;
   try {
-    values = parseArgs({ args: argv, options: { config: { type: "string", short: "c" }, port: { type: "string", short: "p" }, host: { type: "string" } }, strict: true }).values;
+    values = parseArgs({ args: argv, options: { config: { type: "string", short: "c" }, port: { type: "string", short: "p" }, host: { type: "string" }, help: { type: "boolean", short: "h" } }, strict: true }).values;
   } catch (error) {
     process.stderr.write(`${(error as Error).message}\n${USAGE}\n`);
     return 2;
+  }
+  if (values.help === true) {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
   }
   const file = values.config ?? process.env.MCP_BROKER_CONFIG;
   if (file === undefined || file === "") {

@@ -312,7 +312,7 @@ function flushed(stream: NodeJS.WriteStream): Promise<void> {
   return new Promise((resolve) => stream.write("", () => resolve()));
 }
 
-async function main(): Promise<void> {
+export async function main(): Promise<void> {
   const stop = new AbortController();
   // Once: a second Ctrl-C ends the process the default way, whatever it is doing.
   for (const name of ["SIGINT", "SIGTERM"] as const) process.once(name, () => stop.abort(name));

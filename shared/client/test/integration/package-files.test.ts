@@ -54,7 +54,7 @@ describe("published package files", () => {
     for (const { name, files } of packed) {
       const paths = files.map((file) => file.path);
       expect(paths, name).toEqual(expect.arrayContaining(entryFiles(await manifest(name))));
-      const unexpected = paths.filter((path) => !(["package.json", "README.md"].includes(path) || (path.startsWith("dist/") && !path.endsWith(".tsbuildinfo"))));
+      const unexpected = paths.filter((path) => !(["package.json", "README.md"].includes(path) || path.startsWith("bin/") || (path.startsWith("dist/") && !path.endsWith(".tsbuildinfo"))));
       expect(unexpected, name).toEqual([]);
     }
   });
@@ -84,7 +84,7 @@ describe("published package files", () => {
       console.log(typeof client.BrokerClient, new shared.UriTemplate("x/{id}").expand({ id: "1" }));`;
     const imported = await run(process.execPath, ["--input-type=module", "-e", script], { cwd: dir });
     expect(imported.stdout.trim()).toBe("function x/1");
-    const help = await run(process.execPath, [join(modules, "@mcp-broker/client/dist/cli.js"), "--help"], { cwd: dir });
+    const help = await run(process.execPath, [join(modules, "@mcp-broker/client/bin/mcp-broker-client.js"), "--help"], { cwd: dir });
     expect(help.stdout).toContain("mcp-broker-client ls <url>");
   });
 });

@@ -1,0 +1,10 @@
+#!/usr/bin/env node
+// The command npm links: it loads the build, so a rebuild (which rewrites dist/) keeps the link and the run bit.
+import { existsSync } from "node:fs";
+
+const entry = new URL("../dist/main.js", import.meta.url);
+if (!existsSync(entry)) {
+  console.error("mcp-broker-worker: not built yet (no dist/main.js); run `npm run build` in the repository");
+  process.exit(1);
+}
+await import(entry.href);
