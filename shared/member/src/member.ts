@@ -184,6 +184,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     relistIntervalMs: config.lists.relistIntervalMs,
     watching: (backendId) => watchers.holds(backendId),
     logger,
+    now: () => clock.now(),
   });
   const pool = new BackendPool(config.backends, {
     logger,
@@ -198,7 +199,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
         hooks.backendDisconnected?.(backend);
       },
       resourceUpdated: (backend, uri) => upstream.resourceUpdated(backend.id, uri),
-      listChanged: (backend, kind) => listChanges.listChanged(backend.id, kind),
+      listChanged: (backend, kind, gap) => listChanges.listChanged(backend.id, kind, gap === true ? "gap" : backend.capabilities?.[kind]?.listChanged === true ? "announced" : "undeclared"),
       updatesMissed: (backend, uris) => upstream.updatesMissed(backend.id, uris),
       log: (backend, params) => hooks.log?.(backend, params),
     },

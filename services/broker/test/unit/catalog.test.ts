@@ -167,7 +167,7 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
     jobs.process(async (_key, job) => (job.type === "reload" ? reloader.reload(job.backendId, job.list) : undefined));
     catalog = new CatalogService([config], { logger, store });
     catalog.onListChanged((list) => announced.push(list));
-    changes = new ListChanges({ jobs, backends: [config], debounceMs: 1_000, relistIntervalMs: 60_000, watching: () => true, logger });
+    changes = new ListChanges({ jobs, backends: [config], debounceMs: 1_000, relistIntervalMs: 60_000, watching: () => true, logger, now: () => clock.now() });
     await bus.subscribe(CHANNEL.catalog);
     bus.onMessage((_channel, message) => {
       if (message.kind === "catalog.changed") catalog.changed(message);
@@ -236,12 +236,32 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
   });
 
   it("leaves list_changed to the backend's watcher when this member does not watch it", async () => {
-    const bystander = new ListChanges({ jobs, backends: [config], debounceMs: 1_000, relistIntervalMs: 60_000, watching: () => false, logger: pino({ level: "silent" }) });
+    const bystander = new ListChanges({ jobs, backends: [config], debounceMs: 1_000, relistIntervalMs: 60_000, watching: () => false, logger: pino({ level: "silent" }), now: () => clock.now() });
     lists.tools = [{ name: "two" }];
     bystander.listChanged("a", "tools");
     await vi.advanceTimersByTimeAsync(5_000);
     expect(toolLists()).toBe(1);
     expect(listed()).toEqual(["a__one"]);
+  });
+
+  it("logs a list_changed that starts a reload (info), one coalesced into it (debug), and warns of one the backend did not declare", async () => {
+    const lines: { level: number; msg: string; backend?: string; list?: string }[] = [];
+    const logger = pino({ level: "debug" }, { write: (line: string) => void lines.push(JSON.parse(line) as (typeof lines)[number]) });
+    const logged = new ListChanges({ jobs, backends: [config], debounceMs: 1_000, relistIntervalMs: 60_000, watching: () => true, logger, now: () => clock.now() });
+    logged.listChanged("a", "tools");
+    logged.listChanged("a", "tools");
+    logged.listChanged("a", "prompts", "undeclared");
+    await vi.advanceTimersByTimeAsync(1_000);
+    logged.listChanged("a", "tools");
+    logged.listChanged("a", "resources", "gap");
+    expect(lines.map((l) => [l.level, l.msg, l.backend, l.list])).toEqual([
+      [30, "list_changed: reloading the list", "a", "tools"],
+      [20, "list_changed coalesced into the pending reload", "a", "tools"],
+      [40, "list_changed from a backend that did not declare listChanged for this list; reloading it anyway", "a", "prompts"],
+      [30, "list_changed: reloading the list", "a", "prompts"],
+      [30, "list_changed: reloading the list", "a", "tools"],
+      [30, "the backend's notification stream was down: reloading the list", "a", "resources"],
+    ]);
   });
 
   it("keeps the last good version when a backend answers a list with garbage, and retries the job", async () => {

@@ -21,15 +21,33 @@ export class ListChanges {
       /** Whether this member watches the backend now. */
       watching: (backendId: string) => boolean;
       logger: Logger;
+      /** Clock ms (telling a notification coalesced into a pending reload from one that starts a reload). */
+      now: () => number;
     },
   ) {}
 
-  /** The backend said `list_changed` on this member's connection. */
-  listChanged(backendId: string, list: ListKind): void {
+  /** When the reload each (backend, list) notification scheduled is due (clock ms), by `backendId NUL list`. */
+  private readonly due = new Map<string, number>();
+
+  /**
+   * The backend said `list_changed` on this member's connection (`announced`; `undeclared` when its
+   * capabilities do not declare `listChanged` for that list: reloaded anyway), or its notification
+   * stream was down for a while (`gap`: what it said meanwhile is lost).
+   */
+  listChanged(backendId: string, list: ListKind, how: "announced" | "undeclared" | "gap" = "announced"): void {
     if (!this.deps.watching(backendId)) {
       this.deps.logger.debug({ backend: backendId, list }, "list_changed left to the backend's watcher");
       return;
     }
+    if (how === "undeclared") this.deps.logger.warn({ backend: backendId, list }, "list_changed from a backend that did not declare listChanged for this list; reloading it anyway");
+    const key = `${backendId}\u0000${list}`;
+    const now = this.deps.now();
+    if ((this.due.get(key) ?? -Infinity) > now) {
+      this.deps.logger.debug({ backend: backendId, list }, "list_changed coalesced into the pending reload");
+    } else {
+      this.deps.logger.info({ backend: backendId, list, debounceMs: this.deps.debounceMs }, how === "gap" ? "the backend's notification stream was down: reloading the list" : "list_changed: reloading the list");
+    }
+    this.due.set(key, now + this.deps.debounceMs);
     this.schedule(backendId, list, this.deps.debounceMs);
   }
 

@@ -31,7 +31,8 @@ export interface BackendListener {
   connected(backend: BackendConnection): void;
   disconnected(backend: BackendConnection, reason: string): void;
   resourceUpdated(backend: BackendConnection, uri: string): void;
-  listChanged(backend: BackendConnection, kind: ListKind): void;
+  /** `gap`: not a notification, a stream that was down (what it announced meanwhile is lost). */
+  listChanged(backend: BackendConnection, kind: ListKind, gap?: boolean): void;
   /**
    * Notifications from the backend may have been lost (its notification or listen stream was down
    * for a while): each of `uris` (every URI watched on it when undefined) counts as updated once.
@@ -313,7 +314,7 @@ export class BackendConnection {
     if (this.client !== client) return;
     if (gap.lists) {
       const caps = client.getServerCapabilities() ?? {};
-      for (const kind of LIST_KINDS) if (caps[kind] !== undefined) this.deps.listener.listChanged(this, kind);
+      for (const kind of LIST_KINDS) if (caps[kind] !== undefined) this.deps.listener.listChanged(this, kind, true);
     }
     if (gap.uris === undefined || gap.uris.length > 0) this.deps.listener.updatesMissed(this, gap.uris);
   }
