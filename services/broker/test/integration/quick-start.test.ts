@@ -1,5 +1,6 @@
 import { spawn } from "node:child_process";
-import { resolve } from "node:path";
+import { existsSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { loadConfigFile } from "@mcp-broker/shared/node";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -51,6 +52,31 @@ describe("quick start (deploy/demo.config.json)", () => {
       await client.close();
     }
   });
+});
+
+/** The image's default (deploy/Dockerfile): nothing is fetched when a container starts. */
+describe("the image's default config (deploy/compose.config.json)", () => {
+  it("starts every backend from files in the image, and serves their tools", async () => {
+    const file = resolve(import.meta.dirname, "../../../../deploy/compose.config.json");
+    const config = await loadConfigFile(file, {}, { port: 0, host: "127.0.0.1" });
+    for (const backend of config.backends) {
+      expect(backend.command, backend.id).toBe("node");
+      expect(existsSync(resolve(dirname(file), backend.args?.[0] ?? "")), backend.id).toBe(true);
+    }
+    const broker = createBroker(config, { logger: pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" }) });
+    try {
+      const url = await broker.listen();
+      expect(await broker.whenReady(60_000)).toBe(true);
+      const client = await connectClient(url, "legacy");
+      try {
+        expect((await client.listTools()).tools.map((t) => t.name)).toEqual(expect.arrayContaining(["demo__bump_counter", "everything__echo"]));
+      } finally {
+        await client.close();
+      }
+    } finally {
+      await broker.close();
+    }
+  }, 90_000);
 });
 
 /** `mcp-broker-demo --http`, the shared backend of deploy/cluster.config.json and the compose fleet. */
