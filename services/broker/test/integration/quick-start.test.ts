@@ -60,8 +60,9 @@ describe("the image's default config (deploy/compose.config.json)", () => {
     const file = resolve(import.meta.dirname, "../../../../deploy/compose.config.json");
     const config = await loadConfigFile(file, {}, { port: 0, host: "127.0.0.1" });
     for (const backend of config.backends) {
+      if (!("command" in backend)) throw new Error(`${backend.id}: the image's backends are local processes`);
       expect(backend.command, backend.id).toBe("node");
-      expect(existsSync(resolve(dirname(file), backend.args?.[0] ?? "")), backend.id).toBe(true);
+      expect(existsSync(resolve(dirname(file), backend.args[0] ?? "")), backend.id).toBe(true);
     }
     const broker = createBroker(config, { logger: pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" }) });
     try {
