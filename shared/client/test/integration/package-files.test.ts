@@ -1,6 +1,6 @@
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readFile, rm, symlink } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -9,8 +9,14 @@ import { afterAll, describe, expect, it } from "vitest";
 
 const run = promisify(execFile);
 const repo = fileURLToPath(new URL("../../../../", import.meta.url));
-/** The packages the README's "From another project" steps pack, by name, with their folders. */
-const PACKAGES: Record<string, string> = { "@mcp-broker/shared": "shared", "@mcp-broker/client": "shared/client" };
+/** Every package the README's "Installing the packages" steps pack, by name, with their folders. */
+const PACKAGES: Record<string, string> = {
+  "@mcp-broker/shared": "shared",
+  "@mcp-broker/member": "shared/member",
+  "@mcp-broker/client": "shared/client",
+  "@mcp-broker/broker": "services/broker",
+  "@mcp-broker/worker": "services/worker",
+};
 
 interface Manifest {
   main?: string;
@@ -34,7 +40,7 @@ function entryFiles({ main, types, exports, bin }: Manifest): string[] {
   return [...new Set([main, types, ...targets(exports), ...Object.values(bin ?? {})].flatMap((path) => (path === undefined ? [] : [path.replace(/^\.\//, "")])))];
 }
 
-/** `npm pack` of both packages from the repository root, as npm reports it. */
+/** `npm pack` of every package from the repository root, as npm reports it. */
 async function pack(args: readonly string[]): Promise<Packed[]> {
   const workspaces = Object.keys(PACKAGES).flatMap((name) => ["-w", name]);
   const { stdout } = await run("npm", ["pack", "--json", ...args, ...workspaces], { cwd: repo });
@@ -86,5 +92,32 @@ describe("published package files", () => {
     expect(imported.stdout.trim()).toBe("function x/1");
     const help = await run(process.execPath, [join(modules, "@mcp-broker/client/bin/mcp-broker-client.js"), "--help"], { cwd: dir });
     expect(help.stdout).toContain("mcp-broker-client ls <url>");
+    const worker = await run(process.execPath, [join(modules, "@mcp-broker/worker/bin/mcp-broker-worker.js"), "--help"], { cwd: dir });
+    expect(worker.stdout).toContain("Usage: mcp-broker-worker --config <file>");
+
+    // The broker from its tarball, with the demo backend it ships, answers on /mcp.
+    const config = join(dir, "broker.json");
+    await writeFile(config, JSON.stringify({ backends: [{ id: "demo", command: process.execPath, args: [join(modules, "@mcp-broker/broker/dist/demo/demo-backend.js")] }] }));
+    const broker = spawn(process.execPath, [join(modules, "@mcp-broker/broker/bin/mcp-broker.js"), "--config", config, "--port", "0"], { cwd: dir, stdio: ["ignore", "ignore", "pipe"] });
+    try {
+      let stderr = "";
+      const url = await new Promise<string>((done, fail) => {
+        broker.stderr.on("data", (chunk: Buffer) => {
+          stderr += chunk.toString("utf8");
+          const ready = /mcp-broker ready: (\S+)/.exec(stderr);
+          if (ready?.[1] !== undefined) done(ready[1]);
+        });
+        broker.once("exit", (code) => fail(new Error(`the packed broker exited with ${code}: ${stderr}`)));
+      });
+      const answer = await fetch(url, {
+        method: "POST",
+        headers: { "content-type": "application/json", accept: "application/json, text/event-stream" },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "pack-test", version: "1" } } }),
+      });
+      expect(answer.status).toBe(200);
+      expect(await answer.text()).toContain('"serverInfo"');
+    } finally {
+      broker.kill("SIGKILL");
+    }
   });
 });
