@@ -74,8 +74,9 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   /**
    * The history holds every event of this session after this id: the newest one trimmed from it,
    * or (none trimmed yet) where this session began here (created, or adopted from another instance).
+   * A trimmed update is kept as its position alone (see `coveredId`).
    */
-  private covered: EventId;
+  private covered: EventId | number;
   /** Live events held while a resumption is being read (they follow what it announces). */
   private held: PreparedNotification[] | undefined;
   private nextReply = 0;
@@ -92,8 +93,9 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     /** The protocol revision `initialize` negotiated. */
     readonly protocolVersion = "2025-11-25",
   ) {
-    this.covered = env.events.next();
-    this.written = this.covered;
+    const start = env.events.next();
+    this.covered = start;
+    this.written = start;
   }
 
   /** The actor answered operation `replyTo` (its host routes the actor's `reply` effects here). */
@@ -215,7 +217,7 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
       this.renotify(stream);
       return Promise.resolve();
     }
-    if (!isAfter(this.covered, last) && !isAfter(last, this.latest())) {
+    if (!isAfter(this.coveredId(), last) && !isAfter(last, this.latest())) {
       this.replay(stream, last);
       return Promise.resolve();
     }
@@ -295,13 +297,18 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   private latest(): EventId {
     const history = this.history;
     // The history exists from the first event on (none is kept with a limit of 0).
-    if (history === undefined || this.remembered === 0) return this.covered;
+    if (history === undefined || this.remembered === 0) return this.coveredId();
     const slot = (this.remembered - 1) % this.env.historyLimit;
     const event = history.events[slot];
-    return typeof event === "string" ? { position: history.positions[slot] ?? 0, local: 0 } : (event?.id ?? this.covered);
+    return typeof event === "string" ? { position: history.positions[slot] ?? 0, local: 0 } : (event?.id ?? this.coveredId());
   }
 
   /** Keeps the newest `historyLimit` events: once the ring is full, the oldest event's slot takes the new one. */
+  /** `covered` as an event id (a position alone is a cluster event's: local 0). */
+  private coveredId(): EventId {
+    return typeof this.covered === "number" ? { position: this.covered, local: 0 } : this.covered;
+  }
+
   private remember(notification: PreparedNotification): void {
     const limit = this.env.historyLimit;
     if (limit === 0) {
@@ -312,7 +319,8 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     const slot = this.remembered++ % limit;
     if (this.remembered > limit) {
       const old = history.events[slot];
-      this.covered = typeof old === "string" ? { position: history.positions[slot] ?? 0, local: 0 } : (old?.id ?? this.covered);
+      // A trimmed update is kept as its position (no object per delivery on the hot path).
+      this.covered = typeof old === "string" ? (history.positions[slot] ?? 0) : (old?.id ?? this.covered);
     }
     const uri = notification.id.local === 0 ? notification.updatedUri() : undefined;
     history.positions[slot] = notification.id.position;
