@@ -174,7 +174,8 @@ describe("cluster jobs on the Redis engine", () => {
     // A member that subscribed and then died without a word: its heartbeat expires.
     const ghost = createRedisEngine({ url: redisUrl, keyPrefix: prefix, instanceId: "ghost", onInvalidMessage: () => undefined, onConnectionError: () => undefined });
     await ghost.connect();
-    await ghost.registry.heartbeat(500);
+    // Its heartbeat outlives the watcher's next periodic reconcile (at most 3 s away), which watches the ghost's subscription.
+    await ghost.registry.heartbeat(4_000);
     const limits = { perSession: 10, perPrincipal: 10, total: 10 };
     await ghost.registry.add({ principal: "p", sessionId: "s", backendId: "leg", uri: "test://static/a" }, limits);
     await ghost.close();
