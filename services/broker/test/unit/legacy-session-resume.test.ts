@@ -1,5 +1,5 @@
 import type { AddOutcome } from "@mcp-broker/shared";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { createActor, fromPromise } from "xstate";
 import { EventClock, formatEventId } from "../../src/fanout/event-ids.js";
 import { PreparedNotification } from "../../src/fanout/prepared-notification.js";
@@ -155,7 +155,7 @@ describe("legacy session: event ids and resumption", () => {
     await expect(left.unsubscribe("x://a")).rejects.toMatchObject({ data: { moved: true } });
     const ended = session().s;
     ended.close("client DELETE");
-    await new Promise((resolve) => setTimeout(resolve, 10));
+    await vi.waitFor(() => expect(ended.actor.getSnapshot().status).toBe("done"));
     await expect(ended.subscribe("x://a")).rejects.toMatchObject({ code: "BAD_PARAMS" });
   });
 

@@ -248,9 +248,14 @@ export class UpstreamSubscriptions implements UpstreamPort {
   resourceUpdated(backendId: string, uri: string): void {
     const slots = this.slots.get(backendId);
     if (slots === undefined) return;
-    const keys = [uri, ...ancestorsOf(uri, (length) => slots.hasLength(length))].filter((key) => slots.get(key)?.watch !== undefined);
+    const keys: string[] = [];
+    for (const key of [uri, ...ancestorsOf(uri, (length) => slots.hasLength(length))]) {
+      const watch = slots.get(key)?.watch;
+      if (watch === undefined) continue;
+      watch.heard = true;
+      keys.push(key);
+    }
     if (keys.length === 0) return;
-    for (const key of keys) (slots.get(key)?.watch as Watch).heard = true;
     const update = ++this.updates;
     this.deps.updates
       .publish({ kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, uri, at: this.deps.clock.now(), update }, keys)

@@ -78,6 +78,24 @@ function world(era: "legacy" | "modern" = "legacy") {
   return { registry, backend, upstream, ref };
 }
 
+/** A watcher whose registry wants `uris`, and the URIs of the updates it publishes, as a subscriber on the bus hears them. */
+async function wantedAndHeard(uris: readonly string[]) {
+  const bus = new MemoryBus();
+  const published: string[] = [];
+  bus.onMessage((_channel, message) => {
+    if (message.kind === "resource.updated") published.push(message.uri);
+  });
+  const registry = new MemoryRegistry();
+  const backend = fakeBackend();
+  const upstream = new UpstreamSubscriptions({ registry, updates: new MemoryUpdateLog(bus, new MemoryPositions()), clock, logger, instanceId: "i", releaseGraceMs: GRACE_MS, pollIntervalMs: 60_000 });
+  upstream.attach({ get: () => backend });
+  for (const uri of uris) {
+    await registry.add({ principal: "p", sessionId: "s1", backendId: "b", uri }, limits);
+    await bus.subscribe(CHANNEL.resource("b", uri));
+  }
+  return { backend, upstream, published };
+}
+
 function track(promise: Promise<void>): { state: "pending" | "resolved" | "rejected"; error?: unknown } {
   const outcome: { state: "pending" | "resolved" | "rejected"; error?: unknown } = { state: "pending" };
   promise.then(
@@ -241,21 +259,9 @@ describe("upstream subscriptions", () => {
   });
 
   it("announces each URI once when a reconcile overlaps a takeover's re-subscribe", async () => {
-    const bus = new MemoryBus();
-    const announced: string[] = [];
-    bus.onMessage((_channel, message) => {
-      if (message.kind === "resource.updated") announced.push(message.uri);
-    });
-    const registry = new MemoryRegistry();
-    const backend = fakeBackend();
-    const upstream = new UpstreamSubscriptions({ registry, updates: new MemoryUpdateLog(bus, new MemoryPositions()), clock, logger, instanceId: "i", releaseGraceMs: GRACE_MS, pollIntervalMs: 60_000 });
-    upstream.attach({ get: () => backend });
     // More URIs than one re-subscribe keeps in flight, so the reconcile finds some it has not reached.
     const uris = Array.from({ length: 100 }, (_, i) => `u://r/${i}`);
-    for (const uri of uris) {
-      await registry.add({ principal: "p", sessionId: "s1", backendId: "b", uri }, limits);
-      await bus.subscribe(CHANNEL.resource("b", uri));
-    }
+    const { backend, upstream, published: announced } = await wantedAndHeard(uris);
     backend.holding.add("resources/subscribe");
     const takeover = upstream.backendConnected(backend);
     await vi.waitFor(() => expect(backend.held.length).toBeGreaterThan(0));
@@ -273,19 +279,7 @@ describe("upstream subscriptions", () => {
   });
 
   it("does not announce on a takeover's re-subscribe a URI an update was published for since its watch began", async () => {
-    const bus = new MemoryBus();
-    const published: string[] = [];
-    bus.onMessage((_channel, message) => {
-      if (message.kind === "resource.updated") published.push(message.uri);
-    });
-    const registry = new MemoryRegistry();
-    const backend = fakeBackend();
-    const upstream = new UpstreamSubscriptions({ registry, updates: new MemoryUpdateLog(bus, new MemoryPositions()), clock, logger, instanceId: "i", releaseGraceMs: GRACE_MS, pollIntervalMs: 60_000 });
-    upstream.attach({ get: () => backend });
-    for (const uri of ["u://a", "u://b", "u://c"]) {
-      await registry.add({ principal: "p", sessionId: "s1", backendId: "b", uri }, limits);
-      await bus.subscribe(CHANNEL.resource("b", uri));
-    }
+    const { backend, upstream, published } = await wantedAndHeard(["u://a", "u://b", "u://c"]);
     // A session's subscribe reaches the new watcher before its re-subscribe does: a and b are
     // watched, and a real update of a is published (it tells a's subscribers of all before it).
     await upstream.ensure("b", "u://a");
