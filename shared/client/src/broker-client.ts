@@ -207,7 +207,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
       this.fetchFailed(resources, uri, ticket, error, () => this.emit("resourceContentChange", { cause: "read", source: "resource", uri, entry: null, error }));
       throw error;
     }
-    const entry: CachedResource = { uri, content: frozenCopy(content), timestamp: this.now() };
+    const entry: CachedResource = { uri, content: frozenCopy(content), timestamp: this.timestamp() };
     if (resources.settle(uri, ticket, entry)) this.emit("resourceContentChange", { cause: "read", source: "resource", uri, entry });
     return content;
   }
@@ -229,7 +229,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
       this.fetchFailed(templates, uriTemplate, ticket, error, () => this.emit("resourceContentChange", { cause: "read", source: "template", uri, uriTemplate, entry: null, error }));
       throw error;
     }
-    const entry: CachedTemplateResource = { uriTemplate, params: cachedParams, uri, content: frozenCopy(content), timestamp: this.now() };
+    const entry: CachedTemplateResource = { uriTemplate, params: cachedParams, uri, content: frozenCopy(content), timestamp: this.timestamp() };
     if (templates.settle(uriTemplate, ticket, entry)) this.emit("resourceContentChange", { cause: "read", source: "template", uri, uriTemplate, entry });
     return content;
   }
@@ -247,7 +247,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
       this.fetchFailed(prompts, name, ticket, error, () => this.emit("promptContentChange", { name, entry: null, error }));
       throw error;
     }
-    const entry: CachedPrompt = { name, params: cachedParams, result: frozenCopy(result), timestamp: this.now() };
+    const entry: CachedPrompt = { name, params: cachedParams, result: frozenCopy(result), timestamp: this.timestamp() };
     if (prompts.settle(name, ticket, entry)) this.emit("promptContentChange", { name, entry });
     return result;
   }
@@ -268,12 +268,12 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
         name,
         ticket,
         result.isError === true
-          ? { ...base, timestamp: this.now(), success: false, error: toolError(name, result), result: cached }
-          : { ...base, timestamp: this.now(), success: true, result: cached },
+          ? { ...base, timestamp: this.timestamp(), success: false, error: toolError(name, result), result: cached }
+          : { ...base, timestamp: this.timestamp(), success: true, result: cached },
       );
       return result;
     } catch (error) {
-      this.storeToolCall(name, ticket, { ...base, timestamp: this.now(), success: false, error });
+      this.storeToolCall(name, ticket, { ...base, timestamp: this.timestamp(), success: false, error });
       throw error;
     }
   }
@@ -306,8 +306,9 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     return connection;
   }
 
-  private now(): number {
-    return this.options.clock.now();
+  /** When a fetch's outcome arrived, from the injected clock; a new Date per entry (a Date can be set). */
+  private timestamp(): Date {
+    return new Date(this.options.clock.now());
   }
 
   /**
@@ -420,9 +421,8 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     );
     if ("content" in read) {
       const frozen = frozenCopy(read.content);
-      const timestamp = this.now();
       if (direct !== undefined) {
-        const entry: CachedResource = { uri, content: frozen, timestamp };
+        const entry: CachedResource = { uri, content: frozen, timestamp: this.timestamp() };
         if (resources.settle(uri, direct, entry)) announce({ ...cause, source: "resource", uri, entry });
       }
       for (const { uriTemplate, ticket } of viaTemplates) {
@@ -431,7 +431,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
           templates.abandon(uriTemplate, ticket);
           continue;
         }
-        const entry: CachedTemplateResource = { ...previous, content: frozen, timestamp };
+        const entry: CachedTemplateResource = { ...previous, content: frozen, timestamp: this.timestamp() };
         if (templates.settle(uriTemplate, ticket, entry)) announce({ ...cause, source: "template", uri, uriTemplate, entry });
       }
     } else {

@@ -7,8 +7,8 @@ import { LatestEntryMap } from "./latest-entry-map.js";
 export interface CachedResource {
   readonly uri: string;
   readonly content: ReadResourceResult;
-  /** When the content arrived (ms since the epoch, from the client's clock). */
-  readonly timestamp: number;
+  /** When the content arrived (built from the client's clock, as InspectorClient's entries carry a `Date`). */
+  readonly timestamp: Date;
 }
 
 /** The last content read with `readResourceFromTemplate(uriTemplate, params)`. */
@@ -18,7 +18,7 @@ export interface CachedTemplateResource {
   /** The URI the template expanded to with `params`. */
   readonly uri: string;
   readonly content: ReadResourceResult;
-  readonly timestamp: number;
+  readonly timestamp: Date;
 }
 
 /** The last result of `getPrompt(name, params)`. */
@@ -26,7 +26,7 @@ export interface CachedPrompt {
   readonly name: string;
   readonly params: Readonly<Record<string, string>>;
   readonly result: GetPromptResult;
-  readonly timestamp: number;
+  readonly timestamp: Date;
 }
 
 /** The last outcome of `callTool(name, params)`: a result, or a failure with its error. */
@@ -34,14 +34,14 @@ export type CachedToolCall =
   | {
       readonly name: string;
       readonly params: Readonly<Record<string, unknown>>;
-      readonly timestamp: number;
+      readonly timestamp: Date;
       readonly success: true;
       readonly result: CallToolResult;
     }
   | {
       readonly name: string;
       readonly params: Readonly<Record<string, unknown>>;
-      readonly timestamp: number;
+      readonly timestamp: Date;
       readonly success: false;
       /** What the call threw, or a `TOOL_ERROR` BrokerClientError when the tool reported `isError`. */
       readonly error: unknown;

@@ -26,16 +26,30 @@ describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
     const read = await c.readResource("test://one");
     expect(firstText(read)).toBe("one v1");
     expect(await resourceChange).toMatchObject({ cause: "read", source: "resource", uri: "test://one", entry: { content: read } });
-    expect(c.cache.getResource("test://one")).toEqual({ uri: "test://one", content: read, timestamp: clock.now() });
+    expect(c.cache.getResource("test://one")).toEqual({ uri: "test://one", content: read, timestamp: new Date(clock.now()) });
 
     const promptChange = nextEvent(c, "promptContentChange");
     const prompt = await c.getPrompt("greet", { who: "Ada" });
-    expect((await promptChange).entry).toEqual({ name: "greet", params: { who: "Ada" }, result: prompt, timestamp: clock.now() });
+    expect((await promptChange).entry).toEqual({ name: "greet", params: { who: "Ada" }, result: prompt, timestamp: new Date(clock.now()) });
     expect(c.cache.getPrompt("greet")?.result).toEqual(prompt);
 
     const toolChange = nextEvent(c, "toolCallResultChange");
     const result = await c.callTool("echo", { x: 1 });
-    expect((await toolChange).entry).toEqual({ name: "echo", params: { x: 1 }, result, success: true, timestamp: clock.now() });
+    expect((await toolChange).entry).toEqual({ name: "echo", params: { x: 1 }, result, success: true, timestamp: new Date(clock.now()) });
+  });
+
+  it("stamps each entry with a Date of the injected clock's time", async () => {
+    const { clock, client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    await c.readResource("test://one");
+    await clock.advance(5_000);
+    await c.readResourceFromTemplate("test://items/{id}", { id: "1" });
+    const direct = c.cache.getResource("test://one")?.timestamp;
+    const viaTemplate = c.cache.getResourceTemplate("test://items/{id}")?.timestamp;
+    expect(direct).toBeInstanceOf(Date);
+    expect(direct?.getTime()).toBe(clock.now() - 5_000);
+    expect(viaTemplate?.getTime()).toBe(clock.now());
   });
 
   it("expands a template (RFC 6570) and caches per template, apart from the resource cache", async () => {
@@ -210,7 +224,7 @@ describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
   });
 
   it("caches failed tool calls with success: false and the error", async () => {
-    const { client: c } = unitSetup(era);
+    const { clock, client: c } = unitSetup(era);
     client = c;
     await c.connect();
     // The tool ran and reported isError: resolved like the SDK does, cached as a failure.
@@ -227,7 +241,7 @@ describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
     expect(thrown).toBeInstanceOf(ProtocolError);
     expect((await change).entry).toMatchObject({ name: "missing", params: { a: 1 }, success: false, error: thrown });
     expect(c.cache.getToolCallResult("missing")).toMatchObject({ success: false, error: thrown });
-    expect(c.cache.getToolCallResult("missing")?.timestamp).toEqual(expect.any(Number));
+    expect(c.cache.getToolCallResult("missing")?.timestamp).toEqual(new Date(clock.now()));
   });
 
   it("preserves the content of items that still exist across a list reload, and drops the rest", async () => {

@@ -43,14 +43,14 @@ describe("LatestEntryMap", () => {
 describe("ContentCache", () => {
   it("keeps resource and template entries apart, and answers null when absent", () => {
     const cache = new ContentCache();
-    cache.resources.settle("demo://a", cache.resources.begin("demo://a"), { uri: "demo://a", content: read("direct"), timestamp: 1 });
+    cache.resources.settle("demo://a", cache.resources.begin("demo://a"), { uri: "demo://a", content: read("direct"), timestamp: new Date(1) });
     expect(cache.getResourceTemplate("demo://a")).toBeNull();
     cache.templates.settle("demo://{id}", cache.templates.begin("demo://{id}"), {
       uriTemplate: "demo://{id}",
       params: { id: "a" },
       uri: "demo://a",
       content: read("via template"),
-      timestamp: 2,
+      timestamp: new Date(2),
     });
     expect(cache.getResource("demo://a")?.content).toEqual(read("direct"));
     expect(cache.getResourceTemplate("demo://{id}")?.content).toEqual(read("via template"));
@@ -65,10 +65,10 @@ describe("ContentCache", () => {
   it("after a reload keeps resources that are listed or match a listed template, and listed templates", () => {
     const cache = new ContentCache();
     for (const uri of ["demo://listed", "demo://files/a.txt", "demo://gone"]) {
-      cache.resources.settle(uri, cache.resources.begin(uri), { uri, content: read(uri), timestamp: 1 });
+      cache.resources.settle(uri, cache.resources.begin(uri), { uri, content: read(uri), timestamp: new Date(1) });
     }
     for (const uriTemplate of ["demo://files/{name}", "demo://old/{id}"]) {
-      cache.templates.settle(uriTemplate, cache.templates.begin(uriTemplate), { uriTemplate, params: {}, uri: "demo://x", content: read(uriTemplate), timestamp: 1 });
+      cache.templates.settle(uriTemplate, cache.templates.begin(uriTemplate), { uriTemplate, params: {}, uri: "demo://x", content: read(uriTemplate), timestamp: new Date(1) });
     }
     cache.retainResources([{ uri: "demo://listed", name: "listed" }], [{ uriTemplate: "demo://files/{name}", name: "files" }]);
     expect(cache.getResource("demo://listed")).not.toBeNull();
