@@ -5,6 +5,7 @@ import { ERAS, type ConnectionSettings, type EraOption } from "./connection/conn
 import { createHttpTransport } from "./connection/http-transport.js";
 import { ListenCursor } from "./connection/listen-cursor.js";
 import { BrokerClientError } from "./errors.js";
+import { mergeMetadata, type RequestMetadata } from "./request-metadata.js";
 
 export interface ReconnectOptions extends Partial<ReconnectPolicy> {
   /**
@@ -40,6 +41,11 @@ export interface BrokerClientOptions {
   resubscribeOnReconnect?: boolean;
   /** Timeout of each request, in ms. Default: the SDK's (60 s). */
   requestTimeoutMs?: number;
+  /**
+   * Metadata sent as the `_meta` of every list, read, prompt and tool request (InspectorClient's
+   * `defaultMetadata`); a call's own metadata is merged over it, key by key.
+   */
+  defaultMetadata?: Record<string, string>;
   /** Time source for debounce, backoff, retries and heartbeat (tests pass a fake one). */
   clock?: Clock;
   /** Random source in [0, 1) for backoff jitter. */
@@ -65,6 +71,8 @@ export interface ResolvedOptions {
   reconnect: ReconnectPolicy | undefined;
   resubscribeOnReconnect: boolean;
   listChangedDebounceMs: number;
+  /** `defaultMetadata`, or undefined when it has no key. */
+  defaultMetadata: RequestMetadata | undefined;
   pendingRetry: BackoffPolicy;
   clock: Clock;
   random: () => number;
@@ -102,6 +110,7 @@ export function resolveOptions(options: BrokerClientOptions): ResolvedOptions {
     reconnect,
     resubscribeOnReconnect: options.resubscribeOnReconnect ?? true,
     listChangedDebounceMs: options.listChangedDebounceMs ?? DEFAULT_LIST_CHANGED_DEBOUNCE_MS,
+    defaultMetadata: mergeMetadata(options.defaultMetadata),
     pendingRetry: PENDING_RETRY,
     clock,
     random,
@@ -131,9 +140,8 @@ function validate(options: BrokerClientOptions): void {
     }
     if (parsed.protocol !== "http:" && parsed.protocol !== "https:") invalid("url", "must be an http: or https: URL", url);
   }
-  if (options.headers !== undefined && (typeof options.headers !== "object" || options.headers === null || Object.values(options.headers).some((v) => typeof v !== "string"))) {
-    invalid("headers", "must map header names to strings", options.headers);
-  }
+  if (options.headers !== undefined && !isStringRecord(options.headers)) invalid("headers", "must map header names to strings", options.headers);
+  if (options.defaultMetadata !== undefined && !isStringRecord(options.defaultMetadata)) invalid("defaultMetadata", "must map keys to strings", options.defaultMetadata);
   if (transport !== undefined && (options.headers !== undefined || options.fetch !== undefined)) {
     throw new BrokerClientError("INVALID_OPTIONS", "`headers` and `fetch` apply to `url` only; a `transport` factory configures its own.", { option: options.headers === undefined ? "fetch" : "headers" });
   }
@@ -180,6 +188,10 @@ function validateReconnect(reconnect: ReconnectOptions): void {
       { option: "reconnect.maxDelayMs" },
     );
   }
+}
+
+function isStringRecord(value: unknown): boolean {
+  return typeof value === "object" && value !== null && Object.values(value).every((v) => typeof v === "string");
 }
 
 function isFiniteNumber(value: unknown): value is number {

@@ -8,6 +8,7 @@ import { ConnectionSupervisor, type ConnectionState } from "./connection/connect
 import { Connection, LIST_KINDS } from "./connection/connection.js";
 import { BrokerClientError } from "./errors.js";
 import { ListCatalog, type ListReload, type Prompt, type Resource, type ResourceTemplate, type Tool } from "./lists/list-catalog.js";
+import { mergeMetadata, withMetadata, type RequestMetadata } from "./request-metadata.js";
 import { ResourceSubscriptions } from "./subscriptions/resource-subscriptions.js";
 import { RetryTimer } from "./util/retry-timer.js";
 import { TypedEventTarget } from "./util/typed-event-target.js";
@@ -36,8 +37,8 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
   constructor(options: BrokerClientOptions) {
     super();
     this.options = resolveOptions(options);
-    const { clock, random, reconnect, listChangedDebounceMs } = this.options;
-    this.lists = new ListCatalog({ clock, debounceMs: listChangedDebounceMs, reloaded: (reload) => this.listReloaded(reload) });
+    const { clock, random, reconnect, listChangedDebounceMs, defaultMetadata } = this.options;
+    this.lists = new ListCatalog({ clock, debounceMs: listChangedDebounceMs, metadata: defaultMetadata, reloaded: (reload) => this.listReloaded(reload) });
     this.subscriptions = new ResourceSubscriptions((set) => this.emit("resourceSubscriptionsChange", set));
     this.pendingRetry = new RetryTimer({
       clock,
@@ -195,59 +196,65 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     });
   }
 
-  /** Reads `uri` from the server and caches the content under `uri`. */
-  async readResource(uri: string): Promise<ReadResourceResult> {
+  /**
+   * Reads `uri` from the server and caches the content under `uri`. `metadata` is sent as the
+   * request's `_meta`, merged over the client's `defaultMetadata`.
+   */
+  async readResource(uri: string, metadata?: Record<string, string>): Promise<ReadResourceResult> {
     const connection = this.connected();
+    const sent = this.metadata(metadata);
     const { resources } = this.contents;
     const ticket = resources.begin(uri);
     let content: ReadResourceResult;
     try {
-      content = await readFromServer(connection, uri);
+      content = await readFromServer(connection, uri, sent);
     } catch (error) {
       this.fetchFailed(resources, uri, ticket, error, () => this.emit("resourceContentChange", { cause: "read", source: "resource", uri, entry: null, error }));
       throw error;
     }
-    const entry: CachedResource = { uri, content: frozenCopy(content), timestamp: this.timestamp() };
+    const entry: CachedResource = { uri, content: frozenCopy(content), timestamp: this.timestamp(), ...recorded(sent) };
     if (resources.settle(uri, ticket, entry)) this.emit("resourceContentChange", { cause: "read", source: "resource", uri, entry });
     return content;
   }
 
   /**
    * Expands `uriTemplate` with `params` (RFC 6570), reads the resulting URI, and caches the content
-   * under the template, with the params and the expanded URI.
+   * under the template, with the params and the expanded URI. `metadata` as for `readResource`.
    */
-  async readResourceFromTemplate(uriTemplate: string, params: UriTemplateVariables): Promise<ReadResourceResult> {
+  async readResourceFromTemplate(uriTemplate: string, params: UriTemplateVariables, metadata?: Record<string, string>): Promise<ReadResourceResult> {
     const uri = new UriTemplate(uriTemplate).expand(params);
     const connection = this.connected();
+    const sent = this.metadata(metadata);
     const cachedParams = frozenCopy(params);
     const { templates } = this.contents;
     const ticket = templates.begin(uriTemplate);
     let content: ReadResourceResult;
     try {
-      content = await readFromServer(connection, uri);
+      content = await readFromServer(connection, uri, sent);
     } catch (error) {
       this.fetchFailed(templates, uriTemplate, ticket, error, () => this.emit("resourceContentChange", { cause: "read", source: "template", uri, uriTemplate, entry: null, error }));
       throw error;
     }
-    const entry: CachedTemplateResource = { uriTemplate, params: cachedParams, uri, content: frozenCopy(content), timestamp: this.timestamp() };
+    const entry: CachedTemplateResource = { uriTemplate, params: cachedParams, uri, content: frozenCopy(content), timestamp: this.timestamp(), ...recorded(sent) };
     if (templates.settle(uriTemplate, ticket, entry)) this.emit("resourceContentChange", { cause: "read", source: "template", uri, uriTemplate, entry });
     return content;
   }
 
-  /** Gets prompt `name` with `params` and caches the result under `name`. */
-  async getPrompt(name: string, params: Record<string, string> = {}): Promise<GetPromptResult> {
+  /** Gets prompt `name` with `params` and caches the result under `name`. `metadata` as for `readResource`. */
+  async getPrompt(name: string, params: Record<string, string> = {}, metadata?: Record<string, string>): Promise<GetPromptResult> {
     const connection = this.connected();
+    const sent = this.metadata(metadata);
     const cachedParams = frozenCopy(params);
     const { prompts } = this.contents;
     const ticket = prompts.begin(name);
     let result: GetPromptResult;
     try {
-      result = await connection.request((client, options) => client.getPrompt({ name, arguments: params }, options));
+      result = await connection.request((client, options) => client.getPrompt(withMetadata({ name, arguments: params }, sent), options));
     } catch (error) {
       this.fetchFailed(prompts, name, ticket, error, () => this.emit("promptContentChange", { name, entry: null, error }));
       throw error;
     }
-    const entry: CachedPrompt = { name, params: cachedParams, result: frozenCopy(result), timestamp: this.timestamp() };
+    const entry: CachedPrompt = { name, params: cachedParams, result: frozenCopy(result), timestamp: this.timestamp(), ...recorded(sent) };
     if (prompts.settle(name, ticket, entry)) this.emit("promptContentChange", { name, entry });
     return result;
   }
@@ -256,13 +263,22 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
    * Calls tool `name` with `params` and caches the outcome under `name`: the result, or (with
    * `success: false`) what the call threw or the result of a tool that reported `isError`. Like
    * the SDK, resolves with an `isError` result and rejects with what the call threw.
+   *
+   * The request's `_meta` is InspectorClient's merge: the client's `defaultMetadata`, then
+   * `generalMetadata`, then `toolSpecificMetadata`, a later key winning.
    */
-  async callTool(name: string, params: Record<string, unknown> = {}): Promise<CallToolResult> {
+  async callTool(
+    name: string,
+    params: Record<string, unknown> = {},
+    generalMetadata?: Record<string, string>,
+    toolSpecificMetadata?: Record<string, string>,
+  ): Promise<CallToolResult> {
     const connection = this.connected();
-    const base = { name, params: frozenCopy(params) };
+    const sent = this.metadata(generalMetadata, toolSpecificMetadata);
+    const base = { name, params: frozenCopy(params), ...recorded(sent) };
     const ticket = this.contents.toolCalls.begin(name);
     try {
-      const result = await connection.request((client, options) => client.callTool({ name, arguments: params }, options));
+      const result = await connection.request((client, options) => client.callTool(withMetadata({ name, arguments: params }, sent), options));
       const cached = frozenCopy(result);
       this.storeToolCall(
         name,
@@ -304,6 +320,11 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
       throw new BrokerClientError("NOT_CONNECTED", `The client is ${state}; ${state === "disconnected" ? "call connect() first" : "wait for the connection to come up"}.`);
     }
     return connection;
+  }
+
+  /** The `_meta` of a request: the client's default metadata with the call's merged over it. */
+  private metadata(...call: readonly (Record<string, string> | undefined)[]): RequestMetadata | undefined {
+    return mergeMetadata(this.options.defaultMetadata, ...call);
   }
 
   /** When a fetch's outcome arrived, from the injected clock; a new Date per entry (a Date can be set). */
@@ -415,14 +436,16 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
       announced = true;
       this.emit("resourceContentChange", change);
     };
-    const read = await readFromServer(connection, uri).then(
+    // A re-read of the client's own sends the default metadata only.
+    const sent = this.metadata();
+    const read = await readFromServer(connection, uri, sent).then(
       (content) => ({ content }),
       (error: unknown) => ({ error }),
     );
     if ("content" in read) {
       const frozen = frozenCopy(read.content);
       if (direct !== undefined) {
-        const entry: CachedResource = { uri, content: frozen, timestamp: this.timestamp() };
+        const entry: CachedResource = { uri, content: frozen, timestamp: this.timestamp(), ...recorded(sent) };
         if (resources.settle(uri, direct, entry)) announce({ ...cause, source: "resource", uri, entry });
       }
       for (const { uriTemplate, ticket } of viaTemplates) {
@@ -431,7 +454,8 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
           templates.abandon(uriTemplate, ticket);
           continue;
         }
-        const entry: CachedTemplateResource = { ...previous, content: frozen, timestamp: this.timestamp() };
+        const { metadata: _previouslySent, ...kept } = previous;
+        const entry: CachedTemplateResource = { ...kept, content: frozen, timestamp: this.timestamp(), ...recorded(sent) };
         if (templates.settle(uriTemplate, ticket, entry)) announce({ ...cause, source: "template", uri, uriTemplate, entry });
       }
     } else {
@@ -478,8 +502,13 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
 }
 
 /** Reads `uri` past the SDK's response cache: every fetch goes to the server (the cache here is for display). */
-function readFromServer(connection: Connection, uri: string): Promise<ReadResourceResult> {
-  return connection.request((client, options) => client.readResource({ uri }, { ...options, cacheMode: "bypass" }));
+function readFromServer(connection: Connection, uri: string, metadata: RequestMetadata | undefined): Promise<ReadResourceResult> {
+  return connection.request((client, options) => client.readResource(withMetadata({ uri }, metadata), { ...options, cacheMode: "bypass" }));
+}
+
+/** The `metadata` field of a cache entry: what the request sent as `_meta`, absent when nothing. */
+function recorded(metadata: RequestMetadata | undefined): { metadata?: RequestMetadata } {
+  return metadata === undefined ? {} : { metadata: frozenCopy(metadata) };
 }
 
 function toolError(name: string, result: CallToolResult): BrokerClientError {

@@ -1,6 +1,7 @@
 import type { CallToolResult, GetPromptResult, ReadResourceResult } from "@modelcontextprotocol/client";
 import { UriTemplate, type UriTemplateVariables } from "@mcp-broker/shared";
 import type { Prompt, Resource, ResourceTemplate, Tool } from "../lists/list-catalog.js";
+import type { RequestMetadata } from "../request-metadata.js";
 import { LatestEntryMap } from "./latest-entry-map.js";
 
 /** The last content read with `readResource(uri)`. */
@@ -9,6 +10,8 @@ export interface CachedResource {
   readonly content: ReadResourceResult;
   /** When the content arrived (built from the client's clock, as InspectorClient's entries carry a `Date`). */
   readonly timestamp: Date;
+  /** The `_meta` the read sent (default and call metadata merged); absent when it sent none. */
+  readonly metadata?: RequestMetadata;
 }
 
 /** The last content read with `readResourceFromTemplate(uriTemplate, params)`. */
@@ -19,6 +22,7 @@ export interface CachedTemplateResource {
   readonly uri: string;
   readonly content: ReadResourceResult;
   readonly timestamp: Date;
+  readonly metadata?: RequestMetadata;
 }
 
 /** The last result of `getPrompt(name, params)`. */
@@ -27,6 +31,7 @@ export interface CachedPrompt {
   readonly params: Readonly<Record<string, string>>;
   readonly result: GetPromptResult;
   readonly timestamp: Date;
+  readonly metadata?: RequestMetadata;
 }
 
 /** The last outcome of `callTool(name, params)`: a result, or a failure with its error. */
@@ -35,6 +40,7 @@ export type CachedToolCall =
       readonly name: string;
       readonly params: Readonly<Record<string, unknown>>;
       readonly timestamp: Date;
+      readonly metadata?: RequestMetadata;
       readonly success: true;
       readonly result: CallToolResult;
     }
@@ -42,6 +48,7 @@ export type CachedToolCall =
       readonly name: string;
       readonly params: Readonly<Record<string, unknown>>;
       readonly timestamp: Date;
+      readonly metadata?: RequestMetadata;
       readonly success: false;
       /** What the call threw, or a `TOOL_ERROR` BrokerClientError when the tool reported `isError`. */
       readonly error: unknown;

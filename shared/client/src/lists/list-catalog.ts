@@ -1,6 +1,7 @@
 import type { ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult } from "@modelcontextprotocol/client";
 import { MemoryJobQueue, type Clock, type ListName } from "@mcp-broker/shared";
 import { LIST_KINDS, type Connection } from "../connection/connection.js";
+import { withMetadata, type RequestMetadata } from "../request-metadata.js";
 
 export type Tool = ListToolsResult["tools"][number];
 export type Prompt = ListPromptsResult["prompts"][number];
@@ -26,6 +27,8 @@ export interface ListCatalogDeps {
   clock: Clock;
   /** Delay from the first `list_changed` of a burst to the reload. */
   debounceMs: number;
+  /** Sent as the `_meta` of every list request (the client's default metadata), if any. */
+  metadata: RequestMetadata | undefined;
   /** Hears every completed load, failed ones included. */
   reloaded(reload: ListReload): void;
 }
@@ -108,16 +111,17 @@ export class ListCatalog {
     const ticket = ++this.newest[kind];
     const applies = (): boolean => this.connection === connection && this.newest[kind] === ticket;
     const capabilities = connection.capabilities;
+    const params = this.deps.metadata === undefined ? undefined : withMetadata({}, this.deps.metadata);
     switch (kind) {
       case "tools": {
-        const outcome = await settle(capabilities.tools === undefined ? [] : connection.request((c, o) => c.listTools(undefined, { ...o, cacheMode: "refresh" })).then((r) => r.tools));
+        const outcome = await settle(capabilities.tools === undefined ? [] : connection.request((c, o) => c.listTools(params, { ...o, cacheMode: "refresh" })).then((r) => r.tools));
         if (!applies()) return;
         if (outcome.ok) this.tools = outcome.value;
         this.deps.reloaded({ kind, tools: this.tools, failure: failureOf(outcome) });
         return;
       }
       case "prompts": {
-        const outcome = await settle(capabilities.prompts === undefined ? [] : connection.request((c, o) => c.listPrompts(undefined, { ...o, cacheMode: "refresh" })).then((r) => r.prompts));
+        const outcome = await settle(capabilities.prompts === undefined ? [] : connection.request((c, o) => c.listPrompts(params, { ...o, cacheMode: "refresh" })).then((r) => r.prompts));
         if (!applies()) return;
         if (outcome.ok) this.prompts = outcome.value;
         this.deps.reloaded({ kind, prompts: this.prompts, failure: failureOf(outcome) });
@@ -126,8 +130,8 @@ export class ListCatalog {
       case "resources": {
         const offered = capabilities.resources !== undefined;
         const [resources, templates] = await Promise.all([
-          settle(offered ? connection.request((c, o) => c.listResources(undefined, { ...o, cacheMode: "refresh" })).then((r) => r.resources) : []),
-          settle(offered ? connection.request((c, o) => c.listResourceTemplates(undefined, { ...o, cacheMode: "refresh" })).then((r) => r.resourceTemplates) : []),
+          settle(offered ? connection.request((c, o) => c.listResources(params, { ...o, cacheMode: "refresh" })).then((r) => r.resources) : []),
+          settle(offered ? connection.request((c, o) => c.listResourceTemplates(params, { ...o, cacheMode: "refresh" })).then((r) => r.resourceTemplates) : []),
         ]);
         if (!applies()) return;
         if (resources.ok) this.resources = resources.value;

@@ -72,6 +72,8 @@ export class TestBackend {
   /** Methods that answer with an internal error (handler methods, and `subscriptions/listen`). */
   readonly failing = new Set<string>();
   readonly received: string[] = [];
+  /** The `_meta` of every request a handler saw, by method, in arrival order (undefined: none sent). */
+  readonly metas = new Map<string, unknown[]>();
   readonly wire: string[] = [];
   /** Unknown to the server: refused by `resources/subscribe` (legacy) and by listen (modern, -32602). */
   readonly unknownUris = new Set<string>();
@@ -377,41 +379,43 @@ export class TestBackend {
         },
       },
     );
-    const record = async (method: string): Promise<void> => {
+    const record = async (method: string, params?: { _meta?: unknown }): Promise<void> => {
       this.received.push(method);
+      this.metas.set(method, [...(this.metas.get(method) ?? []), params?._meta]);
       this.receivedWaiters.check();
       await this.waitForHolds(method);
       if (this.failing.has(method)) throw new ProtocolError(ProtocolErrorCode.InternalError, `${method} fails on purpose`);
     };
-    server.setRequestHandler("tools/list", async () => {
-      await record("tools/list");
+    server.setRequestHandler("tools/list", async ({ params }) => {
+      await record("tools/list", params);
       return { tools: [...this.tools.values()].map(({ name, description }) => ({ name, description, inputSchema: { type: "object" as const } })), ...this.ttl() };
     });
     server.setRequestHandler("tools/call", async ({ params }) => {
-      await record("tools/call");
+      await record("tools/call", params);
       const tool = this.tools.get(params.name);
       if (tool === undefined) throw new ProtocolError(ProtocolErrorCode.InvalidParams, `Unknown tool ${params.name}`);
       return tool.run(params.arguments ?? {});
     });
-    server.setRequestHandler("prompts/list", async () => {
-      await record("prompts/list");
+    server.setRequestHandler("prompts/list", async ({ params }) => {
+      await record("prompts/list", params);
       return { prompts: [...this.prompts].map(([name, { description }]) => ({ name, description })) };
     });
     server.setRequestHandler("prompts/get", async ({ params }) => {
-      await record("prompts/get");
+      await record("prompts/get", params);
       if (!this.prompts.has(params.name)) throw new ProtocolError(ProtocolErrorCode.InvalidParams, `Unknown prompt ${params.name}`);
       return { messages: [{ role: "user" as const, content: { type: "text" as const, text: `${params.name} ${JSON.stringify(params.arguments ?? {})}` } }] };
     });
-    server.setRequestHandler("resources/list", async () => {
-      await record("resources/list");
+    server.setRequestHandler("resources/list", async ({ params }) => {
+      await record("resources/list", params);
       return { resources: [...this.texts.keys()].map((uri) => ({ uri, name: uri })) };
     });
-    server.setRequestHandler("resources/templates/list", async () => {
-      await record("resources/templates/list");
+    server.setRequestHandler("resources/templates/list", async ({ params }) => {
+      await record("resources/templates/list", params);
       return { resourceTemplates: this.templates.map((uriTemplate) => ({ uriTemplate, name: uriTemplate })) };
     });
-    server.setRequestHandler("resources/read", async ({ params: { uri } }) => {
-      await record("resources/read");
+    server.setRequestHandler("resources/read", async ({ params }) => {
+      await record("resources/read", params);
+      const { uri } = params;
       const text = this.texts.get(uri) ?? this.templateText(uri);
       if (text === undefined) throw new ResourceNotFoundError(uri);
       return { contents: [{ uri, mimeType: "text/plain", text }], ...this.ttl() };

@@ -12,6 +12,8 @@ describe("BrokerClient options", () => {
     ["a url that is not http", { url: "ws://127.0.0.1/mcp" }, "url"],
     ["headers with a transport", { transport, headers: { a: "b" } }, "headers"],
     ["a header that is not a string", { url: "http://127.0.0.1/mcp", headers: { a: 1 as unknown as string } }, "headers"],
+    ["default metadata that is not a string", { transport, defaultMetadata: { a: 1 as unknown as string } }, "defaultMetadata"],
+    ["default metadata that is not an object", { transport, defaultMetadata: "a=b" as never }, "defaultMetadata"],
     ["an unknown era", { transport, era: "future" as never }, "era"],
     ["a negative debounce", { transport, listChangedDebounceMs: -1 }, "listChangedDebounceMs"],
     ["a zero request timeout", { transport, requestTimeoutMs: 0 }, "requestTimeoutMs"],
