@@ -56,7 +56,7 @@ export interface MemberHooks {
   /** Bus messages to this member may have been lost (the bus reconnected). */
   receiveGap?(): void;
   /** An update this member could not publish (Redis away), for its own sessions (see `UpstreamSubscriptions`). */
-  unpublished?(backendId: string, keys: readonly string[], uri: string): void;
+  unpublished?(backendId: string, keys: readonly string[], uri: string, params: Record<string, unknown> | undefined): void;
   /** The cluster presumed this member dead: what its sessions held may be gone. */
   presumedDead?(): void;
   /** The newest cluster position this member passed on to clients (the floor after Redis lost the counter). */
@@ -162,7 +162,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     instanceId,
     releaseGraceMs: config.subscriptions.releaseGraceMs,
     pollIntervalMs: config.subscriptions.pollIntervalMs,
-    unpublished: (backendId, keys, uri) => hooks.unpublished?.(backendId, keys, uri),
+    unpublished: (backendId, keys, uri, params) => hooks.unpublished?.(backendId, keys, uri, params),
   });
   const watchers = new BackendWatchers({
     local: upstream,
@@ -198,7 +198,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
         watchers.backendDisconnected(backend.id);
         hooks.backendDisconnected?.(backend);
       },
-      resourceUpdated: (backend, uri) => upstream.resourceUpdated(backend.id, uri),
+      resourceUpdated: (backend, uri, params) => upstream.resourceUpdated(backend.id, uri, params),
       listChanged: (backend, kind, gap) => listChanges.listChanged(backend.id, kind, gap === true ? "gap" : backend.capabilities?.[kind]?.listChanged === true ? "announced" : "undeclared"),
       updatesMissed: (backend, uris) => upstream.updatesMissed(backend.id, uris),
       log: (backend, params) => hooks.log?.(backend, params),

@@ -16,6 +16,11 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
     key: z.string(),
     /** The URI the backend reported (the key itself, or a sub-resource of it). */
     uri: z.string(),
+    /**
+     * The rest of what the backend's notification said besides its URI (`_meta` and anything else,
+     * less the hop's own `_meta` keys), passed on to clients as it came; absent when it said nothing more.
+     */
+    params: z.record(z.string(), z.unknown()).optional(),
     /** When the broker received it from the backend (epoch ms), for latency metrics. */
     at: z.number(),
     /**
@@ -101,14 +106,15 @@ export type BusMessage = z.infer<typeof busMessageSchema>;
 export type ResourceUpdatedMessage = Extract<BusMessage, { kind: "resource.updated" }>;
 
 const isCount = (value: unknown, min: number): value is number => typeof value === "number" && Number.isInteger(value) && value >= min;
+const isRecord = (value: unknown): boolean => typeof value === "object" && value !== null && !Array.isArray(value);
 
 /**
  * A `resource.updated` as JSON without its position: the encoding ends `,"position":` so that the
  * one who assigns the position (the update log, atomically with the publish) appends it and `}`.
  */
 export function encodeUpdateHead(message: Omit<ResourceUpdatedMessage, "position">): string {
-  const { kind, v, origin, backendId, key, uri, at, update, keys } = message;
-  const json = JSON.stringify({ kind, v, origin, backendId, key, uri, at, update, keys });
+  const { kind, v, origin, backendId, key, uri, params, at, update, keys } = message;
+  const json = JSON.stringify({ kind, v, origin, backendId, key, uri, params, at, update, keys });
   return `${json.slice(0, -1)},"position":`;
 }
 
@@ -142,13 +148,16 @@ export function decodeBusMessage(value: unknown): { ok: true; message: BusMessag
       typeof m.backendId === "string" &&
       typeof m.key === "string" &&
       typeof m.uri === "string" &&
+      (m.params === undefined || isRecord(m.params)) &&
       typeof m.at === "number" &&
       Number.isFinite(m.at) &&
       isCount(m.update, 0) &&
       isCount(m.keys, 1) &&
       isCount(m.position, 0)
     ) {
-      return { ok: true, message: { kind: "resource.updated", v: 1, origin: m.origin, backendId: m.backendId, key: m.key, uri: m.uri, at: m.at, update: m.update, keys: m.keys, position: m.position } };
+      const message: ResourceUpdatedMessage = { kind: "resource.updated", v: 1, origin: m.origin, backendId: m.backendId, key: m.key, uri: m.uri, at: m.at, update: m.update, keys: m.keys, position: m.position };
+      if (m.params !== undefined) message.params = m.params as Record<string, unknown>;
+      return { ok: true, message };
     }
   }
   const decoded = busMessageSchema.safeParse(value);

@@ -20,6 +20,11 @@ describe("decodeBusMessage", () => {
       { ...valid, keys: 0 },
       { ...valid, position: -1 },
       { ...valid, position: undefined },
+      { ...valid, params: { _meta: { seq: 4 }, title: "t" } },
+      { ...valid, params: {} },
+      { ...valid, params: [] },
+      { ...valid, params: null },
+      { ...valid, params: "p" },
       { kind: "watch.release", v: 1, origin: "o", backendId: "b", uri: "u" },
       { kind: "watch.result", v: 1, origin: "o", id: 3, error: { code: "INTERNAL", message: "m" } },
       { kind: "nope" },
@@ -41,6 +46,8 @@ describe("encodeBusMessage", () => {
     const encoded = encodeBusMessage(scrambled);
     expect(encoded).toBe(`${encodeUpdateHead(scrambled)}12}`);
     expect(decodeBusMessage(JSON.parse(encoded))).toEqual({ ok: true, message: scrambled });
+    const withParams = { ...scrambled, params: { _meta: { seq: 4 } } };
+    expect(decodeBusMessage(JSON.parse(encodeBusMessage(withParams)))).toEqual({ ok: true, message: withParams });
     const release: BusMessage = { kind: "watch.release", v: 1, origin: 'in"st', backendId: "b", uri: "u" };
     expect(JSON.parse(encodeBusMessage(release))).toEqual(release);
   });

@@ -43,6 +43,6 @@ export function busIntake(deps: {
       void catalog.resync();
     },
     // Redis away: this broker's own update reaches its own sessions; the others hear of the gap.
-    unpublished: (backendId, keys, uri) => fanout.receiveUnpublished(backendId, keys, uri),
+    unpublished: (backendId, keys, uri, params) => fanout.receiveUnpublished(backendId, keys, uri, params),
   };
 }

@@ -85,7 +85,7 @@ export class Fanout {
       return;
     }
     this.deps.onBusLatency?.(this.deps.clock.now() - message.at);
-    const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(message.backendId, message.uri), this.events.cluster(message.position));
+    const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(message.backendId, message.uri), this.events.cluster(message.position), message.params);
     for (const sink of sinks) sink.deliver(notification);
     this.delivered.resourceUpdated += sinks.size;
   }
@@ -94,8 +94,8 @@ export class Fanout {
    * An update this member could not publish (Redis away) reaches its own sessions all the same,
    * once per sink, as an event of this broker's.
    */
-  receiveUnpublished(backendId: string, keys: readonly string[], uri: string): void {
-    const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(backendId, uri), this.events.next());
+  receiveUnpublished(backendId: string, keys: readonly string[], uri: string, params?: Record<string, unknown>): void {
+    const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(backendId, uri), this.events.next(), params);
     const delivered = new Set<NotificationSink>();
     for (const key of keys) {
       if (this.owed.size > 0) this.owed.delete(CHANNEL.resource(backendId, key));
@@ -117,7 +117,7 @@ export class Fanout {
     if (this.multiKeyUpdate?.position !== message.position) {
       // Once per backend update, however many of its keys arrive here.
       this.deps.onBusLatency?.(this.deps.clock.now() - message.at);
-      const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(message.backendId, message.uri), this.events.cluster(message.position));
+      const notification = PreparedNotification.resourceUpdated(this.deps.names.exposeUri(message.backendId, message.uri), this.events.cluster(message.position), message.params);
       this.multiKeyUpdate = { position: message.position, notification, delivered: new Set() };
     }
     const { notification, delivered } = this.multiKeyUpdate;

@@ -17,21 +17,28 @@ export class PreparedNotification {
     private readonly params: Record<string, unknown>,
     /** Its place in the cluster's order (see `EventId`); legacy streams carry it as the SSE event id. */
     readonly id: EventId,
+    /**
+     * The URI of a `resources/updated` that says nothing but its URI, which with its id makes it
+     * again (a session's history keeps such an update so); undefined for any other notification.
+     */
+    readonly bareUpdatedUri?: string,
   ) {}
 
-  /** `id`: the update's (see `EventClock`); a replay passes the id it had when first sent. */
-  static resourceUpdated(uri: string, id: EventId): PreparedNotification {
-    return new PreparedNotification(NOTIFICATION.resourceUpdated, { uri }, id);
+  /**
+   * `id`: the update's (see `EventClock`); a replay passes the id it had when first sent.
+   * `passedOn`: what the backend said besides the URI (`_meta` and the rest), kept as it came; only
+   * the URI is the broker's.
+   */
+  static resourceUpdated(uri: string, id: EventId, passedOn?: Record<string, unknown>): PreparedNotification {
+    if (passedOn === undefined) return new PreparedNotification(NOTIFICATION.resourceUpdated, { uri }, id, uri);
+    const params = { uri, ...passedOn };
+    params.uri = uri;
+    return new PreparedNotification(NOTIFICATION.resourceUpdated, params, id);
   }
 
   /** The SSE event id legacy streams carry. */
   get eventId(): string {
     return formatEventId(this.id);
-  }
-
-  /** The URI of a `resources/updated`; undefined for any other notification. */
-  updatedUri(): string | undefined {
-    return this.method === NOTIFICATION.resourceUpdated ? (this.params.uri as string) : undefined;
   }
 
   /** What it tells of, for telling repeats apart: the resource of a `resources/updated`, the list of a `list_changed`; undefined for anything else. */
@@ -58,11 +65,26 @@ export class PreparedNotification {
   /** One newline-terminated JSON-RPC message, for stdio; on a listen stream with its subscription id and cursor (`cursorPrefix` + event id). */
   jsonLine(listen?: { subscriptionId: string | number; cursorPrefix: string }): string {
     if (listen !== undefined) {
-      const _meta = { [META.subscriptionId]: listen.subscriptionId, [META.cursor]: `${listen.cursorPrefix}${this.eventId}` };
-      return `${JSON.stringify({ jsonrpc: "2.0", method: this.method, params: { ...this.params, _meta } })}\n`;
+      const params = this.withListenMeta(listen.subscriptionId, `${listen.cursorPrefix}${this.eventId}`);
+      return `${JSON.stringify({ jsonrpc: "2.0", method: this.method, params })}\n`;
     }
     this.line ??= `${JSON.stringify({ jsonrpc: "2.0", method: this.method, params: this.params })}\n`;
     return this.line;
+  }
+
+  /**
+   * The params as a listen stream carries them: `_meta` last, holding the backend's own `_meta` (if
+   * any) followed by the stream's subscription id and cursor, which are the broker's to say.
+   */
+  private withListenMeta(subscriptionId: string | number, cursor: string): Record<string, unknown> {
+    const { _meta: passedOn, ...rest } = this.params;
+    const _meta: Record<string, unknown> = {};
+    if (typeof passedOn === "object" && passedOn !== null && !Array.isArray(passedOn)) {
+      for (const [key, value] of Object.entries(passedOn)) if (key !== META.subscriptionId && key !== META.cursor) _meta[key] = value;
+    }
+    _meta[META.subscriptionId] = subscriptionId;
+    _meta[META.cursor] = cursor;
+    return { ...rest, _meta };
   }
 
   /**
@@ -74,10 +96,11 @@ export class PreparedNotification {
     if (this.modern === undefined) {
       const id = "\u0000SUBSCRIPTION_ID\u0000";
       const cursor = "\u0000CURSOR\u0000";
-      const full = encodeEvent({ jsonrpc: "2.0", method: this.method, params: { ...this.params, _meta: { [META.subscriptionId]: id, [META.cursor]: `${cursor}${this.eventId}` } } }).toString("utf8");
-      const [head = "", rest = ""] = full.split(JSON.stringify(id));
-      const [, tail = ""] = rest.split(JSON.stringify(cursor).slice(1, -1));
-      this.modern = { head: Buffer.from(head), tail: Buffer.from(tail) };
+      const full = encodeEvent({ jsonrpc: "2.0", method: this.method, params: this.withListenMeta(id, `${cursor}${this.eventId}`) }).toString("utf8");
+      // The stream's part is the last thing in the params (see `withListenMeta`), whatever the backend's `_meta` holds.
+      const idAt = full.lastIndexOf(JSON.stringify(id));
+      const cursorEnd = full.lastIndexOf(JSON.stringify(cursor).slice(1, -1)) + JSON.stringify(cursor).length - 2;
+      this.modern = { head: Buffer.from(full.slice(0, idAt)), tail: Buffer.from(full.slice(cursorEnd)) };
     }
     return [this.modern.head, streamPart, this.modern.tail];
   }

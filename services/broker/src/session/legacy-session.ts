@@ -322,7 +322,7 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
       // A trimmed update is kept as its position (no object per delivery on the hot path).
       this.covered = typeof old === "string" ? (history.positions[slot] ?? 0) : (old?.id ?? this.covered);
     }
-    const uri = notification.id.local === 0 ? notification.updatedUri() : undefined;
+    const uri = notification.id.local === 0 ? notification.bareUpdatedUri : undefined;
     history.positions[slot] = notification.id.position;
     history.events[slot] = uri ?? notification;
   }

@@ -50,20 +50,22 @@ describe("routing", () => {
   it.each([
     ["legacy", "leg__slow"],
     ["modern", "mod__slow"],
-  ] as const)("sends a %s caller its own progress and log messages, and nobody else", async (era, tool) => {
+  ] as const)("sends a %s caller its own progress and log messages, as the backend said them, and nobody else", async (era, tool) => {
     const caller = await client(era);
     const bystander = await client(era, true);
     if (era === "legacy") {
       await caller.client.setLoggingLevel("info");
       await bystander.client.setLoggingLevel("info");
     }
-    const progress: number[] = [];
+    const progress: { progress: number; _meta?: Record<string, unknown> }[] = [];
     const result = await caller.client.callTool(
       { name: tool, arguments: { ms: 40 }, ...(era === "modern" && { _meta: { "io.modelcontextprotocol/logLevel": "info" } }) },
-      { onprogress: (p) => progress.push(p.progress) },
+      { onprogress: (p) => progress.push(p) },
     );
     expect(result.content).toEqual([{ type: "text", text: "waited 40ms" }]);
-    expect(progress).toEqual([1, 2, 3, 4]);
+    expect(progress.map((p) => p.progress)).toEqual([1, 2, 3, 4]);
+    // The backend's own `_meta` on its progress notifications comes through.
+    expect(progress.map((p) => p._meta?.["example.com/step"])).toEqual([1, 2, 3, 4]);
     const [log] = caller.notes.all(MESSAGE);
     expect(log?.params).toMatchObject({ level: "info", logger: `${tool.split("__")[0]}/test-server`, data: "slow: waiting 40ms" });
     expect(bystander.notes.received).toEqual([]);

@@ -209,7 +209,7 @@ describe("legacy session: event ids and resumption", () => {
     expect(described(tooLate.events)).toEqual(["x://a", "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"]);
   });
 
-  it("replays resource updates, kept as their URIs, with the very frames first sent, after the ring wrapped", async () => {
+  it("replays resource updates, kept as their URIs (or whole, when the backend said more), with the very frames first sent, after the ring wrapped", async () => {
     const { s, clock } = session({ historyLimit: 3 });
     const first = stream();
     await s.attachStream(first, undefined);
@@ -217,13 +217,14 @@ describe("legacy session: event ids and resumption", () => {
       PreparedNotification.resourceUpdated("x://a/1", clock.cluster(1)),
       PreparedNotification.resourceUpdated("x://a/2", clock.cluster(2)),
       PreparedNotification.listChanged("tools", clock.cluster(3)),
-      PreparedNotification.resourceUpdated("x://b", clock.cluster(4)),
+      PreparedNotification.resourceUpdated("x://b", clock.cluster(4), { _meta: { "example.com/seq": 4 } }),
       PreparedNotification.resourceUpdated("x://a/3", clock.cluster(5)),
     ];
     for (const n of notes) s.deliver(n);
     const resumed = stream();
     await s.attachStream(resumed, notes[1]!.eventId);
     expect(resumed.events).toEqual(first.events.slice(2));
+    expect(resumed.events[1]?.text).toContain('"_meta":{"example.com/seq":4}');
     const none = stream();
     await s.attachStream(none, notes[4]!.eventId);
     expect(none.events).toEqual([]);

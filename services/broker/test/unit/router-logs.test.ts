@@ -31,6 +31,7 @@ function setup() {
   const router = new Router(catalog, pool, { pageSize: 10 });
   const caller = (principal: string) => {
     const logs: unknown[] = [];
+    const sent: Record<string, unknown>[] = [];
     const ctx: RequestContext = {
       era: "legacy",
       principal,
@@ -38,11 +39,14 @@ function setup() {
       signal: new AbortController().signal,
       progressToken: undefined,
       logLevel: "debug",
-      notify: (_method, params) => logs.push(params.data),
+      notify: (_method, params) => {
+        logs.push(params.data);
+        sent.push(params);
+      },
     };
-    return { ctx, logs, call: () => router.callTool({ name: "b__t" }, ctx) };
+    return { ctx, logs, sent, call: () => router.callTool({ name: "b__t" }, ctx) };
   };
-  const log = (data: string) => router.relayLog("b", { level: "info", data });
+  const log = (data: string, more: Record<string, unknown> = {}) => router.relayLog("b", { level: "info", data, ...more });
   const finish = async (i: number) => {
     finishers[i]?.();
     await new Promise((r) => setImmediate(r));
@@ -53,6 +57,18 @@ function setup() {
 }
 
 describe("backend log relay", () => {
+  it("passes a log on as the backend said it, `_meta` included; only the logger names the backend", () => {
+    const { caller, log } = setup();
+    const a = caller("p");
+    void a.call();
+    log("one", { logger: "db", _meta: { "example.com/trace": "t-1" } });
+    log("two");
+    expect(a.sent).toEqual([
+      { level: "info", data: "one", logger: "b/db", _meta: { "example.com/trace": "t-1" } },
+      { level: "info", data: "two", logger: "b" },
+    ]);
+  });
+
   it("gives a log to the only caller in flight, and to nobody when several are", async () => {
     const { caller, log, finish } = setup();
     const a = caller("p");

@@ -17,7 +17,8 @@ import { installStdioReadBuffer } from "./stdio-read-buffer.js";
 import { isConnectionFailure } from "./connection-failure.js";
 import { summarizeFailure } from "./failure-summary.js";
 import { NotificationStreamWatch } from "./notification-stream-watch.js";
-import { updateFilteringFetch } from "./sse-update-filter.js";
+import { updateFilteringFetch, type UpdatedParams } from "./sse-update-filter.js";
+import { passedOnParams } from "./update-params.js";
 import { UpstreamListen, type ListenFlags, type ListenGap } from "./upstream-listen.js";
 
 export type BackendState = "connecting" | "connected" | "backoff" | "closed";
@@ -30,7 +31,8 @@ export type BackendEra = "legacy" | "modern";
 export interface BackendListener {
   connected(backend: BackendConnection): void;
   disconnected(backend: BackendConnection, reason: string): void;
-  resourceUpdated(backend: BackendConnection, uri: string): void;
+  /** `params`: what the backend said besides the URI, to pass on (see `passedOnParams`); undefined when nothing. */
+  resourceUpdated(backend: BackendConnection, uri: string, params: Record<string, unknown> | undefined): void;
   /** `gap`: not a notification, a stream that was down (what it announced meanwhile is lost). */
   listChanged(backend: BackendConnection, kind: ListKind, gap?: boolean): void;
   /**
@@ -229,7 +231,7 @@ export class BackendConnection {
     this.installHandlers(client, watch);
     let transport: Transport;
     try {
-      transport = this.createTransport(watch, (uri) => this.takeUpdate(client, uri));
+      transport = this.createTransport(watch, (params) => this.takeUpdate(client, params));
     } catch (error) {
       watch?.dispose();
       this.fail(client, `cannot create transport: ${(error as Error).message}`);
@@ -329,8 +331,8 @@ export class BackendConnection {
    * - anything else (a modern backend's listen stream): the SDK's notification handler.
    * Each way is a measured saving (see the bench); they all end in this method.
    */
-  private takeUpdate(client: Client, uri: string): void {
-    if (this.client === client) this.deps.listener.resourceUpdated(this, uri);
+  private takeUpdate(client: Client, params: UpdatedParams): void {
+    if (this.client === client) this.deps.listener.resourceUpdated(this, params.uri, passedOnParams(params));
   }
 
   /**
@@ -344,7 +346,7 @@ export class BackendConnection {
     transport.onmessage = (message, extra) => {
       const candidate = message as { method?: unknown; id?: unknown; params?: { uri?: unknown } };
       if (candidate.method === NOTIFICATION.resourceUpdated && candidate.id === undefined && typeof candidate.params?.uri === "string") {
-        this.takeUpdate(client, candidate.params.uri);
+        this.takeUpdate(client, candidate.params as UpdatedParams);
         return;
       }
       sdk.call(transport, message, extra);
@@ -352,7 +354,7 @@ export class BackendConnection {
   }
 
   /** `onUpdate` hears the `resources/updated` an HTTP backend sends, taken off its event streams (see `updateFilteringFetch`). */
-  private createTransport(watch: NotificationStreamWatch | undefined, onUpdate: (uri: string) => void): Transport {
+  private createTransport(watch: NotificationStreamWatch | undefined, onUpdate: (params: UpdatedParams) => void): Transport {
     const config = this.config;
     if (isStdioBackend(config)) {
       const transport = new StdioClientTransport({
@@ -388,7 +390,7 @@ export class BackendConnection {
 
   private installHandlers(client: Client, watch: NotificationStreamWatch | undefined): void {
     const { listener } = this.deps;
-    client.setNotificationHandler(NOTIFICATION.resourceUpdated, (n) => this.takeUpdate(client, n.params.uri));
+    client.setNotificationHandler(NOTIFICATION.resourceUpdated, (n) => this.takeUpdate(client, n.params));
     client.setNotificationHandler(NOTIFICATION.toolsListChanged, () => {
       if (this.client === client) listener.listChanged(this, "tools");
     });

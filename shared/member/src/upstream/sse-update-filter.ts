@@ -1,13 +1,16 @@
 import { NOTIFICATION } from "@mcp-broker/shared";
 import type { FetchLike } from "@modelcontextprotocol/client";
 
+/** The params of a backend's `resources/updated`: its URI, and whatever else it said. */
+export type UpdatedParams = { readonly uri: string } & Readonly<Record<string, unknown>>;
+
 /** An event ends at a blank line; lines end with CRLF, LF or CR (the SSE spec). */
 const EVENT_END = /\r\n\r\n|\n\n|\r\r/;
 const LINE_END = /\r\n|\n|\r/;
 
 /**
  * Wraps the fetch of the SDK's Streamable HTTP transport so that `notifications/resources/updated`
- * events (the hot path) are taken out of event-stream responses and their URIs handed to
+ * events (the hot path) are taken out of event-stream responses and their params handed to
  * `onUpdate` at once, skipping the SDK's web-stream SSE parsing and JSON-RPC schema validation
  * (which cost a broker with an HTTP backend more than twice the CPU of one with a stdio backend,
  * and its tail latency with it). Every other event, and anything that is not a plain
@@ -16,7 +19,7 @@ const LINE_END = /\r\n|\n|\r/;
  * The SDK does not see the ids of the events taken out, so a resumption may start a little earlier
  * than it could and replay some updates: an extra `updated` is harmless, a missed one is not.
  */
-export function updateFilteringFetch(inner: FetchLike, onUpdate: (uri: string) => void): FetchLike {
+export function updateFilteringFetch(inner: FetchLike, onUpdate: (params: UpdatedParams) => void): FetchLike {
   return async (url, init) => {
     const response = await inner(url, init);
     if (response.body === null || response.headers.get("content-type")?.startsWith("text/event-stream") !== true) return response;
@@ -25,7 +28,7 @@ export function updateFilteringFetch(inner: FetchLike, onUpdate: (uri: string) =
 }
 
 /** The byte-stream transform behind `updateFilteringFetch`. */
-export function updateFilter(onUpdate: (uri: string) => void): TransformStream<Uint8Array, Uint8Array> {
+export function updateFilter(onUpdate: (params: UpdatedParams) => void): TransformStream<Uint8Array, Uint8Array> {
   const decoder = new TextDecoder();
   const encoder = new TextEncoder();
   /** Text of the event under way, in pieces: joined only once an event end has arrived (a large event costs linear time). */
@@ -44,9 +47,9 @@ export function updateFilter(onUpdate: (uri: string) => void): TransformStream<U
     let passed = "";
     for (let match = EVENT_END.exec(pending); match !== null; match = EVENT_END.exec(pending)) {
       const end = match.index + match[0].length;
-      const uri = updatedUri(pending.slice(0, match.index));
-      if (uri === undefined) passed += pending.slice(0, end);
-      else onUpdate(uri);
+      const params = updatedParams(pending.slice(0, match.index));
+      if (params === undefined) passed += pending.slice(0, end);
+      else onUpdate(params);
       pending = pending.slice(end);
     }
     parts = pending === "" ? [] : [pending];
@@ -65,8 +68,8 @@ export function updateFilter(onUpdate: (uri: string) => void): TransformStream<U
   });
 }
 
-/** The URI of an event that is exactly a `resources/updated` notification (data lines, an optional id, comments); otherwise undefined. */
-function updatedUri(event: string): string | undefined {
+/** The params of an event that is exactly a `resources/updated` notification (data lines, an optional id, comments); otherwise undefined. */
+function updatedParams(event: string): UpdatedParams | undefined {
   if (!event.includes(NOTIFICATION.resourceUpdated)) return undefined;
   const data: string[] = [];
   for (const line of event.split(LINE_END)) {
@@ -83,6 +86,5 @@ function updatedUri(event: string): string | undefined {
   }
   const candidate = message as { jsonrpc?: unknown; method?: unknown; id?: unknown; params?: { uri?: unknown } } | null;
   if (candidate === null || typeof candidate !== "object" || candidate.jsonrpc !== "2.0" || candidate.method !== NOTIFICATION.resourceUpdated || candidate.id !== undefined) return undefined;
-  const uri = candidate.params?.uri;
-  return typeof uri === "string" ? uri : undefined;
+  return typeof candidate.params?.uri === "string" ? (candidate.params as UpdatedParams) : undefined;
 }

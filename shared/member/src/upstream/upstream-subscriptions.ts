@@ -131,7 +131,7 @@ export class UpstreamSubscriptions implements UpstreamPort {
        * An update the log could not publish (Redis away): it still reaches this member's own
        * subscribers; the others hear of it when the bus is back (the gap is announced).
        */
-      unpublished?: (backendId: string, keys: readonly string[], uri: string) => void;
+      unpublished?: (backendId: string, keys: readonly string[], uri: string, params: Record<string, unknown> | undefined) => void;
     },
   ) {}
 
@@ -243,9 +243,10 @@ export class UpstreamSubscriptions implements UpstreamPort {
   /**
    * An update from a backend: published once per watched key it falls under (itself and its
    * ancestors), all at one cluster position. This member's own sessions get it back from the bus
-   * like every other member's, so every session sees updates in the cluster's order.
+   * like every other member's, so every session sees updates in the cluster's order. `params`: what
+   * the backend said besides the URI, passed on to clients (see `passedOnParams`).
    */
-  resourceUpdated(backendId: string, uri: string): void {
+  resourceUpdated(backendId: string, uri: string, params?: Record<string, unknown>): void {
     const slots = this.slots.get(backendId);
     if (slots === undefined) return;
     const keys: string[] = [];
@@ -258,10 +259,10 @@ export class UpstreamSubscriptions implements UpstreamPort {
     if (keys.length === 0) return;
     const update = ++this.updates;
     this.deps.updates
-      .publish({ kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, uri, at: this.deps.clock.now(), update }, keys)
+      .publish({ kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, uri, params, at: this.deps.clock.now(), update }, keys)
       .catch((error: unknown) => {
         this.deps.logger.warn({ backendId, uri, err: (error as Error).message }, "publish failed; delivered to this member's own sessions only");
-        this.deps.unpublished?.(backendId, keys, uri);
+        this.deps.unpublished?.(backendId, keys, uri, params);
       });
   }
 

@@ -14,7 +14,7 @@ async function run(chunks: (string | Uint8Array)[]): Promise<{ passed: string; u
       controller.close();
     },
   });
-  const passed = await new Response(input.pipeThrough(updateFilter((uri) => uris.push(uri)))).text();
+  const passed = await new Response(input.pipeThrough(updateFilter((params) => uris.push(params.uri)))).text();
   return { passed, uris };
 }
 
@@ -64,7 +64,7 @@ describe("SSE resources/updated filter", () => {
       String(url).endsWith("sse")
         ? new Response(`data: ${updated("a://1")}\n\ndata: ${listChanged}\n\n`, { headers: { "content-type": "text/event-stream" } })
         : new Response(`data: ${updated("a://json")}\n\n`, { headers: { "content-type": "application/json" } });
-    const fetchLike = updateFilteringFetch(inner, (uri) => uris.push(uri));
+    const fetchLike = updateFilteringFetch(inner, (params) => uris.push(params.uri));
     expect(await (await fetchLike("http://x/sse")).text()).toBe(`data: ${listChanged}\n\n`);
     expect(await (await fetchLike("http://x/json")).text()).toBe(`data: ${updated("a://json")}\n\n`);
     expect(uris).toEqual(["a://1"]);
