@@ -2,7 +2,7 @@ import { ProtocolError, type CallToolResult, type Client, type GetPromptResult, 
 import { UriTemplate, type UriTemplateVariables } from "@mcp-broker/shared";
 import type { BrokerClientEventMap, ResourceContentChange, ResourceUpdateReason } from "./broker-client-events.js";
 import { resolveOptions, type BrokerClientOptions, type ResolvedOptions } from "./broker-client-options.js";
-import { ContentCache, frozenCopy, type CachedPrompt, type CachedResource, type CachedTemplateResource, type CachedToolCall, type ContentCacheView } from "./cache/content-cache.js";
+import { ContentCache, frozenCopy, type CachedPrompt, type CachedResource, type CachedTemplateResource, type CachedToolCall, type ContentCacheView, type TemplateReadResult } from "./cache/content-cache.js";
 import type { FetchTicket, LatestEntryMap } from "./cache/latest-entry-map.js";
 import { ConnectionSupervisor, type ConnectionState } from "./connection/connection-supervisor.js";
 import { Connection, LIST_KINDS } from "./connection/connection.js";
@@ -218,12 +218,17 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
   }
 
   /**
-   * Expands `uriTemplate` with `params` (RFC 6570), reads the resulting URI, and caches the content
-   * under the template, with the params and the expanded URI. `metadata` as for `readResource`.
+   * Expands `uriTemplate`, one the server lists, with `params` (RFC 6570), reads the resulting
+   * URI, and caches the content under the template, with the params and the expanded URI.
+   * `metadata` as for `readResource`. Throws TEMPLATE_NOT_FOUND for a template the server does
+   * not list (with InspectorClient's message), as InspectorClient does.
    */
-  async readResourceFromTemplate(uriTemplate: string, params: UriTemplateVariables, metadata?: Record<string, string>): Promise<ReadResourceResult> {
-    const uri = new UriTemplate(uriTemplate).expand(params);
+  async readResourceFromTemplate(uriTemplate: string, params: UriTemplateVariables, metadata?: Record<string, string>): Promise<TemplateReadResult> {
     const connection = this.connected();
+    if (!this.lists.resourceTemplates.some((template) => template.uriTemplate === uriTemplate)) {
+      throw new BrokerClientError("TEMPLATE_NOT_FOUND", `Resource template with uriTemplate "${uriTemplate}" not found`, { uriTemplate });
+    }
+    const uri = new UriTemplate(uriTemplate).expand(params);
     const sent = this.metadata(metadata);
     const cachedParams = frozenCopy(params);
     const { templates } = this.contents;
@@ -237,7 +242,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     }
     const entry: CachedTemplateResource = { uriTemplate, params: cachedParams, uri, content: frozenCopy(content), timestamp: this.timestamp(), ...recorded(sent) };
     if (templates.settle(uriTemplate, ticket, entry)) this.emit("resourceContentChange", { cause: "read", source: "template", uri, uriTemplate, entry });
-    return content;
+    return { ...content, uri, uriTemplate, expandedUri: uri, params, result: content, timestamp: this.timestamp(), ...(sent !== undefined && { metadata: sent }) };
   }
 
   /** Gets prompt `name` with `params` and caches the result under `name`. `metadata` as for `readResource`. */

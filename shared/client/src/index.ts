@@ -8,7 +8,7 @@ export type { BrokerClientEventMap, ResourceContentCause, ResourceContentChange,
 export { DEFAULT_CLIENT_INFO, DEFAULT_LIST_CHANGED_DEBOUNCE_MS, DEFAULT_RECONNECT, type BrokerClientOptions, type ReconnectOptions } from "./broker-client-options.js";
 export type { EraOption } from "./connection/connection.js";
 export type { ConnectionState, ReconnectPolicy } from "./connection/connection-supervisor.js";
-export type { CachedPrompt, CachedResource, CachedTemplateResource, CachedToolCall, ContentCacheView } from "./cache/content-cache.js";
+export type { CachedPrompt, CachedResource, CachedTemplateResource, CachedToolCall, ContentCacheView, TemplateReadResult } from "./cache/content-cache.js";
 export { BrokerClientError, CLIENT_ERROR_CATALOG, type BrokerClientErrorCode } from "./errors.js";
 export type { Prompt, Resource, ResourceTemplate, Tool } from "./lists/list-catalog.js";
 export type { RequestMetadata } from "./request-metadata.js";

@@ -25,6 +25,22 @@ export interface CachedTemplateResource {
   readonly metadata?: RequestMetadata;
 }
 
+/**
+ * What `readResourceFromTemplate` resolves with: the read result's own fields (`contents`, …) with
+ * the expanded `uri` and the `uriTemplate` beside them, as InspectorClient first returned it, and
+ * the fields of InspectorClient's template read invocation (`expandedUri`, the read as `result`,
+ * `params`, `timestamp`, `metadata`).
+ */
+export type TemplateReadResult = ReadResourceResult & {
+  readonly uri: string;
+  readonly uriTemplate: string;
+  readonly expandedUri: string;
+  readonly params: UriTemplateVariables;
+  readonly result: ReadResourceResult;
+  readonly timestamp: Date;
+  readonly metadata?: RequestMetadata;
+};
+
 /** The last result of `getPrompt(name, params)`. */
 export interface CachedPrompt {
   readonly name: string;

@@ -60,7 +60,7 @@ describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
     const read = await c.readResourceFromTemplate("test://items/{id}", { id: "a b" });
     expect(firstText(read)).toBe("item a%20b");
     const entry = c.cache.getResourceTemplate("test://items/{id}");
-    expect(entry).toMatchObject({ uriTemplate: "test://items/{id}", params: { id: "a b" }, uri: "test://items/a%20b", content: read });
+    expect(entry).toMatchObject({ uriTemplate: "test://items/{id}", params: { id: "a b" }, uri: "test://items/a%20b", content: read.result });
     expect(await change).toMatchObject({ cause: "read", source: "template", uri: "test://items/a%20b", uriTemplate: "test://items/{id}" });
     expect(c.cache.getResource("test://items/a%20b")).toBeNull();
   });
