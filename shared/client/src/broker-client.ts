@@ -8,6 +8,7 @@ import { ConnectionSupervisor, type ConnectionState } from "./connection/connect
 import { Connection, LIST_KINDS } from "./connection/connection.js";
 import { BrokerClientError } from "./errors.js";
 import { ListCatalog, type ListReload, type Prompt, type Resource, type ResourceTemplate, type Tool } from "./lists/list-catalog.js";
+import { convertPromptArguments, type JsonValue } from "./prompt-arguments.js";
 import { mergeMetadata, withMetadata, type RequestMetadata } from "./request-metadata.js";
 import { ResourceSubscriptions } from "./subscriptions/resource-subscriptions.js";
 import { RetryTimer } from "./util/retry-timer.js";
@@ -245,16 +246,21 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     return { ...content, uri, uriTemplate, expandedUri: uri, params, result: content, timestamp: this.timestamp(), ...(sent !== undefined && { metadata: sent }) };
   }
 
-  /** Gets prompt `name` with `params` and caches the result under `name`. `metadata` as for `readResource`. */
-  async getPrompt(name: string, params: Record<string, string> = {}, metadata?: Record<string, string>): Promise<GetPromptResult> {
+  /**
+   * Gets prompt `name` and caches the result under `name`. `params` may be any JSON values: they are
+   * sent as strings, converted as InspectorClient converts them (`convertPromptArguments`), and
+   * cached as sent. `metadata` as for `readResource`.
+   */
+  async getPrompt(name: string, params: Readonly<Record<string, JsonValue>> = {}, metadata?: Record<string, string>): Promise<GetPromptResult> {
     const connection = this.connected();
     const sent = this.metadata(metadata);
-    const cachedParams = frozenCopy(params);
+    const args = convertPromptArguments(params);
+    const cachedParams = frozenCopy(args);
     const { prompts } = this.contents;
     const ticket = prompts.begin(name);
     let result: GetPromptResult;
     try {
-      result = await connection.request((client, options) => client.getPrompt(withMetadata({ name, arguments: params }, sent), options));
+      result = await connection.request((client, options) => client.getPrompt(withMetadata({ name, arguments: args }, sent), options));
     } catch (error) {
       this.fetchFailed(prompts, name, ticket, error, () => this.emit("promptContentChange", { name, entry: null, error }));
       throw error;

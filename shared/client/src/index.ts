@@ -11,6 +11,7 @@ export type { ConnectionState, ReconnectPolicy } from "./connection/connection-s
 export type { CachedPrompt, CachedResource, CachedTemplateResource, CachedToolCall, ContentCacheView, TemplateReadResult } from "./cache/content-cache.js";
 export { BrokerClientError, CLIENT_ERROR_CATALOG, type BrokerClientErrorCode } from "./errors.js";
 export type { Prompt, Resource, ResourceTemplate, Tool } from "./lists/list-catalog.js";
+export { convertPromptArguments, type JsonValue } from "./prompt-arguments.js";
 export type { RequestMetadata } from "./request-metadata.js";
 export { TypedEventTarget, type TypedEventListener } from "./util/typed-event-target.js";
 export { UriTemplateError, type Clock, type TimerHandle, type UriTemplateVariables } from "@mcp-broker/shared";

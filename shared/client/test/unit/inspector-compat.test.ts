@@ -48,4 +48,14 @@ describe.each(["legacy", "modern"] as const)("InspectorClient compatibility (%s)
     });
     expect(read.contents).toBe(read.result.contents);
   });
+
+  it("takes prompt arguments as JSON values and sends them as strings, converted as InspectorClient converts them", async () => {
+    const { client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    const result = await c.getPrompt("greet", { text: "Ada", count: 3, flag: false, none: null, missing: undefined, list: [1, "2"], object: { a: { b: null } } });
+    const sent = { text: "Ada", count: "3", flag: "false", none: "null", missing: "undefined", list: '[1,"2"]', object: '{"a":{"b":null}}' };
+    expect(result.messages[0]?.content).toEqual({ type: "text", text: `greet ${JSON.stringify(sent)}` });
+    expect(c.cache.getPrompt("greet")?.params).toEqual(sent);
+  });
 });
