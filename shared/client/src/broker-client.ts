@@ -143,6 +143,31 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     return this.lists.prompts;
   }
 
+  /**
+   * InspectorClient's list clears: each empties its list until the next load (a `list_changed`,
+   * `reloadLists()` or a reconnect) and fires the list's change event; cached content stays.
+   */
+  clearTools(): void {
+    this.lists.forget("tools");
+    this.emit("toolsChange", { tools: this.lists.tools });
+  }
+
+  clearResources(): void {
+    this.lists.forget("resources");
+    this.emit("resourcesChange", { resources: this.lists.resources });
+  }
+
+  /** Until the next load, `readResourceFromTemplate` finds no template (TEMPLATE_NOT_FOUND), as in InspectorClient. */
+  clearResourceTemplates(): void {
+    this.lists.forget("resourceTemplates");
+    this.emit("resourceTemplatesChange", { resourceTemplates: this.lists.resourceTemplates });
+  }
+
+  clearPrompts(): void {
+    this.lists.forget("prompts");
+    this.emit("promptsChange", { prompts: this.lists.prompts });
+  }
+
   /** Reloads every list now (for servers that do not announce changes); change events follow. */
   async reloadLists(): Promise<void> {
     await this.lists.loadAll(this.connected());
@@ -303,6 +328,16 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
       this.storeToolCall(name, ticket, { ...base, timestamp: this.timestamp(), success: false, error });
       throw error;
     }
+  }
+
+  /** Forgets the cached result of prompt `name` (as `cache.clearPrompt`); a fetch of it under way no longer counts. */
+  clearPromptContent(name: string): void {
+    this.contents.clearPrompt(name);
+  }
+
+  /** Forgets the cached result of every prompt; the other caches stay. */
+  clearAllPromptContent(): void {
+    this.contents.clearAllPrompts();
   }
 
   private storeToolCall(name: string, ticket: FetchTicket, entry: CachedToolCall): void {

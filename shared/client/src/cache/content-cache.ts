@@ -83,6 +83,8 @@ export interface ContentCacheView {
   getPrompt(name: string): CachedPrompt | null;
   getToolCallResult(name: string): CachedToolCall | null;
   clearResource(uri: string): void;
+  /** Forgets the entry of `uri` and every template entry whose template expanded to `uri`. */
+  clearResourceAndResourceTemplate(uri: string): void;
   clearResourceTemplate(uriTemplate: string): void;
   clearPrompt(name: string): void;
   clearToolCallResult(name: string): void;
@@ -125,6 +127,7 @@ export class ContentCache implements ContentCacheView {
     getPrompt: (name: string) => this.getPrompt(name),
     getToolCallResult: (name: string) => this.getToolCallResult(name),
     clearResource: (uri: string) => this.clearResource(uri),
+    clearResourceAndResourceTemplate: (uri: string) => this.clearResourceAndResourceTemplate(uri),
     clearResourceTemplate: (uriTemplate: string) => this.clearResourceTemplate(uriTemplate),
     clearPrompt: (name: string) => this.clearPrompt(name),
     clearToolCallResult: (name: string) => this.clearToolCallResult(name),
@@ -151,6 +154,11 @@ export class ContentCache implements ContentCacheView {
     this.resources.clear(uri);
   }
 
+  clearResourceAndResourceTemplate(uri: string): void {
+    this.clearResource(uri);
+    for (const { uriTemplate } of this.templatesExpandingTo(uri)) this.clearResourceTemplate(uriTemplate);
+  }
+
   clearResourceTemplate(uriTemplate: string): void {
     this.templates.clear(uriTemplate);
   }
@@ -161,6 +169,10 @@ export class ContentCache implements ContentCacheView {
 
   clearToolCallResult(name: string): void {
     this.toolCalls.clear(name);
+  }
+
+  clearAllPrompts(): void {
+    this.prompts.clearAll();
   }
 
   clearAll(): void {

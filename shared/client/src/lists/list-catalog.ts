@@ -83,6 +83,11 @@ export class ListCatalog {
     void this.reloads.schedule(kind, kind, this.deps.debounceMs);
   }
 
+  /** Empties one list until its next load; pending and running loads go on. */
+  forget(list: "tools" | "prompts" | "resources" | "resourceTemplates"): void {
+    this[list] = [];
+  }
+
   /** Forgets the lists and any pending reload. */
   clear(): void {
     this.connection = undefined;

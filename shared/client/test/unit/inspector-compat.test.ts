@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { BrokerClientError, type BrokerClient } from "../../src/index.js";
-import { nextEvent } from "../helpers/events.js";
-import { unitSetup } from "../helpers/unit-client.js";
+import { nextEvent, record } from "../helpers/events.js";
+import { toolListChangeHeard, unitSetup } from "../helpers/unit-client.js";
 
 /** What the InspectorClient-shaped API adds to BrokerClient; see README "InspectorClient compatibility". */
 describe.each(["legacy", "modern"] as const)("InspectorClient compatibility (%s)", (era) => {
@@ -57,5 +57,62 @@ describe.each(["legacy", "modern"] as const)("InspectorClient compatibility (%s)
     const sent = { text: "Ada", count: "3", flag: "false", none: "null", missing: "undefined", list: '[1,"2"]', object: '{"a":{"b":null}}' };
     expect(result.messages[0]?.content).toEqual({ type: "text", text: `greet ${JSON.stringify(sent)}` });
     expect(c.cache.getPrompt("greet")?.params).toEqual(sent);
+  });
+
+  it("clears one prompt's content or every prompt's, leaving the other caches", async () => {
+    const { backend, client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    await c.getPrompt("greet");
+    await c.getPrompt("summarize");
+    await c.readResource("test://one");
+    c.clearPromptContent("greet");
+    expect(c.cache.getPrompt("greet")).toBeNull();
+    expect(c.cache.getPrompt("summarize")).not.toBeNull();
+
+    // A fetch under way when everything is cleared does not refill it.
+    const gets = backend.count("prompts/get");
+    const release = backend.holdNext("prompts/get");
+    const underway = c.getPrompt("greet");
+    await backend.whenReceived("prompts/get", gets + 1);
+    c.clearAllPromptContent();
+    release();
+    await underway;
+    expect(c.cache.getPrompt("greet")).toBeNull();
+    expect(c.cache.getPrompt("summarize")).toBeNull();
+    expect(c.cache.getResource("test://one")).not.toBeNull();
+  });
+
+  it("clears a URI's resource entry and the template entries that expanded to it, and no other", async () => {
+    const { client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    await c.readResource("test://items/1");
+    await c.readResourceFromTemplate("test://items/{id}", { id: "2" });
+    c.cache.clearResourceAndResourceTemplate("test://items/1");
+    expect(c.cache.getResource("test://items/1")).toBeNull();
+    expect(c.cache.getResourceTemplate("test://items/{id}")).not.toBeNull();
+    await c.readResource("test://items/2");
+    c.cache.clearResourceAndResourceTemplate("test://items/2");
+    expect(c.cache.getResource("test://items/2")).toBeNull();
+    expect(c.cache.getResourceTemplate("test://items/{id}")).toBeNull();
+  });
+
+  it("empties a list on clearTools(), clearResources(), clearResourceTemplates() and clearPrompts() until it loads again", async () => {
+    const setup = unitSetup(era);
+    const c = (client = setup.client);
+    await c.connect();
+    await c.callTool("echo");
+    const events = { tools: record(c, "toolsChange"), resources: record(c, "resourcesChange"), templates: record(c, "resourceTemplatesChange"), prompts: record(c, "promptsChange") };
+    c.clearTools();
+    c.clearResources();
+    c.clearResourceTemplates();
+    c.clearPrompts();
+    expect([c.getTools(), c.getResources(), c.getResourceTemplates(), c.getPrompts()]).toEqual([[], [], [], []]);
+    expect(events).toEqual({ tools: [{ tools: [] }], resources: [{ resources: [] }], templates: [{ resourceTemplates: [] }], prompts: [{ prompts: [] }] });
+    await expect(c.readResourceFromTemplate("test://items/{id}", { id: "1" })).rejects.toMatchObject({ code: "TEMPLATE_NOT_FOUND" });
+    expect(c.cache.getToolCallResult("echo")).not.toBeNull();
+    await toolListChangeHeard(setup);
+    expect(c.getTools().map((tool) => tool.name)).toEqual(["echo", "fail"]);
   });
 });
