@@ -30,6 +30,10 @@ export const ERROR_CATALOG = {
     jsonRpc: -32004,
     summary: "The cluster's shared state (Redis engine) did not answer, so a subscribe or unsubscribe could not be confirmed; retry later (retrying is safe).",
   },
+  STARTING: {
+    jsonRpc: -32005,
+    summary: "This broker instance is starting and does not serve yet (server.whileStarting: refuse; HTTP 503 with Retry-After); nothing was done, so retrying is safe, and a load balancer sends the retry to another instance.",
+  },
   SUBSCRIPTION_LIMIT: {
     jsonRpc: -32010,
     summary: "A subscription limit was reached (data.limit: session | principal | global, data.max, and the refused data.uri).",

@@ -147,6 +147,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       metrics: member.metrics.registry,
       logger,
       requestTimeoutMs: config.server.requestTimeoutMs,
+      whileStarting: config.server.whileStarting,
     });
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);

@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { serveOperations, type BackendStatus, type HeldTool, type Logger } from "@mcp-broker/member";
+import { jsonRpcCode } from "@mcp-broker/shared";
 import type { Registry } from "prom-client";
 import type { EdgeSecurity } from "./edge-security.js";
 import type { McpEndpoint } from "./mcp-endpoint.js";
@@ -31,6 +32,8 @@ export function createHttpServer(deps: {
   metrics: Registry;
   logger: Logger;
   requestTimeoutMs: number;
+  /** `/mcp` requests before the gate opens: held there, or refused with 503 (see `server.whileStarting`). */
+  whileStarting?: "hold" | "refuse";
   mcpPath?: string;
 }): Server {
   const mcpPath = deps.mcpPath ?? "/mcp";
@@ -63,6 +66,7 @@ export function createHttpServer(deps: {
     const path = (req.url ?? "/").split("?")[0];
     if (path === mcpPath) {
       if (deps.gate.state === "open") handleMcp(req, res);
+      else if (deps.gate.state === "holding" && deps.whileStarting === "refuse") refuseWhileStarting(req, res);
       // Held while the broker starts; dropped if it shuts down first (its connection ends with the rest).
       else void deps.gate.pass().then((open) => (open ? handleMcp(req, res) : res.destroy()));
       return;
@@ -76,4 +80,15 @@ export function createHttpServer(deps: {
   server.requestTimeout = deps.requestTimeoutMs;
   server.headersTimeout = Math.min(deps.requestTimeoutMs, 30_000);
   return server;
+}
+
+/**
+ * A request that reached a broker still starting, refused before anything is read or done: a load
+ * balancer that retries on 503 sends it to another instance at once, where holding it would keep
+ * a reconnecting client waiting until this one serves.
+ */
+function refuseWhileStarting(req: IncomingMessage, res: ServerResponse): void {
+  req.resume();
+  const error = { code: jsonRpcCode("STARTING", "legacy"), message: "This broker instance is starting and does not serve yet; retry (through the load balancer, another instance answers)." };
+  sendJson(res, 503, { jsonrpc: "2.0", id: null, error }, { "retry-after": "1" });
 }

@@ -99,4 +99,32 @@ describe("startup: the port first", () => {
     expect(await early).toContain("t__echo");
     expect((await fetch(new URL("/readyz", url))).status).toBe(200);
   });
+
+  it("with server.whileStarting refuse, answers /mcp at once with 503, Retry-After and -32005 until it serves, then serves", async () => {
+    const backend = await startModernHttpBackend(createTestServer({ name: "early" }));
+    cleanup.push(() => backend.close());
+    const broker = createBroker(parseConfig({ backends: [{ id: "t", url: backend.url }], server: { port: 0, whileStarting: "refuse" } }, "test config"), {
+      logger: pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" }),
+    });
+    cleanup.push(() => broker.close());
+    const url = await broker.bind();
+    const initialize = { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "early", version: "1" } } };
+    const post = () =>
+      fetch(url, { method: "POST", headers: { "content-type": "application/json", accept: "application/json, text/event-stream" }, body: JSON.stringify(initialize) });
+
+    const refused = await post();
+    expect(refused.status).toBe(503);
+    expect(refused.headers.get("retry-after")).toBe("1");
+    expect(await refused.json()).toMatchObject({ jsonrpc: "2.0", id: null, error: { code: -32005, message: expect.stringContaining("starting") } });
+    const stream = await fetch(url, { headers: { accept: "text/event-stream", "mcp-session-id": "any" } });
+    expect(stream.status).toBe(503);
+    await stream.body?.cancel();
+
+    await broker.startBackends();
+    expect(await broker.whenReady()).toBe(true);
+    broker.serve();
+    const served = await post();
+    expect(served.status).toBe(200);
+    await served.body?.cancel();
+  });
 });
