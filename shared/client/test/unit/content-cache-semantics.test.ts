@@ -217,7 +217,7 @@ describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
     expect(() => ((call as { params: Record<string, unknown> }).params.x = 2)).toThrow(TypeError);
     // Only the documented methods: the fetch maps behind it are out of reach.
     expect(Object.keys(c.cache).sort()).toEqual(
-      ["clearAll", "clearPrompt", "clearResource", "clearResourceTemplate", "clearToolCallResult", "getPrompt", "getResource", "getResourceTemplate", "getToolCallResult"],
+      ["clearAll", "clearPrompt", "clearResource", "clearResourceAndResourceTemplate", "clearResourceTemplate", "clearToolCallResult", "getPrompt", "getResource", "getResourceTemplate", "getToolCallResult"],
     );
     expect("resources" in c.cache).toBe(false);
     expect(Object.isFrozen(c.cache)).toBe(true);
