@@ -1,7 +1,9 @@
-import type { ProtocolEra } from "@modelcontextprotocol/client";
+import type { CallToolResult, ProtocolEra } from "@modelcontextprotocol/client";
+import type { UriTemplateVariables } from "@mcp-broker/shared";
 import type { CachedPrompt, CachedResource, CachedTemplateResource, CachedToolCall } from "./cache/content-cache.js";
 import type { ConnectionState } from "./connection/connection-supervisor.js";
 import type { Prompt, Resource, ResourceTemplate, Tool } from "./lists/list-catalog.js";
+import type { RequestMetadata } from "./request-metadata.js";
 
 /**
  * Why a subscribed resource is reported updated: the server said so (`notification`), or it may
@@ -25,6 +27,8 @@ export type ResourceContentChange = ResourceContentCause &
         readonly uri: string;
         /** The new entry; null when the server answered a fetch with an error (the entry was dropped; see `error`). */
         readonly entry: CachedResource | null;
+        /** `entry`, under InspectorClient's name. */
+        readonly content: CachedResource | null;
         readonly error?: unknown;
       }
     | {
@@ -32,9 +36,33 @@ export type ResourceContentChange = ResourceContentCause &
         readonly uri: string;
         readonly uriTemplate: string;
         readonly entry: CachedTemplateResource | null;
+        readonly content: CachedTemplateResource | null;
         readonly error?: unknown;
       }
-  );
+  ) & {
+    /** The entry's timestamp, or when the error arrived. */
+    readonly timestamp: Date;
+  };
+
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+
+/** What the client knows of a resource content change before it adds InspectorClient's fields. */
+export type ResourceContentOutcome = DistributiveOmit<ResourceContentChange, "content" | "timestamp">;
+
+/** A tool call's outcome: the entry, and InspectorClient's flat payload of the same outcome. */
+export interface ToolCallResultChange {
+  readonly name: string;
+  readonly entry: CachedToolCall;
+  readonly toolName: string;
+  readonly params: Readonly<Record<string, unknown>>;
+  /** The tool's result; null when the call threw. */
+  readonly result: CallToolResult | null;
+  readonly timestamp: Date;
+  readonly success: boolean;
+  /** The message of the error, when `success` is false. */
+  readonly error?: string;
+  readonly metadata?: RequestMetadata;
+}
 
 /** The events of a `BrokerClient`, by name, with the `detail` each carries. */
 export interface BrokerClientEventMap {
@@ -67,9 +95,28 @@ export interface BrokerClientEventMap {
    * `resourceUpdated`; one event per entry, the direct entry first, then each template entry).
    */
   resourceContentChange: ResourceContentChange;
-  /** A prompt was fetched; `entry` is null when the server answered with an error (the entry was dropped; see `error`). */
-  promptContentChange: { readonly name: string; readonly entry: CachedPrompt | null; readonly error?: unknown };
-  toolCallResultChange: { readonly name: string; readonly entry: CachedToolCall };
+  /**
+   * InspectorClient's event for a template entry with new content (a read, or a re-read after an
+   * update); fired right after the `resourceContentChange` with `source: "template"`.
+   */
+  resourceTemplateContentChange: {
+    readonly uriTemplate: string;
+    readonly content: CachedTemplateResource;
+    readonly params: UriTemplateVariables;
+    readonly timestamp: Date;
+  };
+  /**
+   * A prompt was fetched; `entry` is null when the server answered with an error (the entry was
+   * dropped; see `error`). `content` is `entry` under InspectorClient's name.
+   */
+  promptContentChange: {
+    readonly name: string;
+    readonly entry: CachedPrompt | null;
+    readonly content: CachedPrompt | null;
+    readonly timestamp: Date;
+    readonly error?: unknown;
+  };
+  toolCallResultChange: ToolCallResultChange;
   /** A failure of background work that no call of yours could receive (e.g. a refused resubscribe). */
   error: { readonly error: unknown; readonly operation: string };
 }

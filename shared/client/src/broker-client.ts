@@ -1,8 +1,8 @@
 import { ProtocolError, type CallToolResult, type Client, type GetPromptResult, type Implementation, type ProtocolEra, type ReadResourceResult, type ServerCapabilities } from "@modelcontextprotocol/client";
 import { UriTemplate, type UriTemplateVariables } from "@mcp-broker/shared";
-import type { BrokerClientEventMap, ResourceContentChange, ResourceUpdateReason } from "./broker-client-events.js";
+import type { BrokerClientEventMap, ResourceContentChange, ResourceContentOutcome, ResourceUpdateReason, ToolCallResultChange } from "./broker-client-events.js";
 import { resolveOptions, type BrokerClientOptions, type ResolvedOptions } from "./broker-client-options.js";
-import { ContentCache, frozenCopy, type CachedPrompt, type CachedResource, type CachedTemplateResource, type CachedToolCall, type ContentCacheView, type TemplateReadResult } from "./cache/content-cache.js";
+import { ContentCache, frozenCopy, recorded, resourceEntry, templateEntry, type CachedPrompt, type CachedToolCall, type ContentCacheView, type TemplateReadResult } from "./cache/content-cache.js";
 import type { FetchTicket, LatestEntryMap } from "./cache/latest-entry-map.js";
 import { ConnectionSupervisor, type ConnectionState } from "./connection/connection-supervisor.js";
 import { Connection, LIST_KINDS } from "./connection/connection.js";
@@ -235,11 +235,11 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     try {
       content = await readFromServer(connection, uri, sent);
     } catch (error) {
-      this.fetchFailed(resources, uri, ticket, error, () => this.emit("resourceContentChange", { cause: "read", source: "resource", uri, entry: null, error }));
+      this.fetchFailed(resources, uri, ticket, error, () => this.contentChanged({ cause: "read", source: "resource", uri, entry: null, error }));
       throw error;
     }
-    const entry: CachedResource = { uri, content: frozenCopy(content), timestamp: this.timestamp(), ...recorded(sent) };
-    if (resources.settle(uri, ticket, entry)) this.emit("resourceContentChange", { cause: "read", source: "resource", uri, entry });
+    const entry = resourceEntry(uri, frozenCopy(content), this.timestamp(), sent);
+    if (resources.settle(uri, ticket, entry)) this.contentChanged({ cause: "read", source: "resource", uri, entry });
     return content;
   }
 
@@ -263,11 +263,11 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     try {
       content = await readFromServer(connection, uri, sent);
     } catch (error) {
-      this.fetchFailed(templates, uriTemplate, ticket, error, () => this.emit("resourceContentChange", { cause: "read", source: "template", uri, uriTemplate, entry: null, error }));
+      this.fetchFailed(templates, uriTemplate, ticket, error, () => this.contentChanged({ cause: "read", source: "template", uri, uriTemplate, entry: null, error }));
       throw error;
     }
-    const entry: CachedTemplateResource = { uriTemplate, params: cachedParams, uri, content: frozenCopy(content), timestamp: this.timestamp(), ...recorded(sent) };
-    if (templates.settle(uriTemplate, ticket, entry)) this.emit("resourceContentChange", { cause: "read", source: "template", uri, uriTemplate, entry });
+    const entry = templateEntry(uriTemplate, cachedParams, uri, frozenCopy(content), this.timestamp(), sent);
+    if (templates.settle(uriTemplate, ticket, entry)) this.contentChanged({ cause: "read", source: "template", uri, uriTemplate, entry });
     return { ...content, uri, uriTemplate, expandedUri: uri, params, result: content, timestamp: this.timestamp(), ...(sent !== undefined && { metadata: sent }) };
   }
 
@@ -287,11 +287,11 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     try {
       result = await connection.request((client, options) => client.getPrompt(withMetadata({ name, arguments: args }, sent), options));
     } catch (error) {
-      this.fetchFailed(prompts, name, ticket, error, () => this.emit("promptContentChange", { name, entry: null, error }));
+      this.fetchFailed(prompts, name, ticket, error, () => this.emit("promptContentChange", { name, entry: null, content: null, timestamp: this.timestamp(), error }));
       throw error;
     }
     const entry: CachedPrompt = { name, params: cachedParams, result: frozenCopy(result), timestamp: this.timestamp(), ...recorded(sent) };
-    if (prompts.settle(name, ticket, entry)) this.emit("promptContentChange", { name, entry });
+    if (prompts.settle(name, ticket, entry)) this.emit("promptContentChange", { name, entry, content: entry, timestamp: entry.timestamp });
     return result;
   }
 
@@ -311,7 +311,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
   ): Promise<CallToolResult> {
     const connection = this.connected();
     const sent = this.metadata(generalMetadata, toolSpecificMetadata);
-    const base = { name, params: frozenCopy(params), ...recorded(sent) };
+    const base = { name, toolName: name, params: frozenCopy(params), ...recorded(sent) };
     const ticket = this.contents.toolCalls.begin(name);
     try {
       const result = await connection.request((client, options) => client.callTool(withMetadata({ name, arguments: params }, sent), options));
@@ -341,7 +341,21 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
   }
 
   private storeToolCall(name: string, ticket: FetchTicket, entry: CachedToolCall): void {
-    if (this.contents.toolCalls.settle(name, ticket, entry)) this.emit("toolCallResultChange", { name, entry });
+    if (this.contents.toolCalls.settle(name, ticket, entry)) this.emit("toolCallResultChange", toolCallResultChange(entry));
+  }
+
+  /**
+   * Announces a resource or template entry's outcome with InspectorClient's fields (`content`,
+   * `timestamp`), and a template entry's new content also as `resourceTemplateContentChange`.
+   */
+  private contentChanged(outcome: ResourceContentOutcome): void {
+    const timestamp = outcome.entry?.timestamp ?? this.timestamp();
+    // The spread keeps `source` and `entry` paired; TypeScript cannot follow that through a union.
+    this.emit("resourceContentChange", { ...outcome, content: outcome.entry, timestamp } as ResourceContentChange);
+    if (outcome.source === "template" && outcome.entry !== null) {
+      const { uriTemplate, params } = outcome.entry;
+      this.emit("resourceTemplateContentChange", { uriTemplate, content: outcome.entry, params, timestamp });
+    }
   }
 
   /**
@@ -478,9 +492,9 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     const { resources, templates } = this.contents;
     const cause = { cause: "update", reason } as const;
     let announced = false;
-    const announce = (change: ResourceContentChange): void => {
+    const announce = (outcome: ResourceContentOutcome): void => {
       announced = true;
-      this.emit("resourceContentChange", change);
+      this.contentChanged(outcome);
     };
     // A re-read of the client's own sends the default metadata only.
     const sent = this.metadata();
@@ -491,7 +505,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     if ("content" in read) {
       const frozen = frozenCopy(read.content);
       if (direct !== undefined) {
-        const entry: CachedResource = { uri, content: frozen, timestamp: this.timestamp(), ...recorded(sent) };
+        const entry = resourceEntry(uri, frozen, this.timestamp(), sent);
         if (resources.settle(uri, direct, entry)) announce({ ...cause, source: "resource", uri, entry });
       }
       for (const { uriTemplate, ticket } of viaTemplates) {
@@ -500,8 +514,7 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
           templates.abandon(uriTemplate, ticket);
           continue;
         }
-        const { metadata: _previouslySent, ...kept } = previous;
-        const entry: CachedTemplateResource = { ...kept, content: frozen, timestamp: this.timestamp(), ...recorded(sent) };
+        const entry = templateEntry(uriTemplate, previous.params, uri, frozen, this.timestamp(), sent);
         if (templates.settle(uriTemplate, ticket, entry)) announce({ ...cause, source: "template", uri, uriTemplate, entry });
       }
     } else {
@@ -552,9 +565,20 @@ function readFromServer(connection: Connection, uri: string, metadata: RequestMe
   return connection.request((client, options) => client.readResource(withMetadata({ uri }, metadata), { ...options, cacheMode: "bypass" }));
 }
 
-/** The `metadata` field of a cache entry: what the request sent as `_meta`, absent when nothing. */
-function recorded(metadata: RequestMetadata | undefined): { metadata?: RequestMetadata } {
-  return metadata === undefined ? {} : { metadata: frozenCopy(metadata) };
+/** The event of a tool call's outcome: the entry, and the same outcome as InspectorClient's flat payload. */
+function toolCallResultChange(entry: CachedToolCall): ToolCallResultChange {
+  const { name, toolName, params, timestamp, success, metadata } = entry;
+  return {
+    name,
+    entry,
+    toolName,
+    params,
+    result: entry.result ?? null,
+    timestamp,
+    success,
+    ...(!entry.success && { error: entry.error instanceof Error ? entry.error.message : String(entry.error) }),
+    ...(metadata !== undefined && { metadata }),
+  };
 }
 
 function toolError(name: string, result: CallToolResult): BrokerClientError {

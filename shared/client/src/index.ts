@@ -4,7 +4,7 @@
  * imports; the CLI in cli.ts is separate).
  */
 export { BrokerClient } from "./broker-client.js";
-export type { BrokerClientEventMap, ResourceContentCause, ResourceContentChange, ResourceUpdateReason } from "./broker-client-events.js";
+export type { BrokerClientEventMap, ResourceContentCause, ResourceContentChange, ResourceUpdateReason, ToolCallResultChange } from "./broker-client-events.js";
 export { DEFAULT_CLIENT_INFO, DEFAULT_LIST_CHANGED_DEBOUNCE_MS, DEFAULT_RECONNECT, type BrokerClientOptions, type ReconnectOptions } from "./broker-client-options.js";
 export type { EraOption } from "./connection/connection.js";
 export type { ConnectionState, ReconnectPolicy } from "./connection/connection-supervisor.js";

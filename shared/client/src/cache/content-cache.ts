@@ -4,9 +4,14 @@ import type { Prompt, Resource, ResourceTemplate, Tool } from "../lists/list-cat
 import type { RequestMetadata } from "../request-metadata.js";
 import { LatestEntryMap } from "./latest-entry-map.js";
 
-/** The last content read with `readResource(uri)`. */
+/**
+ * The last content read with `readResource(uri)`. The fields of InspectorClient's
+ * `ResourceReadInvocation` (`result`, `timestamp`, `uri`, `metadata`), and `content`, this
+ * client's name for `result` (the same object).
+ */
 export interface CachedResource {
   readonly uri: string;
+  readonly result: ReadResourceResult;
   readonly content: ReadResourceResult;
   /** When the content arrived (built from the client's clock, as InspectorClient's entries carry a `Date`). */
   readonly timestamp: Date;
@@ -14,12 +19,18 @@ export interface CachedResource {
   readonly metadata?: RequestMetadata;
 }
 
-/** The last content read with `readResourceFromTemplate(uriTemplate, params)`. */
+/**
+ * The last content read with `readResourceFromTemplate(uriTemplate, params)`: the fields of
+ * InspectorClient's `ResourceTemplateReadInvocation`, and `uri` and `content`, this client's names
+ * for `expandedUri` and `result`.
+ */
 export interface CachedTemplateResource {
   readonly uriTemplate: string;
   readonly params: UriTemplateVariables;
   /** The URI the template expanded to with `params`. */
   readonly uri: string;
+  readonly expandedUri: string;
+  readonly result: ReadResourceResult;
   readonly content: ReadResourceResult;
   readonly timestamp: Date;
   readonly metadata?: RequestMetadata;
@@ -41,7 +52,7 @@ export type TemplateReadResult = ReadResourceResult & {
   readonly metadata?: RequestMetadata;
 };
 
-/** The last result of `getPrompt(name, params)`. */
+/** The last result of `getPrompt(name, params)`: the fields of InspectorClient's `PromptGetInvocation`. */
 export interface CachedPrompt {
   readonly name: string;
   readonly params: Readonly<Record<string, string>>;
@@ -50,10 +61,15 @@ export interface CachedPrompt {
   readonly metadata?: RequestMetadata;
 }
 
-/** The last outcome of `callTool(name, params)`: a result, or a failure with its error. */
+/**
+ * The last outcome of `callTool(name, params)`: a result, or a failure with its error. Has the
+ * fields of InspectorClient's `ToolCallInvocation` (`toolName`, the same as `name`), but `error` is
+ * what was thrown, not its message, and a failure without a result has no `result`.
+ */
 export type CachedToolCall =
   | {
       readonly name: string;
+      readonly toolName: string;
       readonly params: Readonly<Record<string, unknown>>;
       readonly timestamp: Date;
       readonly metadata?: RequestMetadata;
@@ -62,6 +78,7 @@ export type CachedToolCall =
     }
   | {
       readonly name: string;
+      readonly toolName: string;
       readonly params: Readonly<Record<string, unknown>>;
       readonly timestamp: Date;
       readonly metadata?: RequestMetadata;
@@ -89,6 +106,28 @@ export interface ContentCacheView {
   clearPrompt(name: string): void;
   clearToolCallResult(name: string): void;
   clearAll(): void;
+}
+
+/** A direct entry; `content` must be a frozen copy. */
+export function resourceEntry(uri: string, content: ReadResourceResult, timestamp: Date, sent: RequestMetadata | undefined): CachedResource {
+  return { uri, result: content, content, timestamp, ...recorded(sent) };
+}
+
+/** A template entry; `params` and `content` must be frozen copies. */
+export function templateEntry(
+  uriTemplate: string,
+  params: UriTemplateVariables,
+  uri: string,
+  content: ReadResourceResult,
+  timestamp: Date,
+  sent: RequestMetadata | undefined,
+): CachedTemplateResource {
+  return { uriTemplate, params, uri, expandedUri: uri, result: content, content, timestamp, ...recorded(sent) };
+}
+
+/** The `metadata` field of a cache entry: what the request sent as `_meta`, absent when nothing. */
+export function recorded(metadata: RequestMetadata | undefined): { metadata?: RequestMetadata } {
+  return metadata === undefined ? {} : { metadata: frozenCopy(metadata) };
 }
 
 /** A deep copy of `value` that cannot be changed (SDK results are plain JSON data). */

@@ -26,7 +26,7 @@ describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
     const read = await c.readResource("test://one");
     expect(firstText(read)).toBe("one v1");
     expect(await resourceChange).toMatchObject({ cause: "read", source: "resource", uri: "test://one", entry: { content: read } });
-    expect(c.cache.getResource("test://one")).toEqual({ uri: "test://one", content: read, timestamp: new Date(clock.now()) });
+    expect(c.cache.getResource("test://one")).toEqual({ uri: "test://one", result: read, content: read, timestamp: new Date(clock.now()) });
 
     const promptChange = nextEvent(c, "promptContentChange");
     const prompt = await c.getPrompt("greet", { who: "Ada" });
@@ -35,7 +35,7 @@ describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
 
     const toolChange = nextEvent(c, "toolCallResultChange");
     const result = await c.callTool("echo", { x: 1 });
-    expect((await toolChange).entry).toEqual({ name: "echo", params: { x: 1 }, result, success: true, timestamp: new Date(clock.now()) });
+    expect((await toolChange).entry).toEqual({ name: "echo", toolName: "echo", params: { x: 1 }, result, success: true, timestamp: new Date(clock.now()) });
   });
 
   it("stamps each entry with a Date of the injected clock's time", async () => {
@@ -168,7 +168,7 @@ describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
   });
 
   it("drops entries whose fetch the server answers with an error, and announces it", async () => {
-    const { backend, client: c } = unitSetup(era);
+    const { backend, clock, client: c } = unitSetup(era);
     client = c;
     await c.connect();
     await c.readResource("test://one");
@@ -186,11 +186,12 @@ describe.each(["legacy", "modern"] as const)("content cache (%s)", (era) => {
     const prompt = await c.getPrompt("greet").catch((error: unknown) => error);
 
     expect([c.cache.getResource("test://one"), c.cache.getResourceTemplate("test://items/{id}"), c.cache.getPrompt("greet")]).toEqual([null, null, null]);
+    const timestamp = new Date(clock.now());
     expect(contents).toEqual([
-      { cause: "read", source: "resource", uri: "test://one", entry: null, error: read },
-      { cause: "read", source: "template", uri: "test://items/2", uriTemplate: "test://items/{id}", entry: null, error: viaTemplate },
+      { cause: "read", source: "resource", uri: "test://one", entry: null, content: null, timestamp, error: read },
+      { cause: "read", source: "template", uri: "test://items/2", uriTemplate: "test://items/{id}", entry: null, content: null, timestamp, error: viaTemplate },
     ]);
-    expect(prompts).toEqual([{ name: "greet", entry: null, error: prompt }]);
+    expect(prompts).toEqual([{ name: "greet", entry: null, content: null, timestamp, error: prompt }]);
     // With nothing cached, a failed fetch changes nothing and says nothing.
     await expect(c.readResource("test://nope")).rejects.toBeInstanceOf(ProtocolError);
     expect(contents).toHaveLength(2);

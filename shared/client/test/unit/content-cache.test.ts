@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ContentCache } from "../../src/cache/content-cache.js";
+import { ContentCache, resourceEntry, templateEntry } from "../../src/cache/content-cache.js";
 import { LatestEntryMap } from "../../src/cache/latest-entry-map.js";
 
 const read = (text: string) => ({ contents: [{ uri: "x", text }] });
@@ -43,15 +43,9 @@ describe("LatestEntryMap", () => {
 describe("ContentCache", () => {
   it("keeps resource and template entries apart, and answers null when absent", () => {
     const cache = new ContentCache();
-    cache.resources.settle("demo://a", cache.resources.begin("demo://a"), { uri: "demo://a", content: read("direct"), timestamp: new Date(1) });
+    cache.resources.settle("demo://a", cache.resources.begin("demo://a"), resourceEntry("demo://a", read("direct"), new Date(1), undefined));
     expect(cache.getResourceTemplate("demo://a")).toBeNull();
-    cache.templates.settle("demo://{id}", cache.templates.begin("demo://{id}"), {
-      uriTemplate: "demo://{id}",
-      params: { id: "a" },
-      uri: "demo://a",
-      content: read("via template"),
-      timestamp: new Date(2),
-    });
+    cache.templates.settle("demo://{id}", cache.templates.begin("demo://{id}"), templateEntry("demo://{id}", { id: "a" }, "demo://a", read("via template"), new Date(2), undefined));
     expect(cache.getResource("demo://a")?.content).toEqual(read("direct"));
     expect(cache.getResourceTemplate("demo://{id}")?.content).toEqual(read("via template"));
     expect(cache.templatesExpandingTo("demo://a").map((entry) => entry.uriTemplate)).toEqual(["demo://{id}"]);
@@ -65,10 +59,10 @@ describe("ContentCache", () => {
   it("after a reload keeps resources that are listed or match a listed template, and listed templates", () => {
     const cache = new ContentCache();
     for (const uri of ["demo://listed", "demo://files/a.txt", "demo://gone"]) {
-      cache.resources.settle(uri, cache.resources.begin(uri), { uri, content: read(uri), timestamp: new Date(1) });
+      cache.resources.settle(uri, cache.resources.begin(uri), resourceEntry(uri, read(uri), new Date(1), undefined));
     }
     for (const uriTemplate of ["demo://files/{name}", "demo://old/{id}"]) {
-      cache.templates.settle(uriTemplate, cache.templates.begin(uriTemplate), { uriTemplate, params: {}, uri: "demo://x", content: read(uriTemplate), timestamp: new Date(1) });
+      cache.templates.settle(uriTemplate, cache.templates.begin(uriTemplate), templateEntry(uriTemplate, {}, "demo://x", read(uriTemplate), new Date(1), undefined));
     }
     cache.retainResources([{ uri: "demo://listed", name: "listed" }], [{ uriTemplate: "demo://files/{name}", name: "files" }]);
     expect(cache.getResource("demo://listed")).not.toBeNull();

@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
+import { ProtocolError } from "@modelcontextprotocol/client";
 import { BrokerClientError, type BrokerClient } from "../../src/index.js";
 import { nextEvent, record } from "../helpers/events.js";
 import { toolListChangeHeard, unitSetup } from "../helpers/unit-client.js";
@@ -114,5 +115,57 @@ describe.each(["legacy", "modern"] as const)("InspectorClient compatibility (%s)
     expect(c.cache.getToolCallResult("echo")).not.toBeNull();
     await toolListChangeHeard(setup);
     expect(c.getTools().map((tool) => tool.name)).toEqual(["echo", "fail"]);
+  });
+
+  it("gives cache entries and content events InspectorClient's fields too", async () => {
+    const { backend, clock, client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    await c.subscribeToResource("test://items/1");
+    const contents = record(c, "resourceContentChange");
+    const templates = record(c, "resourceTemplateContentChange");
+    const prompts = record(c, "promptContentChange");
+
+    await c.readResource("test://one");
+    const direct = c.cache.getResource("test://one");
+    expect(direct?.result).toBe(direct?.content);
+    expect(contents.at(-1)).toMatchObject({ entry: direct, content: direct, timestamp: direct?.timestamp });
+
+    await c.readResourceFromTemplate("test://items/{id}", { id: "1" });
+    const viaTemplate = c.cache.getResourceTemplate("test://items/{id}");
+    expect(viaTemplate).toMatchObject({ uri: "test://items/1", expandedUri: "test://items/1", result: viaTemplate?.content });
+    expect(contents.at(-1)).toMatchObject({ source: "template", content: viaTemplate, timestamp: viaTemplate?.timestamp });
+    expect(templates).toEqual([{ uriTemplate: "test://items/{id}", content: viaTemplate, params: { id: "1" }, timestamp: new Date(clock.now()) }]);
+
+    // A re-read after an update is new template content too; a failed read is not.
+    const reread = nextEvent(c, "resourceTemplateContentChange");
+    backend.updated("test://items/1");
+    expect((await reread).content).toBe(c.cache.getResourceTemplate("test://items/{id}"));
+    backend.templateText = () => undefined;
+    await expect(c.readResourceFromTemplate("test://items/{id}", { id: "2" })).rejects.toBeInstanceOf(ProtocolError);
+    expect(templates).toHaveLength(2);
+
+    await c.getPrompt("greet");
+    const prompt = c.cache.getPrompt("greet");
+    expect(prompts).toEqual([{ name: "greet", entry: prompt, content: prompt, timestamp: prompt?.timestamp }]);
+  });
+
+  it("announces each tool call outcome with InspectorClient's flat payload beside the entry", async () => {
+    const { clock, client: c } = unitSetup(era);
+    client = c;
+    await c.connect();
+    const calls = record(c, "toolCallResultChange");
+    const timestamp = new Date(clock.now());
+
+    const result = await c.callTool("echo", { x: 1 }, { trace: "t" });
+    expect(c.cache.getToolCallResult("echo")?.toolName).toBe("echo");
+    expect(calls[0]).toEqual({ name: "echo", entry: c.cache.getToolCallResult("echo"), toolName: "echo", params: { x: 1 }, result, timestamp, success: true, metadata: { trace: "t" } });
+
+    const failed = await c.callTool("fail");
+    expect(calls[1]).toMatchObject({ toolName: "fail", params: {}, result: failed, timestamp, success: false, error: "Tool fail reported an error: it broke" });
+
+    const thrown = await c.callTool("missing").catch((error: unknown) => error);
+    expect(calls[2]).toMatchObject({ toolName: "missing", result: null, success: false, error: (thrown as Error).message });
+    expect(calls[2]).not.toHaveProperty("metadata");
   });
 });

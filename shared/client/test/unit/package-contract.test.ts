@@ -44,7 +44,7 @@ describe("package contract", () => {
     const detail = (event: string): string | undefined => new RegExp(`^\\| \`${event}\` \\| (.+?) \\|`, "m").exec(events)?.[1];
     expect(detail("resourceUpdated")).toBe("`{ uri, reason }`");
     expect(detail("resourceContentChange")).toBe(
-      '`{ source: "resource", uri, entry, cause, reason?, error? }` or `{ source: "template", uri, uriTemplate, entry, cause, reason?, error? }`',
+      '`{ source: "resource", uri, entry, content, timestamp, cause, reason?, error? }` or `{ source: "template", uri, uriTemplate, entry, content, timestamp, cause, reason?, error? }`',
     );
     expect(events).toContain("**How an update is reported.**");
     expect(events).toMatch(/fires either `resourceUpdated` once or `resourceContentChange` with `cause: "update"` — never\s+both, never neither/);
