@@ -101,6 +101,21 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     return this.supervisor.usable?.client.getServerVersion();
   }
 
+  /** InspectorClient's name for `state`; `reconnecting` is this client's, where InspectorClient has `error`. */
+  getStatus(): ConnectionState {
+    return this.state;
+  }
+
+  /** InspectorClient's name for `serverCapabilities`. */
+  getCapabilities(): ServerCapabilities | undefined {
+    return this.serverCapabilities;
+  }
+
+  /** InspectorClient's name for `serverInfo`. */
+  getServerInfo(): Implementation | undefined {
+    return this.serverInfo;
+  }
+
   /**
    * The SDK client of the connection calls go to, for what this class does not wrap
    * (completions, logging level, …). It is replaced on each reconnect; undefined while there is

@@ -168,4 +168,14 @@ describe.each(["legacy", "modern"] as const)("InspectorClient compatibility (%s)
     expect(calls[2]).toMatchObject({ toolName: "missing", result: null, success: false, error: (thrown as Error).message });
     expect(calls[2]).not.toHaveProperty("metadata");
   });
+
+  it("answers InspectorClient's getters for status, capabilities and server info", async () => {
+    const { client: c } = unitSetup(era);
+    client = c;
+    expect([c.getStatus(), c.getCapabilities(), c.getServerInfo()]).toEqual(["disconnected", undefined, undefined]);
+    await c.connect();
+    expect(c.getStatus()).toBe("connected");
+    expect(c.getCapabilities()).toMatchObject({ tools: { listChanged: true }, resources: { subscribe: true } });
+    expect(c.getServerInfo()).toMatchObject({ name: "test-backend", version: "1.0.0" });
+  });
 });
