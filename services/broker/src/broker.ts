@@ -13,6 +13,7 @@ import { McpEndpoint } from "./http/mcp-endpoint.js";
 import { StartupGate } from "./http/startup-gate.js";
 import { addServerMetrics } from "./metrics.js";
 import { Dispatcher } from "./routing/dispatcher.js";
+import { META_TOOL_DEFINITIONS, MetaTools } from "./routing/meta-tools.js";
 import { Router } from "./routing/router.js";
 import { SessionHost } from "./session/session-host.js";
 import { SessionResume } from "./session/session-resume.js";
@@ -63,7 +64,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
   const { logger, clock, registry, bus, pool, watchers } = member;
   const serverInfo = { name: "mcp-broker", version: member.version };
 
-  const catalog = new CatalogService(config.backends, { logger, store: member.store });
+  const catalog = new CatalogService(config.backends, { logger, store: member.store, ...(config.metaTools && { ownTools: META_TOOL_DEFINITIONS }) });
   const fanout = new Fanout({
     bus,
     clock,
@@ -73,7 +74,16 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     onBusLatency: (ms) => metrics.observeBusLatency(ms),
   });
   catalog.onListChanged((list, _diffs, position) => fanout.listChanged(list, position));
-  const router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name) });
+  const metaTools = new MetaTools({
+    catalog: catalog.catalog,
+    subscribers: (backendId, uri) => registry.count(backendId, uri),
+    updates: (backendId) => {
+      const backend = pool.get(backendId);
+      if (backend.state !== "connected") return "none";
+      return backend.capabilities?.resources?.subscribe === true ? "push" : "poll";
+    },
+  });
+  const router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name), metaTools });
   const dispatcher = new Dispatcher(router, logger, { serverInfo, cacheScope: config.auth.apiKeys.length > 0 ? "private" : "public" });
   const sessions = new SessionHost({
     catalog: catalog.catalog,

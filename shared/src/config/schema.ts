@@ -109,6 +109,8 @@ export const brokerConfigSchema = z
       .strict()
       .prefault({}),
     backends: z.array(backendConfigSchema),
+    /** The broker's own resource discovery tools (catalog_resources, describe_resource, search_resources, catalog_resource_templates) in tools/list. */
+    metaTools: z.boolean().default(true),
     subscriptions: z
       .object({
         maxPerSession: z.number().int().positive().default(1_000),

@@ -1,6 +1,6 @@
 import { CATALOG_KINDS, type BackendConfig, type BusMessage, type CatalogKind, type CatalogStore, type ListBody, type ListName, type StoredList } from "@mcp-broker/shared";
 import { heldNames, type HeldTool, type Logger } from "@mcp-broker/member";
-import { Catalog, isEmptyDiff, type CatalogDiff } from "./catalog.js";
+import { BROKER_TOOLS_ID, Catalog, isEmptyDiff, type CatalogDiff } from "./catalog.js";
 
 export function listNameOf(kind: CatalogKind): ListName {
   return kind === "resourceTemplates" ? "resources" : kind;
@@ -36,9 +36,13 @@ export class CatalogService {
     private readonly deps: {
       logger: Logger;
       store: CatalogStore;
+      /** The broker's own tools (`metaTools`), listed before every backend's. */
+      ownTools?: readonly Record<string, unknown>[];
     },
   ) {
-    this.catalog = new Catalog(backends.map((b) => ({ id: b.id, prefix: b.prefix })));
+    const own = deps.ownTools ?? [];
+    this.catalog = new Catalog([...(own.length > 0 ? [{ id: BROKER_TOOLS_ID, prefix: false }] : []), ...backends.map((b) => ({ id: b.id, prefix: b.prefix }))]);
+    if (own.length > 0) this.catalog.replace("tools", BROKER_TOOLS_ID, own);
   }
 
   /**
@@ -148,7 +152,7 @@ export class CatalogService {
     const hiddenBefore = new Set(this.catalog.collisions());
     const diff = this.catalog.replace(kind, backendId, stored.items, kind === "tools" ? heldNames(stored) : undefined);
     for (const collision of this.catalog.collisions()) {
-      if (!hiddenBefore.has(collision)) this.deps.logger.error({ backend: backendId, kind, collision }, "name collision between unprefixed backends: set prefix: true on one of them");
+      if (!hiddenBefore.has(collision)) this.deps.logger.error({ backend: backendId, kind, collision }, "name collision: an unprefixed backend's item is hidden; set prefix: true on the backend");
     }
     return diff;
   }

@@ -55,6 +55,12 @@ export interface ResolvedResource {
   match: "listed" | "template" | "sub-resource" | "prefix";
 }
 
+/**
+ * The catalog's name for the broker's own tools (`metaTools`): listed first, unprefixed, so they
+ * win over a backend's tool of the same name. No backend id can start with `_`.
+ */
+export const BROKER_TOOLS_ID = "_broker";
+
 /** Longer resource templates are left out of the catalog (no real one comes close). */
 export const MAX_TEMPLATE_LENGTH = 1_024;
 
@@ -250,7 +256,8 @@ export class Catalog {
       for (const item of perBackend?.get(backend.id) ?? []) {
         const winner = byExposed.get(item.exposedKey) ?? heldNames.get(item.exposedKey);
         if (winner !== undefined) {
-          collisions.push(`${kind} '${item.exposedKey}' of backend '${backend.id}' is hidden by backend '${winner.backendId}'${winner.held === true ? " (whose own is held)" : ""}`);
+          const by = winner.backendId === BROKER_TOOLS_ID ? "the broker's own tool of that name (metaTools)" : `backend '${winner.backendId}'${winner.held === true ? " (whose own is held)" : ""}`;
+          collisions.push(`${kind} '${item.exposedKey}' of backend '${backend.id}' is hidden by ${by}`);
           continue;
         }
         if (item.held === true) {

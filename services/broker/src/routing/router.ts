@@ -1,6 +1,7 @@
 import { ProtocolError, ProtocolErrorCode, ResourceNotFoundError } from "@modelcontextprotocol/client";
 import { BrokerError, META, NOTIFICATION, splitPrefixedName } from "@mcp-broker/shared";
-import type { Catalog, CatalogKind } from "../catalog/catalog.js";
+import { BROKER_TOOLS_ID, type Catalog, type CatalogKind } from "../catalog/catalog.js";
+import type { MetaTools } from "./meta-tools.js";
 import type { HeldTool } from "@mcp-broker/member";
 import type { BackendConnection } from "@mcp-broker/member";
 import type { BackendPool } from "@mcp-broker/member";
@@ -34,7 +35,7 @@ export class Router {
   constructor(
     private readonly catalog: Catalog,
     private readonly pool: BackendPool,
-    private readonly options: { pageSize: number; heldTool?: (name: string) => HeldTool | undefined },
+    private readonly options: { pageSize: number; heldTool?: (name: string) => HeldTool | undefined; metaTools?: MetaTools },
   ) {}
 
   /**
@@ -74,6 +75,7 @@ export class Router {
       }
       throw this.unavailable(splitPrefixedName(name)?.backendId) ?? new BrokerError("UNKNOWN_TOOL", `Unknown tool '${name}'. Call tools/list for the available tools.`, { name });
     }
+    if (item.backendId === BROKER_TOOLS_ID && this.options.metaTools !== undefined) return this.options.metaTools.call(item.key, params.arguments);
     const result = await this.forward(item.backendId, "tools/call", { ...params, name: item.key }, ctx);
     return this.catalog.exposeResult(item.backendId, result);
   }

@@ -28,6 +28,7 @@ describe("HTTP edge", () => {
       backends: [],
       server: { maxBodyBytes: 10_000, allowedOrigins: ["app.example.com"], corsOrigins: ["https://app.example.com"], requestTimeoutMs: 500 },
       auth: { apiKeys: [{ key: KEY_A, principal: "team-a" }, { key: KEY_B, principal: "team-b" }] },
+      metaTools: false, // no tools at all: the lists are empty
     });
   });
 

@@ -14,6 +14,7 @@ describe("upstream: a malformed backend result", () => {
   beforeAll(async () => {
     running = await startBroker({
       backends: [{ id: "mal", command: process.execPath, args: ["--import", "tsx", MALFORMED_BACKEND], cwd: BROKER_DIR, era: "legacy", timeoutMs: 10_000 }],
+      metaTools: false,
     });
   }, 60_000);
 
