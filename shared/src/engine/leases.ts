@@ -5,7 +5,11 @@
  * connection closed (the holder's replies channel has no listener).
  */
 export interface Leases {
-  acquire(name: string, owner: string, ttlMs: number): Promise<boolean>;
+  /**
+   * Takes the lease when it is free or already `owner`'s. With `takeOver` (the default) also one
+   * whose holder is gone (see above); without it, such a lease is left until its key expires.
+   */
+  acquire(name: string, owner: string, ttlMs: number, options?: { takeOver?: boolean }): Promise<boolean>;
   renew(name: string, owner: string, ttlMs: number): Promise<boolean>;
   release(name: string, owner: string): Promise<void>;
   holder(name: string): Promise<string | undefined>;

@@ -292,6 +292,8 @@ describe("Redis engine", () => {
     await a!.bus.unsubscribe(CHANNEL.replies(idA));
     expect(await b!.leases.acquire("backend:x", idB, 1_000)).toBe(false);
     await new Promise((resolve) => setTimeout(resolve, 600));
+    // A member that asks for free leases only (it just started) leaves it to the others.
+    expect(await b!.leases.acquire("backend:x", idB, 1_000, { takeOver: false })).toBe(false);
     expect(await b!.leases.acquire("backend:x", idB, 1_000)).toBe(true);
     expect(await b!.leases.holder("backend:x")).toBe(idB);
     expect(await a!.leases.renew("backend:x", idA, 1_000)).toBe(false);

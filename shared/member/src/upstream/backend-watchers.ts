@@ -65,6 +65,15 @@ export class BackendWatchers implements UpstreamPort {
   private nextId = 0;
   /** Until then (clock ms) this member does not take a vacant lease it did not hold (see `publishGap`). */
   private vacantGraceUntil = 0;
+  /**
+   * Until then (clock ms: one lease TTL after `start`) this member takes only free leases, not
+   * those of a holder that is gone: a restarted member would otherwise win the lease its previous
+   * incarnation held (it competes as it starts, the others only every third of a TTL) and take on
+   * re-watching every subscribed resource upstream while its own clients come back to it. A member
+   * that has been up takes such a lease over instead; if there is none, the lease expires and this
+   * one takes it free.
+   */
+  private takeOverFrom = Number.POSITIVE_INFINITY;
   private timer: TimerHandle | undefined;
   private closed = false;
 
@@ -72,6 +81,7 @@ export class BackendWatchers implements UpstreamPort {
 
   /** Starts hearing answers and competing for leases (renewed every third of their TTL). */
   async start(): Promise<void> {
+    this.takeOverFrom = this.deps.clock.now() + this.deps.leaseTtlMs;
     await this.deps.bus.subscribe(CHANNEL.replies(this.deps.instanceId));
     // Every member hears every backend's requests (few: subscribes and releases), so a new holder
     // misses none while it takes over; an ensure names the holder it is for.
@@ -332,8 +342,9 @@ export class BackendWatchers implements UpstreamPort {
       }
       return;
     }
-    if (this.deps.clock.now() < this.vacantGraceUntil) return;
-    if (!(await this.deps.leases.acquire(name, instanceId, leaseTtlMs))) return;
+    const now = this.deps.clock.now();
+    if (now < this.vacantGraceUntil) return;
+    if (!(await this.deps.leases.acquire(name, instanceId, leaseTtlMs, { takeOver: now >= this.takeOverFrom }))) return;
     this.held.add(backendId);
     this.deps.logger.info({ backend: backendId }, "watching the backend for the cluster");
     this.watchingNow(backendId);

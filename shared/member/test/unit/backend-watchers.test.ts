@@ -146,4 +146,29 @@ describe("backend watchers across members", () => {
     await expect(alone.watchers.ensure("x", "u://1")).rejects.toMatchObject({ code: "BACKEND_UNAVAILABLE" });
     await alone.watchers.close();
   });
+
+  it("takes only free leases during its first lease TTL: a holder that is gone is left to members that have been up", async () => {
+    const hub = new MemoryBusHub();
+    const inner = new MemoryLeases();
+    const asked: (boolean | undefined)[] = [];
+    const leases: Leases = {
+      acquire: (name, owner, ttlMs, options) => {
+        asked.push(options?.takeOver);
+        return inner.acquire(name, owner, ttlMs, options);
+      },
+      renew: (...args) => inner.renew(...args),
+      release: (...args) => inner.release(...args),
+      holder: (name) => inner.holder(name),
+      close: async () => undefined,
+    };
+    expect(await inner.acquire(watcherLease("x"), "previous incarnation", 60_000)).toBe(true);
+    const newcomer = member(hub, leases, "newcomer", true, { leaseTtlMs: 300, watcherTimeoutMs: 2_000 });
+    await newcomer.watchers.start();
+    await newcomer.watchers.backendConnected("x");
+    expect(asked).toEqual([false]);
+    // One TTL on, its periodic steps (every third of it) may take over a gone holder's lease.
+    await vi.waitFor(() => expect(asked.at(-1)).toBe(true), { timeout: 2_000 });
+    expect(newcomer.watchers.holds("x")).toBe(false); // the memory engine's holder is never gone
+    await newcomer.watchers.close();
+  });
 });

@@ -6,7 +6,8 @@ export class MemoryLeases implements Leases {
 
   constructor(private readonly clock: Clock = systemClock) {}
 
-  async acquire(name: string, owner: string, ttlMs: number): Promise<boolean> {
+  /** One process holds every lease: there is never a gone holder to take over from (`takeOver` changes nothing). */
+  async acquire(name: string, owner: string, ttlMs: number, _options?: { takeOver?: boolean }): Promise<boolean> {
     const current = this.leases.get(name);
     if (current !== undefined && current.owner !== owner && current.expiresAt > this.clock.now()) return false;
     this.leases.set(name, { owner, expiresAt: this.clock.now() + ttlMs });
