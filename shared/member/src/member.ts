@@ -10,6 +10,7 @@ import {
   MemorySessionStore,
   MemoryUpdateLog,
   systemClock,
+  watcherLease,
   type BrokerConfig,
   type Bus,
   type BusMessage,
@@ -109,6 +110,8 @@ export interface Member {
   /** Every backend connected and answering, and no watcher lease step in flight. */
   ready(): boolean;
   backends(): BackendStatus[];
+  /** The instance that watches the backend for the cluster now (holds its lease); undefined: none. */
+  watcherOf(backendId: string): Promise<string | undefined>;
   close(): Promise<void>;
 }
 
@@ -371,6 +374,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
         ...(b.lastFailure !== undefined && { lastFailure: b.lastFailure }),
         watching: watchers.holds(b.id),
       })),
+    watcherOf: (backendId) => leases.holder(watcherLease(backendId)),
     async close() {
       presence.close();
       await watchers.close();

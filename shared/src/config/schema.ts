@@ -109,6 +109,14 @@ export const brokerConfigSchema = z
       .strict()
       .prefault({}),
     backends: z.array(backendConfigSchema),
+    /** The operator console's API at /console/api/ (off by default): admin keys, or loopback requests only when there are none. */
+    console: z
+      .object({
+        enabled: z.boolean().default(false),
+        adminKeys: z.array(z.string().min(16, { error: "must be at least 16 characters" })).default([]),
+      })
+      .strict()
+      .prefault({}),
     /** The broker's own resource discovery tools (catalog_resources, describe_resource, search_resources, catalog_resource_templates) in tools/list. */
     metaTools: z.boolean().default(true),
     subscriptions: z

@@ -2,6 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { serveOperations, type BackendStatus, type HeldTool, type Logger } from "@mcp-broker/member";
 import { jsonRpcCode } from "@mcp-broker/shared";
 import type { Registry } from "prom-client";
+import { serveConsole, type ConsoleAccess, type ConsoleData } from "./console-api.js";
 import type { EdgeSecurity } from "./edge-security.js";
 import type { McpEndpoint } from "./mcp-endpoint.js";
 import { sendJson } from "./mcp-endpoint.js";
@@ -32,6 +33,8 @@ export function createHttpServer(deps: {
   metrics: Registry;
   logger: Logger;
   requestTimeoutMs: number;
+  /** The operator console's API (`console.enabled`); absent: `/console` is not served. */
+  console?: { access: ConsoleAccess; data: ConsoleData };
   /** `/mcp` requests before the gate opens: held there, or refused with 503 (see `server.whileStarting`). */
   whileStarting?: "hold" | "refuse";
   mcpPath?: string;
@@ -72,6 +75,7 @@ export function createHttpServer(deps: {
       return;
     }
     if (serveOperations(req, res, operations)) return;
+    if (deps.console !== undefined && serveConsole(req, res, deps.console.access, deps.console.data)) return;
     req.resume();
     sendJson(res, 404, { error: `Not found: the MCP endpoint is ${mcpPath}` });
   });

@@ -1,5 +1,6 @@
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 import { parseConfig, type BrokerConfigInput } from "@mcp-broker/shared";
+import { deleteKeys, testRedisUrl, uniquePrefix } from "@mcp-broker/shared/testing";
 import { pino } from "pino";
 import { createBroker, type Broker, type BrokerDeps } from "../../src/broker.js";
 
@@ -86,4 +87,30 @@ export async function post(url: string, body: unknown, headers: Record<string, s
     json = undefined;
   }
   return { status: response.status, headers: response.headers, json, text };
+}
+
+/**
+ * The brokers of one engine: on the memory engine one broker; on the Redis engine two instances of
+ * one cluster (a key prefix of their own, deleted by `close`), so that what one instance answers
+ * shows what the whole cluster holds.
+ */
+export async function startEngineBrokers(
+  engine: "memory" | "redis",
+  config: Omit<BrokerConfigInput, "server"> & { server?: BrokerConfigInput["server"] },
+): Promise<{ brokers: RunningBroker[]; close(): Promise<void> }> {
+  if (engine === "memory") {
+    const only = await startBroker(config);
+    return { brokers: [only], close: () => only.close() };
+  }
+  const redisUrl = await testRedisUrl();
+  const keyPrefix = uniquePrefix(`engine-${engine}`);
+  const clustered = { ...config, redisUrl, redis: { ...config.redis, keyPrefix } };
+  const brokers = [await startBroker(clustered), await startBroker(clustered)];
+  return {
+    brokers,
+    close: async () => {
+      await Promise.all(brokers.map((b) => b.close()));
+      await deleteKeys(redisUrl, keyPrefix);
+    },
+  };
 }

@@ -1,9 +1,8 @@
 import type { Client } from "@modelcontextprotocol/client";
-import { deleteKeys, testRedisUrl, uniquePrefix } from "@mcp-broker/shared/testing";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startLegacyHttpBackend, type HttpBackend } from "../fixtures/http-backends.js";
 import { createTestServer } from "../fixtures/test-server.js";
-import { connectClient, startBroker, type Era, type RunningBroker } from "../helpers/harness.js";
+import { connectClient, startBroker, startEngineBrokers, type Era, type RunningBroker } from "../helpers/harness.js";
 
 const META_TOOLS = ["catalog_resources", "describe_resource", "search_resources", "catalog_resource_templates"];
 
@@ -25,8 +24,7 @@ describe.each(["memory", "redis"] as const)("meta tools on the %s engine", (engi
   let polled: HttpBackend;
   let plain: HttpBackend;
   let brokers: RunningBroker[] = [];
-  let redisUrl: string | undefined;
-  const prefix = uniquePrefix("meta-tools");
+  let closeBrokers: () => Promise<void> = async () => undefined;
   let clients: Client[] = [];
 
   beforeAll(async () => {
@@ -35,17 +33,13 @@ describe.each(["memory", "redis"] as const)("meta tools on the %s engine", (engi
     const plainServer = createTestServer({ name: "plain" });
     plainServer.addTool("search_resources"); // the broker's name: hidden behind the broker's own
     plain = await startLegacyHttpBackend(plainServer);
-    redisUrl = engine === "redis" ? await testRedisUrl() : undefined;
-    const config = {
+    ({ brokers, close: closeBrokers } = await startEngineBrokers(engine, {
       backends: [
-        { id: "push", url: pushing.url, era: "legacy" as const },
-        { id: "poll", url: polled.url, era: "legacy" as const },
-        { id: "plain", url: plain.url, era: "legacy" as const, prefix: false },
+        { id: "push", url: pushing.url, era: "legacy" },
+        { id: "poll", url: polled.url, era: "legacy" },
+        { id: "plain", url: plain.url, era: "legacy", prefix: false },
       ],
-      ...(redisUrl !== undefined && { redisUrl, redis: { keyPrefix: prefix } }),
-    };
-    brokers = [await startBroker(config)];
-    if (engine === "redis") brokers.push(await startBroker(config));
+    }));
   }, 60_000);
 
   afterEach(async () => {
@@ -54,9 +48,8 @@ describe.each(["memory", "redis"] as const)("meta tools on the %s engine", (engi
   });
 
   afterAll(async () => {
-    await Promise.all(brokers.map((b) => b.close()));
+    await closeBrokers();
     await Promise.all([pushing?.close(), polled?.close(), plain?.close()]);
-    if (redisUrl !== undefined) await deleteKeys(redisUrl, prefix);
   });
 
   async function client(era: Era, broker = 0): Promise<Client> {

@@ -1,0 +1,84 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { BackendStatus } from "@mcp-broker/member";
+import type { EdgeSecurity } from "./edge-security.js";
+import { sendJson } from "./mcp-endpoint.js";
+
+/** One resource as the operator console shows it. */
+export interface ConsoleResource {
+  /** The broker's name for it. */
+  uri: string;
+  backend: string;
+  name: string;
+  mimeType?: string;
+  /** Subscriptions to it across the whole cluster. */
+  subscribers: number;
+  /** How it is watched upstream now (see `ConsoleData.resources`). */
+  upstream: "subscribed" | "polling" | "none";
+  /** Whether the backend lists it (false: a subscribed template match or sub-resource). */
+  listed: boolean;
+}
+
+/** A backend as the console shows it: its state on this instance, and which instance watches it for the cluster. */
+export interface ConsoleBackend extends BackendStatus {
+  /** The instance holding the backend's watcher lease (undefined: none right now). */
+  watcher?: string;
+}
+
+/** What the console reads; every call is cluster-wide where the engine is. */
+export interface ConsoleData {
+  /** Every listed resource and every subscribed one that is not listed, with its subscriber count. */
+  resources(): Promise<ConsoleResource[]>;
+  backends(): Promise<ConsoleBackend[]>;
+}
+
+/** Who may use the console: `adminKeys` (Bearer), or with none configured, requests from this machine only. */
+export interface ConsoleAccess {
+  /** Host and Origin checks as on `/mcp`, then the admin keys (none configured: no key asked). */
+  security: EdgeSecurity;
+  /** No admin key is configured: only loopback requests that no proxy forwarded are let in. */
+  localOnly: boolean;
+}
+
+const API = "/console/api/";
+
+/**
+ * The operator console's JSON API (`console.enabled`), under `/console/api/`: `resources` and
+ * `backends`. Answers only what it serves (returns false for any other path). Every request passes
+ * the Host and Origin checks of `/mcp` and then needs an admin key, except, when no admin key is
+ * configured, a request from this machine that no proxy forwarded.
+ */
+export function serveConsole(req: IncomingMessage, res: ServerResponse, access: ConsoleAccess, data: ConsoleData): boolean {
+  const path = (req.url ?? "/").split("?")[0] ?? "/";
+  if (path !== "/console" && !path.startsWith("/console/")) return false;
+  req.resume();
+  const verdict = access.security.check(req);
+  if (!verdict.ok) {
+    sendJson(res, verdict.status, { error: verdict.message }, verdict.headers);
+    return true;
+  }
+  if (access.localOnly && !fromThisMachine(req)) {
+    sendJson(res, 403, { error: "The console answers requests from this machine only while console.adminKeys is empty; configure an admin key to reach it from elsewhere." });
+    return true;
+  }
+  if (req.method !== "GET") {
+    sendJson(res, 405, { error: `Method ${req.method ?? "?"} not allowed; use GET.` }, { allow: "GET" });
+    return true;
+  }
+  const read = path === `${API}resources` ? data.resources().then((resources) => ({ resources })) : path === `${API}backends` ? data.backends().then((backends) => ({ backends })) : undefined;
+  if (read === undefined) {
+    sendJson(res, 404, { error: `Not found: the console's API is ${API}resources and ${API}backends.` });
+    return true;
+  }
+  read.then(
+    (body) => sendJson(res, 200, body, { "cache-control": "no-store" }),
+    (error: unknown) => sendJson(res, 503, { error: `The cluster's state could not be read: ${(error as Error).message}` }),
+  );
+  return true;
+}
+
+/** A loopback peer, and no sign of a proxy in between (a proxy on this machine would make every request look local). */
+function fromThisMachine(req: IncomingMessage): boolean {
+  const peer = req.socket.remoteAddress ?? "";
+  const loopback = peer === "::1" || peer.startsWith("127.") || peer.startsWith("::ffff:127.");
+  return loopback && req.headers["x-forwarded-for"] === undefined && req.headers.forwarded === undefined && req.headers["x-real-ip"] === undefined;
+}

@@ -1,0 +1,147 @@
+import type { Client } from "@modelcontextprotocol/client";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { startLegacyHttpBackend, type HttpBackend } from "../fixtures/http-backends.js";
+import { createTestServer } from "../fixtures/test-server.js";
+import { connectClient, eventually, startBroker, startEngineBrokers, type RunningBroker } from "../helpers/harness.js";
+import { raw } from "../helpers/raw-http.js";
+
+const ADMIN_KEY = "console-admin-key-0123456789";
+
+interface Row {
+  uri: string;
+  backend: string;
+  name: string;
+  subscribers: number;
+  upstream: string;
+  listed: boolean;
+}
+
+async function api(running: RunningBroker, path: string, headers: Record<string, string | undefined> = {}): Promise<{ status: number; body: string; json: unknown }> {
+  const response = await raw(new URL(`/console/api/${path}`, running.url).href, { method: "GET", headers });
+  let json: unknown;
+  try {
+    json = JSON.parse(response.body);
+  } catch {
+    json = undefined;
+  }
+  return { status: response.status, body: response.body, json };
+}
+
+/**
+ * The operator console's API: who may read it, and what it says. Resources with their cluster-wide
+ * subscriber count and upstream state (on the Redis engine, a subscription made on another instance
+ * counts), backends with the instance that watches each.
+ */
+describe.each(["memory", "redis"] as const)("console API on the %s engine", (engine) => {
+  let pushing: HttpBackend;
+  let polled: HttpBackend;
+  let brokers: RunningBroker[] = [];
+  let closeBrokers: () => Promise<void> = async () => undefined;
+  let clients: Client[] = [];
+
+  beforeAll(async () => {
+    pushing = await startLegacyHttpBackend(createTestServer({ name: "pushing" }));
+    polled = await startLegacyHttpBackend(createTestServer({ name: "polled", subscribe: false }));
+    ({ brokers, close: closeBrokers } = await startEngineBrokers(engine, {
+      backends: [
+        { id: "push", url: pushing.url, era: "legacy" },
+        { id: "poll", url: polled.url, era: "legacy", pollIntervalMs: 60_000 },
+      ],
+      console: { enabled: true },
+      subscriptions: { releaseGraceMs: 50 },
+    }));
+  }, 60_000);
+
+  afterEach(async () => {
+    await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
+    clients = [];
+  });
+
+  afterAll(async () => {
+    await closeBrokers();
+    await Promise.all([pushing?.close(), polled?.close()]);
+  });
+
+  const first = () => brokers[0] as RunningBroker;
+  const last = () => brokers.at(-1) as RunningBroker;
+  const rows = async () => ((await api(first(), "resources")).json as { resources: Row[] }).resources;
+  const row = async (uri: string) => (await rows()).find((r) => r.uri === uri);
+
+  it("shows every resource with its subscribers across the cluster and how it is watched upstream", async () => {
+    expect(await row("push+test://static/a")).toEqual({ uri: "push+test://static/a", backend: "push", name: "static-a", mimeType: "text/plain", subscribers: 0, upstream: "none", listed: true });
+    const legacy = await connectClient(last().url, "legacy");
+    const modern = await connectClient(last().url, "modern");
+    clients.push(legacy, modern);
+    await legacy.subscribeResource({ uri: "push+test://static/a" });
+    const listen = await modern.listen({ resourceSubscriptions: ["push+test://static/a", "push+test://items/9", "poll+test://static/b"] });
+    expect(await row("push+test://static/a")).toMatchObject({ subscribers: 2, upstream: "subscribed" });
+    expect(await row("poll+test://static/b")).toMatchObject({ subscribers: 1, upstream: "polling" });
+    // Subscribed but not listed: a template match.
+    expect(await row("push+test://items/9")).toEqual({ uri: "push+test://items/9", backend: "push", name: "push+test://items/9", subscribers: 1, upstream: "subscribed", listed: false });
+    await listen.close();
+    await legacy.unsubscribeResource({ uri: "push+test://static/a" });
+    await eventually(async () => (await row("push+test://static/a"))?.subscribers === 0 && (await row("push+test://items/9")) === undefined, "the counts back at 0");
+    expect(await row("poll+test://static/b")).toMatchObject({ subscribers: 0, upstream: "none" });
+  });
+
+  it("shows each backend's state and the instance that watches it for the cluster", async () => {
+    const { instance } = (await (await fetch(new URL("/readyz", first().url))).json()) as { instance: string };
+    const { backends } = (await api(first(), "backends")).json as { backends: { id: string; state: string; watcher?: string; watching: boolean }[] };
+    expect(backends.map((b) => b.id)).toEqual(["push", "poll"]);
+    for (const backend of backends) {
+      expect(backend.state).toBe("connected");
+      expect(backend.watcher).toEqual(expect.any(String));
+      expect(backend.watching).toBe(backend.watcher === instance);
+    }
+  });
+});
+
+describe("console API access", () => {
+  let backend: HttpBackend;
+  const running: RunningBroker[] = [];
+
+  beforeAll(async () => {
+    backend = await startLegacyHttpBackend(createTestServer({ name: "b" }));
+  });
+
+  afterAll(async () => {
+    await Promise.all(running.map((r) => r.close()));
+    await backend?.close();
+  });
+
+  async function broker(console?: { enabled: boolean; adminKeys?: string[] }): Promise<RunningBroker> {
+    const started = await startBroker({ backends: [{ id: "b", url: backend.url, era: "legacy" }], ...(console !== undefined && { console }) });
+    running.push(started);
+    return started;
+  }
+
+  it("is not served unless console.enabled", async () => {
+    expect((await api(await broker(), "resources")).status).toBe(404);
+  });
+
+  it("without admin keys, answers this machine only: a forwarded request or another Host gets 403", async () => {
+    const open = await broker({ enabled: true });
+    expect((await api(open, "resources")).status).toBe(200);
+    expect((await api(open, "resources", { "x-forwarded-for": "203.0.113.7" })).status).toBe(403);
+    expect((await api(open, "resources", { forwarded: "for=203.0.113.7" })).status).toBe(403);
+    expect((await api(open, "backends", { host: "evil.example.com" })).status).toBe(403);
+    expect((await api(open, "nothing-here")).status).toBe(404);
+  });
+
+  it("with admin keys, asks for one (Bearer) from anywhere, and its answers name no session", async () => {
+    const keyed = await broker({ enabled: true, adminKeys: [ADMIN_KEY] });
+    const client = await connectClient(keyed.url, "legacy");
+    await client.subscribeResource({ uri: "b+test://static/a" });
+    const sessionId = (client.transport as { sessionId?: string } | undefined)?.sessionId ?? "";
+    expect(sessionId).not.toBe("");
+    const missing = await api(keyed, "resources");
+    expect(missing.status).toBe(401);
+    expect(missing.body).not.toContain(sessionId);
+    expect((await api(keyed, "resources", { authorization: "Bearer wrong-key-wrong-key-wrong" })).status).toBe(401);
+    const allowed = await api(keyed, "resources", { authorization: `Bearer ${ADMIN_KEY}`, "x-forwarded-for": "203.0.113.7" });
+    expect(allowed.status).toBe(200);
+    expect(allowed.json).toMatchObject({ resources: expect.arrayContaining([expect.objectContaining({ uri: "b+test://static/a", subscribers: 1 })]) });
+    expect(allowed.body).not.toContain(sessionId);
+    await client.close();
+  });
+});
