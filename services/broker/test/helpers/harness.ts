@@ -97,7 +97,7 @@ export async function post(url: string, body: unknown, headers: Record<string, s
 export async function startEngineBrokers(
   engine: "memory" | "redis",
   config: Omit<BrokerConfigInput, "server"> & { server?: BrokerConfigInput["server"] },
-): Promise<{ brokers: RunningBroker[]; close(): Promise<void> }> {
+): Promise<{ brokers: RunningBroker[]; close: () => Promise<void> }> {
   if (engine === "memory") {
     const only = await startBroker(config);
     return { brokers: [only], close: () => only.close() };
