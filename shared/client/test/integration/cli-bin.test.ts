@@ -37,7 +37,7 @@ describe("mcp-broker-client bin (spawned)", () => {
   it("ls prints the catalog and exits 0", async () => {
     const run = runBin(["ls", running.url]);
     expect(await run.exited).toBe(0);
-    for (const expected of ["tools (4)", "demo__bump_counter", "prompts (1)", "resources (", COUNTER, "resource templates (1)", "demo+demo://files/{name}"]) {
+    for (const expected of ["tools (8)", "search_resources", "demo__bump_counter", "prompts (1)", "resources (", COUNTER, "resource templates (1)", "demo+demo://files/{name}"]) {
       expect(run.stdout()).toContain(expected);
     }
     expect(run.stderr()).toContain("mcp-broker (modern era)");

@@ -64,7 +64,7 @@ describe("mcp-broker-client CLI against the broker", () => {
     const { out, io } = capture();
     expect(await runCli(["ls", running.url], io)).toBe(0);
     const text = out.join("\n");
-    for (const expected of ["tools (4)", "demo__bump_counter", "prompts (1)", "demo__summarize", "resources (", COUNTER, "resource templates (1)", "demo+demo://files/{name}"]) {
+    for (const expected of ["tools (8)", "search_resources", "demo__bump_counter", "prompts (1)", "demo__summarize", "resources (", COUNTER, "resource templates (1)", "demo+demo://files/{name}"]) {
       expect(text).toContain(expected);
     }
   });
