@@ -117,7 +117,7 @@ export class MetaTools {
       const structured = await answer(parsed.data);
       return { content: [{ type: "text", text: JSON.stringify(structured) }], structuredContent: structured };
     } catch (error) {
-      if (error instanceof UnknownUri) return toolError(error.message);
+      if (error instanceof ToolFailure) return toolError(error.message);
       throw error;
     }
   }
@@ -130,13 +130,15 @@ export class MetaTools {
     const { catalog } = this.deps;
     const resolved = catalog.resolveResource(uri);
     if (resolved === undefined || resolved.match === "prefix") {
-      throw new UnknownUri(`Unknown resource '${uri}': it is no listed resource, no match of a listed template and not below a listed resource. catalog_resources and search_resources show what there is.`);
+      throw new ToolFailure(`Unknown resource '${uri}': it is no listed resource, no match of a listed template and not below a listed resource. catalog_resources and search_resources show what there is.`);
     }
     const listed = resolved.match === "listed" ? catalog.get("resources", uri) : undefined;
     const matched =
       resolved.match === "template" ? catalog.list("resourceTemplates").find((item) => item.backendId === resolved.backendId && item.template?.match(resolved.uri)) : undefined;
     const source = listed ?? matched;
-    const subscribers = await this.deps.subscribers(resolved.backendId, resolved.uri);
+    const subscribers = await this.deps.subscribers(resolved.backendId, resolved.uri).catch((error: unknown) => {
+      throw new ToolFailure(`The cluster-wide subscriber count of '${uri}' could not be read (${(error as Error).message}); retry later.`);
+    });
     return {
       uri,
       name: text(source?.exposed.name) ?? uri,
@@ -171,7 +173,8 @@ export class MetaTools {
   }
 }
 
-class UnknownUri extends Error {}
+/** A call that cannot be answered, told to the caller as a tool error. */
+class ToolFailure extends Error {}
 
 function toolError(message: string): Result {
   return { content: [{ type: "text", text: message }], isError: true };

@@ -105,6 +105,16 @@ describe("the broker's meta tools", () => {
     expect(await call("catalog_resources", "not an object")).toMatchObject({ isError: true });
   });
 
+  it("answers a describe whose subscriber count cannot be read (Redis away) with a tool error that says to retry", async () => {
+    const catalog = new Catalog([{ id: "docs", prefix: true }]);
+    catalog.replace("resources", "docs", [{ uri: "file:///a", name: "a" }]);
+    const tools = new MetaTools({ catalog, subscribers: () => Promise.reject(new Error("Connection is closed.")), updates: () => "push" });
+    expect(await tools.call("describe_resource", { uri: "docs+file:///a" })).toEqual({
+      content: [{ type: "text", text: "The cluster-wide subscriber count of 'docs+file:///a' could not be read (Connection is closed.); retry later." }],
+      isError: true,
+    });
+  });
+
   it("search_resources matches names, titles, descriptions and URIs, by prefix and with typos, best match first", async () => {
     const { call } = setup();
     expect(uris(await call("search_resources", { query: "install" }))[0]).toBe("docs+file:///guide/install.md");
