@@ -402,6 +402,27 @@ export function updateLogContract(name: string, make: () => Promise<{ log: Updat
       ]);
     });
 
+    it("gives updates published in one tick, of several backends, consecutive positions in call order, and delivers them in that order", async () => {
+      const { log, bus } = await make();
+      const got: BusMessage[] = [];
+      bus.onMessage((_channel, message) => got.push(message));
+      await bus.subscribe(CHANNEL.resource("b", "k"));
+      await bus.subscribe(CHANNEL.resource("c", "k"));
+      await log.watched("b", "k");
+      await log.watched("c", "k");
+      const other = { ...update("k"), backendId: "c" };
+      const positions = await Promise.all([log.publish(update("k"), ["k"]), log.publish(other, ["k"]), log.publish(update("k"), ["k"])]);
+      expect(positions).toEqual([positions[0], positions[0]! + 1, positions[0]! + 2]);
+      await vi.waitFor(() => expect(got).toHaveLength(3));
+      expect(got.map((message) => [(message as { backendId: string }).backendId, (message as { position: number }).position])).toEqual([
+        ["b", positions[0]],
+        ["c", positions[1]],
+        ["b", positions[2]],
+      ]);
+      expect(await log.stamps("c", ["k"])).toEqual([{ updated: positions[1], since: expect.any(Number) }]);
+      expect(await log.stamps("b", ["k"])).toEqual([{ updated: positions[2], since: expect.any(Number) }]);
+    });
+
     it("goes on from at least a raised floor, and never back", async () => {
       const { log } = await make();
       const now = await log.current();

@@ -5,26 +5,34 @@ import type { RedisKeys } from "./keys.js";
 import { corkUntilTickEnds } from "./redis-bus.js";
 
 /**
- * KEYS: the position counter, the backend's stamps hash. ARGV: n, then n keys, n channels and n
- * message heads (each ending `"position":`), then the floor (the newest position this member
- * knows). Takes the next position, stamps every key with it and publishes each message with it
- * appended, in one step. Returns the position. A counter below the floor (Redis lost its data,
- * and the members have not written it back yet) continues from the floor: positions never go
- * backwards for what this member published.
+ * Publishes the updates of one tick in one step. KEYS: the position counter, then each update's
+ * backend stamps hash. ARGV: the number of updates, the floor (the newest position this member
+ * knows), then per update: n, then n keys, n channels and n message heads (each ending
+ * `"position":`). Each update takes the next position, stamps every key with it and publishes each
+ * message with it appended. Returns the positions, in order. A counter below the floor (Redis lost
+ * its data, and the members have not written it back yet) continues from the floor: positions
+ * never go backwards for what this member published.
  */
 const PUBLISH = `
-local n = tonumber(ARGV[1])
-local position = redis.call('INCR', KEYS[1])
-local floor = tonumber(ARGV[2 + 3 * n])
-if position <= floor then
-  position = floor + 1
-  redis.call('SET', KEYS[1], position)
+local m = tonumber(ARGV[1])
+local floor = tonumber(ARGV[2])
+local at = 3
+local positions = {}
+for j = 1, m do
+  local n = tonumber(ARGV[at])
+  local position = redis.call('INCR', KEYS[1])
+  if position <= floor then
+    position = floor + 1
+    redis.call('SET', KEYS[1], position)
+  end
+  for i = 1, n do
+    redis.call('HSET', KEYS[1 + j], 'u' .. ARGV[at + i], position)
+    redis.call('PUBLISH', ARGV[at + n + i], ARGV[at + 2 * n + i] .. position .. '}')
+  end
+  positions[j] = position
+  at = at + 1 + 3 * n
 end
-for i = 1, n do
-  redis.call('HSET', KEYS[2], 'u' .. ARGV[1 + i], position)
-  redis.call('PUBLISH', ARGV[1 + n + i], ARGV[1 + 2 * n + i] .. position .. '}')
-end
-return position
+return positions
 `;
 
 /** KEYS: the position counter, the stamps hash. ARGV: key. The watch starts at the current position. */
@@ -42,15 +50,24 @@ return 1
 
 type UpdateLogCommands = {
   updateRaise(positions: string, floor: number): Promise<number>;
-  updatePublish(positions: string, stamps: string, ...args: (string | number)[]): Promise<number>;
+  updatePublish(numberOfKeys: number, ...keysAndArgs: (string | number)[]): Promise<number[]>;
   updateWatched(positions: string, stamps: string, key: string): Promise<number>;
 };
+
+/** An update waiting for the end of its tick, to be published with the others of that tick. */
+interface Pending {
+  stamps: string;
+  args: (string | number)[];
+  resolve: (position: number) => void;
+  reject: (error: unknown) => void;
+}
 
 /**
  * The update log in Redis: the cluster's position counter (shared with the catalog store), one
  * stamps hash per backend (`u<key>`: last update, `s<key>`: watch start), and the publish of an
- * update's messages in the same script, on the command connection (corked per tick, as the bus's
- * publishes are).
+ * update's messages in the same script, on the command connection. The updates of one tick (a
+ * backend's event-stream chunk brings several) go out in one script call: one command, however
+ * many updates, each still at its own position, in order.
  */
 export class RedisUpdateLog implements UpdateLog {
   private readonly redis: Redis & UpdateLogCommands;
@@ -61,22 +78,49 @@ export class RedisUpdateLog implements UpdateLog {
     redis: Redis,
     private readonly keys: RedisKeys,
   ) {
-    redis.defineCommand("updatePublish", { numberOfKeys: 2, lua: PUBLISH });
+    redis.defineCommand("updatePublish", { lua: PUBLISH });
     redis.defineCommand("updateWatched", { numberOfKeys: 2, lua: WATCHED });
     redis.defineCommand("updateRaise", { numberOfKeys: 1, lua: RAISE });
     this.redis = redis as Redis & UpdateLogCommands;
   }
+
+  /** Updates of this tick not sent yet (see `flush`). */
+  private pending: Pending[] = [];
 
   /** Fails at once while the connection is down (not queued): the caller makes do locally, the gap is announced later. */
   publish(update: UpdateToPublish, keys: readonly string[]): Promise<number> {
     if (this.redis.status !== "ready") return Promise.reject(new Error(`Redis is not connected (${this.redis.status})`));
     const channels = keys.map((key) => this.keys.channel(CHANNEL.resource(update.backendId, key)));
     const heads = keys.map((key) => encodeUpdateHead({ ...update, key, keys: keys.length }));
-    corkUntilTickEnds(this.redis);
-    return this.redis.updatePublish(this.keys.positions(), this.keys.stamps(update.backendId), keys.length, ...keys, ...channels, ...heads, this.floor).then((position) => {
-      if (position > this.floor) this.floor = position;
-      return position;
+    return new Promise((resolve, reject) => {
+      if (this.pending.length === 0) process.nextTick(() => this.flush());
+      this.pending.push({ stamps: this.keys.stamps(update.backendId), args: [keys.length, ...keys, ...channels, ...heads], resolve, reject });
     });
+  }
+
+  /** Sends the tick's updates in one script call; each caller hears its own position. */
+  private flush(): void {
+    const batch = this.pending;
+    this.pending = [];
+    if (this.redis.status !== "ready") {
+      const error = new Error(`Redis is not connected (${this.redis.status})`);
+      for (const update of batch) update.reject(error);
+      return;
+    }
+    corkUntilTickEnds(this.redis);
+    const keys = [this.keys.positions(), ...batch.map((update) => update.stamps)];
+    this.redis.updatePublish(keys.length, ...keys, batch.length, this.floor, ...batch.flatMap((update) => update.args)).then(
+      (positions) => {
+        batch.forEach((update, i) => {
+          const position = Number(positions[i]);
+          if (position > this.floor) this.floor = position;
+          update.resolve(position);
+        });
+      },
+      (error: unknown) => {
+        for (const update of batch) update.reject(error);
+      },
+    );
   }
 
   async watched(backendId: string, key: string): Promise<void> {
