@@ -412,7 +412,7 @@ export function updateLogContract(name: string, make: () => Promise<{ log: Updat
       await log.watched("c", "k");
       const other = { ...update("k"), backendId: "c" };
       const positions = await Promise.all([log.publish(update("k"), ["k"]), log.publish(other, ["k"]), log.publish(update("k"), ["k"])]);
-      expect(positions).toEqual([positions[0], positions[0]! + 1, positions[0]! + 2]);
+      expect(positions).toEqual([positions[0], positions[0] + 1, positions[0] + 2]);
       await vi.waitFor(() => expect(got).toHaveLength(3));
       expect(got.map((message) => [(message as { backendId: string }).backendId, (message as { position: number }).position])).toEqual([
         ["b", positions[0]],
