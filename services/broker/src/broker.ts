@@ -7,7 +7,7 @@ import { CATALOG_KINDS } from "./catalog/catalog.js";
 import { CatalogService } from "./catalog/catalog-service.js";
 import { busIntake } from "./fanout/bus-intake.js";
 import { Fanout } from "./fanout/fanout.js";
-import type { ConsoleData, ConsoleResource } from "./http/console-api.js";
+import { consoleData } from "./http/console-api.js";
 import { EdgeSecurity } from "./http/edge-security.js";
 import { createHttpServer } from "./http/http-server.js";
 import { McpEndpoint } from "./http/mcp-endpoint.js";
@@ -75,14 +75,12 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     onBusLatency: (ms) => metrics.observeBusLatency(ms),
   });
   catalog.onListChanged((list, _diffs, position) => fanout.listChanged(list, position));
+  /** How a backend's resource updates reach its subscribers: it pushes them, or the watcher polls it. */
+  const pushes = (backendId: string): boolean => pool.get(backendId).capabilities?.resources?.subscribe === true;
   const metaTools = new MetaTools({
     catalog: catalog.catalog,
     subscribers: (backendId, uri) => registry.count(backendId, uri),
-    updates: (backendId) => {
-      const backend = pool.get(backendId);
-      if (backend.state !== "connected") return "none";
-      return backend.capabilities?.resources?.subscribe === true ? "push" : "poll";
-    },
+    updates: (backendId) => (pool.get(backendId).state !== "connected" ? "none" : pushes(backendId) ? "push" : "poll"),
   });
   const router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name), metaTools });
   const dispatcher = new Dispatcher(router, logger, { serverInfo, cacheScope: config.auth.apiKeys.length > 0 ? "private" : "public" });
@@ -145,33 +143,6 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     },
     retryReleases: () => sessions.retryReleases(),
   });
-  const consoleData: ConsoleData = {
-    resources: async () => {
-      const upstream = (backendId: string, subscribers: number): ConsoleResource["upstream"] =>
-        subscribers === 0 ? "none" : pool.get(backendId).capabilities?.resources?.subscribe === true ? "subscribed" : "polling";
-      const listed = catalog.catalog.list("resources");
-      const rows = await Promise.all(
-        listed.map(async (item): Promise<ConsoleResource> => {
-          const subscribers = await registry.count(item.backendId, item.key);
-          const mimeType = typeof item.exposed.mimeType === "string" ? item.exposed.mimeType : undefined;
-          const name = typeof item.exposed.name === "string" ? item.exposed.name : item.exposedKey;
-          return { uri: item.exposedKey, backend: item.backendId, name, ...(mimeType !== undefined && { mimeType }), subscribers, upstream: upstream(item.backendId, subscribers), listed: true };
-        }),
-      );
-      // Subscribed but not listed (template matches, sub-resources): the registry's wanted sets.
-      const known = new Set(listed.map((item) => `${item.backendId}\u0000${item.key}`));
-      for (const backend of pool.all()) {
-        for (const uri of await registry.wanted(backend.id)) {
-          if (known.has(`${backend.id}\u0000${uri}`) || !catalog.catalog.hasBackend(backend.id)) continue;
-          const subscribers = await registry.count(backend.id, uri);
-          const exposed = catalog.catalog.exposeUri(backend.id, uri);
-          rows.push({ uri: exposed, backend: backend.id, name: exposed, subscribers, upstream: upstream(backend.id, subscribers), listed: false });
-        }
-      }
-      return rows;
-    },
-    backends: () => Promise.all(member.backends().map(async (backend) => ({ ...backend, ...(await member.watcherOf(backend.id).then((watcher) => (watcher === undefined ? {} : { watcher })) ) }))),
-  };
   const gate = new StartupGate();
   let http: Server | undefined;
 
@@ -196,7 +167,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
             }),
             localOnly: config.console.adminKeys.length === 0,
           },
-          data: consoleData,
+          data: consoleData({ catalog: catalog.catalog, registry, member, pushes }),
         },
       }),
     });

@@ -1,5 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { BackendStatus } from "@mcp-broker/member";
+import type { BackendStatus, Member } from "@mcp-broker/member";
+import type { SubscriptionRegistry } from "@mcp-broker/shared";
+import type { Catalog } from "../catalog/catalog.js";
 import type { EdgeSecurity } from "./edge-security.js";
 import { sendJson } from "./mcp-endpoint.js";
 
@@ -40,6 +42,57 @@ export interface ConsoleAccess {
 }
 
 const API = "/console/api/";
+
+/**
+ * The console's reads, from the catalog this member serves and the cluster's registry and leases.
+ * `pushes`: whether a backend sends its own updates (else its watcher polls it).
+ */
+export function consoleData(deps: {
+  catalog: Catalog;
+  registry: Pick<SubscriptionRegistry, "count" | "wanted">;
+  member: Pick<Member, "backends" | "watcherOf">;
+  pushes: (backendId: string) => boolean;
+}): ConsoleData {
+  const { catalog, registry, member, pushes } = deps;
+  const row = (backend: string, uri: string, name: string, subscribers: number, listed: boolean, mimeType?: string): ConsoleResource => ({
+    uri,
+    backend,
+    name,
+    ...(mimeType !== undefined && { mimeType }),
+    subscribers,
+    upstream: subscribers === 0 ? "none" : pushes(backend) ? "subscribed" : "polling",
+    listed,
+  });
+  return {
+    resources: async () => {
+      const listed = catalog.list("resources");
+      const rows = await Promise.all(
+        listed.map(async (item) => {
+          const mimeType = typeof item.exposed.mimeType === "string" ? item.exposed.mimeType : undefined;
+          const name = typeof item.exposed.name === "string" ? item.exposed.name : item.exposedKey;
+          return row(item.backendId, item.exposedKey, name, await registry.count(item.backendId, item.key), true, mimeType);
+        }),
+      );
+      // Subscribed but not listed (template matches, sub-resources): the registry's wanted sets.
+      const known = new Set(listed.map((item) => `${item.backendId}\u0000${item.key}`));
+      for (const { id } of member.backends()) {
+        for (const uri of await registry.wanted(id)) {
+          if (known.has(`${id}\u0000${uri}`)) continue;
+          const exposed = catalog.exposeUri(id, uri);
+          rows.push(row(id, exposed, exposed, await registry.count(id, uri), false));
+        }
+      }
+      return rows;
+    },
+    backends: () =>
+      Promise.all(
+        member.backends().map(async (backend) => {
+          const watcher = await member.watcherOf(backend.id);
+          return watcher === undefined ? backend : { ...backend, watcher };
+        }),
+      ),
+  };
+}
 
 /**
  * The operator console's JSON API (`console.enabled`), under `/console/api/`: `resources` and
