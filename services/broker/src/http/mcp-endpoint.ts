@@ -27,6 +27,9 @@ const SESSION_HEADER = "mcp-session-id";
 /** What a browser page on a `server.corsOrigins` origin may send and read. */
 const CORS_ALLOWED = "authorization, content-type, accept, last-event-id, mcp-session-id, mcp-protocol-version, mcp-method, mcp-name";
 const CORS_EXPOSED = "mcp-session-id, www-authenticate";
+/** The spread of the SSE `retry` streams open with (see `reconnectDelayMs`). */
+const RECONNECT_MIN_MS = 500;
+const RECONNECT_SPREAD_MS = 1_000;
 
 export interface McpEndpointOptions {
   maxBodyBytes: number;
@@ -237,7 +240,7 @@ export class McpEndpoint {
     const session = await this.sessionFor(req, res, principal, null);
     if (session === undefined || res.destroyed) return;
     session.touch();
-    const stream = new SseStream(res, { keepAlive: this.keepAlive, headers: { [SESSION_HEADER]: session.id } });
+    const stream = new SseStream(res, { keepAlive: this.keepAlive, headers: { [SESSION_HEADER]: session.id }, retryMs: reconnectDelayMs() });
     void session.attachStream(new LegacyStreamWriter(stream), header(req, "last-event-id"));
   }
 
@@ -396,7 +399,7 @@ export class McpEndpoint {
           sendJson(res, 200, this.deps.dispatcher.errorResponse(id, outcome.error, "modern"));
           return;
         }
-        const opened = new SseStream(res, { keepAlive: this.keepAlive });
+        const opened = new SseStream(res, { keepAlive: this.keepAlive, retryMs: reconnectDelayMs() });
         stream = opened;
         const _meta = { [META.subscriptionId]: id, ...(outcome.resumed !== undefined && { [META.resumed]: outcome.resumed }) };
         opened.write(encodeEvent({ jsonrpc: "2.0", method: NOTIFICATION.subscriptionsAcknowledged, params: { notifications: honoredFilter(request, outcome.honored), _meta } }));
@@ -527,4 +530,13 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer | "too-la
 
 function isMoved(error: unknown): boolean {
   return error instanceof BrokerError && (error.data as { moved?: unknown } | undefined)?.moved === true;
+}
+
+/**
+ * The SSE `retry` a long-lived stream opens with: when its broker dies, its client reconnects after
+ * this long. Spread over 0.5-1.5 s (the SDK's own default is 1 s for all), so that the clients of
+ * an instance that died do not all come back to the survivors in the same instant.
+ */
+function reconnectDelayMs(): number {
+  return RECONNECT_MIN_MS + Math.random() * RECONNECT_SPREAD_MS;
 }

@@ -20,7 +20,7 @@ export class SseStream {
 
   constructor(
     private readonly res: ServerResponse,
-    options: { keepAlive?: KeepAlive; maxBufferedBytes?: number; headers?: Record<string, string> },
+    options: { keepAlive?: KeepAlive; maxBufferedBytes?: number; headers?: Record<string, string>; retryMs?: number },
   ) {
     this.keepAlive = options.keepAlive;
     this.maxBufferedBytes = options.maxBufferedBytes ?? 8 * 1024 * 1024;
@@ -31,7 +31,8 @@ export class SseStream {
       "x-accel-buffering": "no",
       ...options.headers,
     });
-    res.flushHeaders();
+    if (options.retryMs !== undefined) res.write(`retry: ${Math.max(0, Math.round(options.retryMs))}\n\n`);
+    else res.flushHeaders();
     res.on("close", () => this.markClosed());
     this.keepAlive?.add(this);
   }

@@ -21,23 +21,29 @@ export class SessionResume {
   ) {}
 
   async since(targets: readonly SubscriptionTarget[], position: number): Promise<SinceReport> {
-    if (position > (await this.deps.updates.current())) throw new Error(`position ${position} was never handed out`);
     const byBackend = new Map<string, SubscriptionTarget[]>();
     for (const target of targets) {
       const list = byBackend.get(target.backendId) ?? [];
       list.push(target);
       byBackend.set(target.backendId, list);
     }
+    // One round trip: the counter and every backend's stamps are read at once.
+    const backends = [...byBackend];
+    const [handedOut, stampsByBackend] = await Promise.all([
+      this.deps.updates.current(),
+      Promise.all(backends.map(([backendId, held]) => this.deps.updates.stamps(backendId, held.map((target) => target.uri)))),
+    ]);
+    if (position > handedOut) throw new Error(`position ${position} was never handed out`);
     const report: SinceReport = { updated: [], unknown: [], lists: [] };
-    for (const [backendId, held] of byBackend) {
-      const stamps = await this.deps.updates.stamps(backendId, held.map((target) => target.uri));
+    backends.forEach(([, held], b) => {
+      const stamps = stampsByBackend[b] ?? [];
       held.forEach((target, i) => {
         const stamp = stamps[i];
         // A watch that began when the position was already `position` (or later) missed whatever changed between.
         if (stamp === undefined || stamp.since === undefined || stamp.since >= position) report.unknown.push(target);
         else if (stamp.updated > position) report.updated.push({ target, position: stamp.updated });
       });
-    }
+    });
     for (const list of LISTS) {
       const changed = this.deps.listPosition(list);
       if (changed > position) report.lists.push({ list, position: changed });

@@ -26,6 +26,23 @@ describe("a replaced legacy GET stream", () => {
     await backend?.close();
   });
 
+  it("opens each stream with an SSE retry drawn between 0.5 and 1.5 s (a dead instance's clients come back spread out)", async () => {
+    const init = await post(running.url, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
+    const headers = { "mcp-session-id": init.headers.get("mcp-session-id") ?? "", "mcp-protocol-version": "2025-11-25", accept: "text/event-stream" };
+    const retries: number[] = [];
+    for (let i = 0; i < 8; i++) {
+      const stream = await openSse(running.url, headers);
+      await eventually(() => stream.retry !== undefined, "the stream's retry");
+      retries.push(stream.retry ?? 0);
+      stream.close();
+    }
+    for (const retry of retries) {
+      expect(retry).toBeGreaterThanOrEqual(500);
+      expect(retry).toBeLessThanOrEqual(1_500);
+    }
+    expect(new Set(retries).size).toBeGreaterThan(1);
+  });
+
   it("re-announces every subscription and the three lists on the replacement stream", async () => {
     const init = await post(running.url, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
     const sessionId = init.headers.get("mcp-session-id") ?? "";

@@ -101,6 +101,8 @@ export class RedisBus implements Bus {
     if (pending !== undefined) return pending;
     if (this.channels.has(channel)) return;
     this.channels.add(channel);
+    // The SUBSCRIBEs of one tick (a burst of adoptions brings hundreds) go out in one socket write.
+    corkUntilTickEnds(this.subscriber);
     const subscribing = this.subscriber.subscribe(this.keys.channel(channel)).then(() => undefined);
     this.subscribing.set(channel, subscribing);
     try {
