@@ -12,6 +12,7 @@ export { clusterJobSchema, jobKey, type ClusterJob } from "./jobs/cluster-jobs.j
 export { SubscriptionJobs } from "./jobs/subscription-jobs.js";
 export { InstancePresence } from "./cluster/instance-presence.js";
 export { BackendConnection, type BackendEra, type BackendListener, type BackendRequestOptions, type BackendState } from "./upstream/backend-connection.js";
+export { INTERACTION_METHODS, interactionSupport, type ClientInteraction, type InteractionMethod, type InteractionSupport } from "./upstream/client-interaction.js";
 export { BackendPool } from "./upstream/backend-pool.js";
 export { BackendWatchers } from "./upstream/backend-watchers.js";
 export { UpstreamSubscriptions, type UpstreamPort } from "./upstream/upstream-subscriptions.js";

@@ -92,6 +92,19 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
     epoch: z.number().int().positive(),
     to: z.string(),
   }),
+  /**
+   * To a legacy session's holder (on its `CHANNEL.replies`): the client's answer to a request the
+   * holder passed on to it from a backend, which the client POSTed to another member.
+   */
+  z.object({
+    kind: z.literal("client.answer"),
+    v: z.literal(1),
+    origin: z.string(),
+    principal: z.string(),
+    sessionId: z.string(),
+    /** The client's JSON-RPC response, as it sent it. */
+    answer: z.record(z.string(), z.unknown()),
+  }),
   /** The watcher's answer to `watch.ensure`. */
   z.object({
     kind: z.literal("watch.result"),

@@ -13,13 +13,18 @@ type ServedMessage = Exclude<BusMessage, { kind: `watch.${string}` }>;
  *   back out through the fan-out);
  * - `subscriptions.revoked` → the sessions, which drop what a limits job removed and say why;
  * - `session.moved` → the sessions: another member adopted one of this broker's, which lets go of it;
+ * - `client.answer` → the sessions: a client's answer to this broker's question, POSTed to another member;
  * - a gap (the bus reconnected) → every subscribed resource re-announced, every list re-read;
  * - an update this broker's member could not publish (Redis away) → its own sessions, as its own event.
  */
 export function busIntake(deps: {
   fanout: Fanout;
   catalog: { changed(message: Extract<BusMessage, { kind: "catalog.changed" }>): void; resync(): Promise<void> };
-  sessions: { revoke(message: Extract<BusMessage, { kind: "subscriptions.revoked" }>): void; moved(message: Extract<BusMessage, { kind: "session.moved" }>): void };
+  sessions: {
+    revoke(message: Extract<BusMessage, { kind: "subscriptions.revoked" }>): void;
+    moved(message: Extract<BusMessage, { kind: "session.moved" }>): void;
+    clientAnswered(message: Extract<BusMessage, { kind: "client.answer" }>): void;
+  };
 }): Required<Pick<MemberHooks, "busMessage" | "receiveGap" | "unpublished">> {
   const { fanout, catalog, sessions } = deps;
   return {
@@ -36,6 +41,9 @@ export function busIntake(deps: {
           return;
         case "session.moved":
           sessions.moved(message);
+          return;
+        case "client.answer":
+          sessions.clientAnswered(message);
       }
     },
     receiveGap: () => {

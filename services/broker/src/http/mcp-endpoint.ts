@@ -181,7 +181,17 @@ export class McpEndpoint {
       return;
     }
     if (typeof message.method !== "string") {
-      // A response to a server→client request; the broker never sends those, so it is ignored.
+      if (!("result" in message) && !("error" in message)) {
+        sendJson(res, 400, rpcError(idOf(message), -32600, "Invalid Request: a message without a method must be a response (result or error)."));
+        return;
+      }
+      // The client's answer to a request the broker passed on to it from a backend (see
+      // ClientRequests). One to nothing open here (answered late, after a cancellation) is dropped.
+      // A client behind a round-robin load balancer may POST it to another member than the one that asked.
+      const sessionId = header(req, SESSION_HEADER);
+      const session = sessionId === undefined ? undefined : this.deps.host.legacySession(sessionId, principal);
+      if (session !== undefined) session.clientAnswered(message);
+      else if (sessionId !== undefined) await this.deps.host.forwardAnswer(sessionId, principal, message);
       res.writeHead(202).end();
       return;
     }
@@ -317,6 +327,8 @@ export class McpEndpoint {
     const token = meta.progressToken;
     const modernLevel = meta[META.logLevel];
     let sse: SseStream | undefined;
+    let gone: AbortSignal | undefined;
+    const session = who.era === "legacy" ? who.session : undefined;
     const ctx: RequestContext = {
       era: who.era,
       principal: who.principal,
@@ -328,6 +340,23 @@ export class McpEndpoint {
         if (res.writableEnded) return;
         sse ??= new SseStream(res, { keepAlive: this.keepAlive, headers });
         sse.write(encodeEvent({ jsonrpc: "2.0", method, params }));
+      },
+      interaction: session === undefined ? undefined : {
+        supports: session.supports,
+        ask: (method, params, signal) => {
+          // The call's stream carries the request; a client that goes away mid-question cannot answer it.
+          gone ??= closedSignal(res);
+          return session.askClient(
+            (message) => {
+              if (res.writableEnded || res.destroyed) return false;
+              sse ??= new SseStream(res, { keepAlive: this.keepAlive, headers });
+              return sse.write(encodeEvent(message));
+            },
+            method,
+            params,
+            AbortSignal.any([signal, abort.signal, gone]),
+          );
+        },
       },
     };
     const untrack = who.session?.trackRequest(request.id, abort);
@@ -539,4 +568,13 @@ function isMoved(error: unknown): boolean {
  */
 function reconnectDelayMs(): number {
   return RECONNECT_MIN_MS + Math.random() * RECONNECT_SPREAD_MS;
+}
+
+/** Aborted once the response closes before it was finished (the client went away). */
+function closedSignal(res: ServerResponse): AbortSignal {
+  const closed = new AbortController();
+  res.once("close", () => {
+    if (!res.writableFinished) closed.abort(new Error("the client's connection closed"));
+  });
+  return closed.signal;
 }

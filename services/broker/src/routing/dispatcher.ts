@@ -48,6 +48,8 @@ export const BROKER_CAPABILITIES = {
   logging: {},
 } as const;
 
+/** Requests whose result may be an InputRequiredResult (2026-07-28). */
+const INPUT_REQUIRED_METHODS = new Set(["tools/call", "prompts/get", "resources/read"]);
 /** Results that the 2026-07-28 revision marks cacheable (`ttlMs` and `cacheScope` required). */
 const CACHEABLE = new Set(["tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read", "server/discover"]);
 
@@ -159,7 +161,9 @@ export class Dispatcher {
   private encodeResult(method: string, result: Result, era: ProtocolEra): Result {
     if (era === "legacy") return result;
     const meta = { ...(result._meta as Params | undefined), [META.serverInfo]: this.options.serverInfo };
-    const encoded: Result = { ...result, resultType: "complete", _meta: meta };
+    // A backend's InputRequiredResult passes through to a modern client, which answers it itself.
+    const resultType = result.resultType === "input_required" && INPUT_REQUIRED_METHODS.has(method) ? "input_required" : "complete";
+    const encoded: Result = { ...result, resultType, _meta: meta };
     if (CACHEABLE.has(method)) {
       // Lists change under list_changed and reads under resources/updated: never serve stale.
       encoded.ttlMs = 0;

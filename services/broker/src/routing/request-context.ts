@@ -1,3 +1,4 @@
+import type { ClientInteraction } from "@mcp-broker/member";
 import type { ProtocolEra } from "@mcp-broker/shared";
 
 export const LOG_LEVELS = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"] as const;
@@ -18,6 +19,8 @@ export interface RequestContext {
   readonly logLevel: LogLevel | undefined;
   /** Sends a notification on this request's own response stream (progress, log messages). */
   notify(method: string, params: Record<string, unknown>): void;
+  /** The client as a backend's requests during this call reach it (sampling, elicitation, roots); undefined when it cannot be asked. */
+  readonly interaction?: ClientInteraction | undefined;
 }
 
 export function levelAtLeast(level: unknown, minimum: LogLevel): boolean {

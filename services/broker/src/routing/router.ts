@@ -207,6 +207,7 @@ export class Router {
       if (ctx.logLevel !== undefined && backend.era === "modern") forwarded._meta = { [META.logLevel]: ctx.logLevel };
       return backendOwnFieldsRemoved(await backend.request(method, forwarded, {
         signal: ctx.signal,
+        interaction: ctx.interaction,
         onprogress:
           progressToken === undefined
             ? undefined

@@ -7,6 +7,8 @@ import type { NotificationSink, SubscriptionTarget } from "../fanout/interest-ta
 import { closedError, type legacySessionMachine } from "./legacy-session-machine.js";
 import { movedError } from "./subscription-flow.js";
 import { PreparedNotification } from "../fanout/prepared-notification.js";
+import type { InteractionMethod, InteractionSupport } from "@mcp-broker/member";
+import { ClientRequests, NO_SUPPORT } from "./client-requests.js";
 
 const LIST_NAMES = ["tools", "prompts", "resources"] as const;
 /** How many standalone-stream events a session keeps for `Last-Event-ID` resumption by default. */
@@ -54,6 +56,10 @@ export interface SessionEnv {
 
 export class LegacySession implements NotificationSink, LegacySessionPort {
   logLevel: LogLevel | undefined;
+  /** Which of a backend's requests (sampling, elicitation, roots) the client can answer, from its declared capabilities. */
+  supports: InteractionSupport = NO_SUPPORT;
+  /** The broker's requests to the client awaiting its answer (created on first use). */
+  private asked: ClientRequests | undefined;
   /** Requests in flight, by JSON-RPC id, for `notifications/cancelled`. */
   private inflight: Map<string | number, AbortController> | undefined;
   private stream: NotificationWriter | undefined;
@@ -116,6 +122,35 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     const waiting = this.replies;
     this.replies = undefined;
     for (const waiter of waiting?.values() ?? []) waiter.reject(error);
+  }
+
+  /**
+   * Asks the client `method` during one of its calls, on that call's stream (`send` writes there),
+   * and resolves with its answer (see `ClientRequests`).
+   */
+  async askClient(send: Parameters<ClientRequests["ask"]>[0], method: InteractionMethod, params: Record<string, unknown>, signal: AbortSignal): Promise<Record<string, unknown>> {
+    const asked = (this.asked ??= new ClientRequests());
+    try {
+      return await asked.ask(send, method, params, signal);
+    } finally {
+      if (asked.size === 0 && this.asked === asked) this.asked = undefined;
+    }
+  }
+
+  /** A JSON-RPC response the client sent: true when it answered something the broker asked of it here. */
+  clientAnswered(message: Record<string, unknown>): boolean {
+    return this.asked?.answer(message) ?? false;
+  }
+
+  /** Whether the broker waits for the client's answer to anything. */
+  hasOpenQuestions(): boolean {
+    return this.asked !== undefined && this.asked.size > 0;
+  }
+
+  /** The session left this member or ended: what the broker asked of the client fails. */
+  failAsked(reason: string): void {
+    this.asked?.failAll(reason);
+    this.asked = undefined;
   }
 
   /** Tracks a request in flight until `done`, so `notifications/cancelled` can abort it. */

@@ -20,6 +20,7 @@ import type { UpstreamPort } from "@mcp-broker/member";
 import type { Fanout } from "../fanout/fanout.js";
 import type { NotificationSink } from "../fanout/interest-table.js";
 import { PreparedNotification } from "../fanout/prepared-notification.js";
+import { supportOf } from "./client-requests.js";
 import { LegacySession, type SessionEnv, type SinceReport } from "./legacy-session.js";
 import type { SessionResume } from "./session-resume.js";
 import type { ResumeCursors } from "./resume-cursor.js";
@@ -208,6 +209,7 @@ export class SessionHost {
     this.holdSession(principal);
     const id = randomUUID();
     const session = this.start(id, principal, { epoch: 1, protocolVersion: init.protocolVersion });
+    session.supports = supportOf(init.capabilities);
     try {
       await this.deps.sessions.create({ sessionId: id, principal, ...init }, this.deps.instanceId, this.deps.clock.now());
     } catch (error) {
@@ -243,6 +245,7 @@ export class SessionHost {
     this.legacy.get(id)?.handOff("adopted again"); // a stale local copy (this member held it before)
     this.holdSession(principal);
     const session = this.start(id, principal, { epoch: record.epoch, subscriptions, logLevel: record.logLevel, protocolVersion: record.protocolVersion });
+    session.supports = supportOf(record.capabilities);
     // Subscribed on the bus before anything is read for resumption: nothing falls between.
     await Promise.all(Object.values(subscriptions).map((target) => this.deps.fanout.interest.add(target, session)));
     // The previous holder lost the session to this adoption, even when a newer one supersedes it
@@ -261,6 +264,29 @@ export class SessionHost {
     }
     this.deps.logger.info({ session: id, principal, epoch: record.epoch, from: previous ?? "(nobody)", subscriptions: Object.keys(subscriptions).length }, "session adopted");
     return session;
+  }
+
+  /**
+   * A client's JSON-RPC response (its answer to a backend's request the broker passed on) for a
+   * session this member does not hold: sent to the session's holder, which asked. Dropped when
+   * nobody holds the session or its record cannot be read (the question then times out).
+   */
+  async forwardAnswer(sessionId: string, principal: string, answer: Record<string, unknown>): Promise<void> {
+    let record: SessionRecord | undefined;
+    try {
+      record = await this.deps.sessions.get({ principal, sessionId });
+    } catch {
+      return;
+    }
+    if (record === undefined || record.owner === "" || record.owner === this.deps.instanceId) return;
+    await this.deps.bus
+      .publish(CHANNEL.replies(record.owner), { kind: "client.answer", v: 1, origin: this.deps.instanceId, principal, sessionId, answer })
+      .catch((error: unknown) => this.deps.logger.warn({ session: sessionId, err: (error as Error).message }, "cannot pass a client's answer on to its session's holder"));
+  }
+
+  /** A client's answer that reached another member (`client.answer`). */
+  clientAnswered(message: { principal: string; sessionId: string; answer: Record<string, unknown> }): void {
+    this.legacySession(message.sessionId, message.principal)?.clientAnswered(message.answer);
   }
 
   /** Another member took the session over (`session.moved`): this member lets go of it, unless it holds a newer epoch. */
@@ -587,6 +613,7 @@ export class SessionHost {
 
   private forgetLegacy(session: LegacySession): void {
     if (!this.legacy.delete(session.id)) return;
+    session.failAsked("the client's session left this broker instance");
     this.deps.fanout.forget(session);
     this.disarmIdle(session.id);
     this.releaseSession(session.principal);

@@ -1,6 +1,7 @@
 import type { Readable, Writable } from "node:stream";
 import { StringDecoder } from "node:string_decoder";
 import { classifyInboundRequest } from "@modelcontextprotocol/server";
+import type { ClientInteraction } from "@mcp-broker/member";
 import { META, NOTIFICATION } from "@mcp-broker/shared";
 import type { Broker } from "../broker.js";
 import type { JsonRpcRequest } from "../routing/dispatcher.js";
@@ -36,6 +37,19 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
   const listens = new Map<string | number, { close(): void }>();
   const inflight = new Map<string | number, AbortController>();
 
+  /** The legacy client, as a backend's requests during one of its calls reach it: written to stdout, answered on stdin. */
+  const interactionOf = (asked: LegacySession, callSignal: AbortSignal): ClientInteraction => ({
+    supports: asked.supports,
+    ask: (method, params, signal) => {
+      const write = (message: unknown): boolean => {
+        if (stdoutClosed) return false;
+        send(message);
+        return true;
+      };
+      return asked.askClient(write, method, params, AbortSignal.any([signal, callSignal]));
+    },
+  });
+
   const context = (era: "legacy" | "modern", request: JsonRpcRequest, signal: AbortSignal): RequestContext => {
     const meta = (request.params?._meta ?? {}) as Json;
     const token = meta.progressToken;
@@ -48,6 +62,7 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
       progressToken: typeof token === "string" || typeof token === "number" ? token : undefined,
       logLevel: era === "modern" ? (LOG_LEVELS.includes(level as LogLevel) ? (level as LogLevel) : undefined) : session?.logLevel,
       notify: (method, params) => send({ jsonrpc: "2.0", method, params }),
+      interaction: era === "legacy" && session !== undefined ? interactionOf(session, signal) : undefined,
     };
   };
 
@@ -119,7 +134,11 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
       return;
     }
     const msg = message as Json;
-    if (typeof msg.method !== "string") return; // a response; the broker sends no requests
+    // A response: the client's answer to a backend's request the broker passed on to it (see ClientRequests).
+    if (typeof msg.method !== "string") {
+      session?.clientAnswered(msg);
+      return;
+    }
     const route = classifyInboundRequest({ httpMethod: "POST", body: message });
     const id = typeof msg.id === "string" || typeof msg.id === "number" ? msg.id : null;
     if (route.kind === "reject") {

@@ -3,7 +3,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
-import { Client } from "@modelcontextprotocol/client";
+import { Client, type ClientCapabilities } from "@modelcontextprotocol/client";
 import { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { collectUpdates, eventually } from "../helpers/harness.js";
@@ -23,7 +23,7 @@ describe("stdio mode", () => {
     await writeFile(
       configFile,
       JSON.stringify({
-        backends: [{ id: "t", command: process.execPath, args: ["--import", "tsx", STDIO_BACKEND], cwd: BROKER_DIR }],
+        backends: [{ id: "t", command: process.execPath, args: ["--import", "tsx", STDIO_BACKEND], cwd: BROKER_DIR, env: { TEST_SERVER_INTERACTIVE: "1" } }],
         logging: { level: "warn" },
         server: { maxBodyBytes: 200_000 },
       }),
@@ -34,8 +34,8 @@ describe("stdio mode", () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  async function connect(era: "legacy" | "modern"): Promise<Client> {
-    const client = new Client({ name: `stdio-${era}`, version: "1.0.0" }, { versionNegotiation: { mode: era === "modern" ? { pin: "2026-07-28" } : "legacy" } });
+  async function connect(era: "legacy" | "modern", capabilities: ClientCapabilities = {}): Promise<Client> {
+    const client = new Client({ name: `stdio-${era}`, version: "1.0.0" }, { capabilities, versionNegotiation: { mode: era === "modern" ? { pin: "2026-07-28" } : "legacy" } });
     const transport = new StdioClientTransport({
       command: process.execPath,
       args: ["--import", "tsx", CLI, "--stdio", "--config", configFile],
@@ -47,6 +47,17 @@ describe("stdio mode", () => {
     expect(client.getProtocolEra()).toBe(era);
     return client;
   }
+
+  it("passes a backend's question during a legacy client's call to that client, on stdout, and its answer back", async () => {
+    const client = await connect("legacy", { elicitation: {} });
+    try {
+      client.setRequestHandler("elicitation/create", async (request) => ({ action: "accept", content: { ok: request.params.message === "go?" } }));
+      const result = await client.callTool({ name: "t__confirm", arguments: { question: "go?" } });
+      expect((result.content as { text: string }[])[0]?.text).toMatch(/^confirmed: accept \{"ok":true\}/);
+    } finally {
+      await client.close();
+    }
+  });
 
   it("serves a legacy client: namespaced tools, subscribe, updates on stdout", async () => {
     const client = await connect("legacy");

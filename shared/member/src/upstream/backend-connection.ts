@@ -14,6 +14,7 @@ import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotoc
 import { BrokerError, NOTIFICATION, backoffDelay, isStdioBackend, type BackendConfig, type Clock, type TimerHandle } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
 import { installStdioReadBuffer } from "./stdio-read-buffer.js";
+import { INTERACTION_METHODS, InteractionRouter, type ClientInteraction } from "./client-interaction.js";
 import { isConnectionFailure } from "./connection-failure.js";
 import { summarizeFailure } from "./failure-summary.js";
 import { NotificationStreamWatch } from "./notification-stream-watch.js";
@@ -46,6 +47,8 @@ export interface BackendListener {
 export interface BackendRequestOptions {
   signal?: AbortSignal | undefined;
   onprogress?: ((progress: { progress: number; total?: number; message?: string }) => void) | undefined;
+  /** The client behind this call, for the backend's sampling, elicitation and roots requests during it (see `InteractionRouter`). */
+  interaction?: ClientInteraction | undefined;
 }
 
 const MODERN_REVISION = "2026-07-28";
@@ -88,6 +91,8 @@ export class BackendConnection {
   /** Connected, but its last health probe or its last few requests got no answer in time. */
   private degraded = false;
   private timeoutsInARow = 0;
+  /** Ties the backend's requests to the client calls they belong to. */
+  private readonly interactions = new InteractionRouter();
 
   constructor(
     readonly config: BackendConfig,
@@ -171,13 +176,19 @@ export class BackendConnection {
     if (client === undefined || this.stateValue !== "connected") throw this.unavailable();
     try {
       const result = await this.counted(() =>
+        this.interactions.run(options.interaction, () =>
         client.request(
           { method: method as "ping", ...(params !== undefined && { params }) },
           {
             timeout: this.config.timeoutMs,
             ...(options.signal !== undefined && { signal: options.signal }),
             ...(options.onprogress !== undefined && { onprogress: options.onprogress, resetTimeoutOnProgress: true }),
+            // A modern backend's InputRequiredResult: the SDK fulfils it through the interaction
+            // handlers for a client that can be asked (legacy), and returns it as it is otherwise
+            // (a modern client answers it itself, retrying with inputResponses).
+            ...(options.interaction === undefined && { allowInputRequired: true }),
           },
+        ),
         ),
       );
       this.answered(client);
@@ -221,8 +232,10 @@ export class BackendConnection {
     if (this.stateValue === "closed") return;
     this.stateValue = "connecting";
     const { logger } = this.deps;
+    this.interactions.reset();
     const client = new Client(this.deps.clientInfo, {
-      capabilities: {},
+      // What the broker passes on to the client behind each call (see `InteractionRouter`).
+      capabilities: { sampling: {}, elicitation: { form: {}, url: {} }, roots: {} },
       versionNegotiation: {
         mode: this.config.era === "auto" ? "auto" : this.config.era === "modern" ? { pin: MODERN_REVISION } : "legacy",
       },
@@ -384,7 +397,7 @@ export class BackendConnection {
         maxRetries: NOTIFICATION_STREAM_ATTEMPTS + 1,
       },
       ...(watch !== undefined && { reconnectionScheduler: watch.scheduler }),
-      fetch: updateFilteringFetch(watch?.fetch ?? ((url, init) => fetch(url, init)), onUpdate),
+      fetch: this.interactions.fetch(updateFilteringFetch(watch?.fetch ?? ((url, init) => fetch(url, init)), onUpdate)),
     });
   }
 
@@ -400,6 +413,11 @@ export class BackendConnection {
     client.setNotificationHandler(NOTIFICATION.resourcesListChanged, () => {
       if (this.client === client) listener.listChanged(this, "resources");
     });
+    for (const method of INTERACTION_METHODS) {
+      client.setRequestHandler(method, (request, ctx) =>
+        this.interactions.handle(method, ctx.mcpReq.id, (request.params ?? {}) as Record<string, unknown>, ctx.mcpReq.signal, this.config.timeoutMs) as never,
+      );
+    }
     client.setNotificationHandler(NOTIFICATION.message, (n) => {
       if (this.client === client) listener.log(this, n.params);
     });

@@ -1,0 +1,104 @@
+import { ProtocolError } from "@modelcontextprotocol/client";
+import { interactionSupport, type InteractionSupport } from "@mcp-broker/member";
+import { NOTIFICATION } from "@mcp-broker/shared";
+
+/** The JSON-RPC request or notification `send` is to put on the call's stream (the caller encodes it). */
+type Outgoing = { jsonrpc: "2.0"; id?: string; method: string; params: Record<string, unknown> };
+
+/**
+ * The broker's own requests to one legacy client (a backend's sampling, elicitation and roots
+ * requests during the client's call, passed on): each goes out on the call's stream with an id of
+ * the session's own, and the client's answer (a JSON-RPC response it POSTs, or writes on stdin)
+ * settles it. Aborting the signal (the backend cancelled, the call ended, the client went away, the
+ * backend's timeout) tells the client `notifications/cancelled` and rejects.
+ */
+export class ClientRequests {
+  private next = 0;
+  private readonly pending = new Map<string, { resolve: (result: Record<string, unknown>) => void; reject: (error: Error) => void }>();
+
+  get size(): number {
+    return this.pending.size;
+  }
+
+  ask(send: (message: Outgoing) => boolean, method: string, params: Record<string, unknown>, signal: AbortSignal): Promise<Record<string, unknown>> {
+    if (signal.aborted) return Promise.reject(cancelled(method, signal));
+    const id = `mcp-broker-${++this.next}`;
+    return new Promise((resolve, reject) => {
+      const onAbort = (): void => {
+        if (!this.pending.delete(id)) return;
+        send({ jsonrpc: "2.0", method: NOTIFICATION.cancelled, params: { requestId: id, reason: reasonOf(signal) } });
+        reject(cancelled(method, signal));
+      };
+      this.pending.set(id, {
+        resolve: (result) => {
+          signal.removeEventListener("abort", onAbort);
+          resolve(result);
+        },
+        reject: (error) => {
+          signal.removeEventListener("abort", onAbort);
+          reject(error);
+        },
+      });
+      signal.addEventListener("abort", onAbort, { once: true });
+      if (!send({ jsonrpc: "2.0", id, method, params })) {
+        this.pending.delete(id);
+        signal.removeEventListener("abort", onAbort);
+        reject(new ProtocolError(-32603, `The client's call ended before ${method} could be sent to it.`));
+      }
+    });
+  }
+
+  /** A JSON-RPC response from the client; false when it answers nothing asked here (unknown id, or answered already). */
+  answer(message: Record<string, unknown>): boolean {
+    const id = message.id;
+    if (typeof id !== "string") return false;
+    const waiter = this.pending.get(id);
+    if (waiter === undefined) return false;
+    this.pending.delete(id);
+    const error = message.error;
+    if (isObject(error)) {
+      waiter.reject(new ProtocolError(typeof error.code === "number" ? error.code : -32603, typeof error.message === "string" ? error.message : "The client answered with an error.", error.data));
+    } else if (isObject(message.result)) {
+      waiter.resolve(message.result);
+    } else {
+      waiter.reject(new ProtocolError(-32603, "The client's answer had neither a result object nor an error."));
+    }
+    return true;
+  }
+
+  /** The session ends: whatever is still asked fails. */
+  failAll(reason: string): void {
+    const waiting = [...this.pending.values()];
+    this.pending.clear();
+    for (const waiter of waiting) waiter.reject(new ProtocolError(-32603, reason));
+  }
+}
+
+/** The support of the 16 combinations, shared by every session with the same capabilities (no object per session). */
+const SUPPORT = new Map<string, InteractionSupport>();
+
+/** What a client that declared `capabilities` can answer, as one shared object. */
+export function supportOf(capabilities: unknown): InteractionSupport {
+  const support = interactionSupport(capabilities);
+  const key = `${+support.sampling}${+support.elicitationForm}${+support.elicitationUrl}${+support.roots}`;
+  const known = SUPPORT.get(key);
+  if (known !== undefined) return known;
+  SUPPORT.set(key, support);
+  return support;
+}
+
+export const NO_SUPPORT: InteractionSupport = supportOf(undefined);
+
+function cancelled(method: string, signal: AbortSignal): ProtocolError {
+  return new ProtocolError(-32603, `${method} was not answered: ${reasonOf(signal)}.`);
+}
+
+function reasonOf(signal: AbortSignal): string {
+  const reason: unknown = signal.reason;
+  if (reason instanceof Error) return reason.message;
+  return typeof reason === "string" ? reason : "cancelled";
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}

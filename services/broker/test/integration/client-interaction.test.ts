@@ -1,0 +1,261 @@
+import { Client, StreamableHTTPClientTransport, type ClientCapabilities } from "@modelcontextprotocol/client";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startLegacyHttpBackend, startModernHttpBackend, type HttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
+import { createTestServer } from "../fixtures/test-server.js";
+import { eventually, post, startBroker, startEngineBrokers, type RunningBroker } from "../helpers/harness.js";
+import { openSse } from "../helpers/raw-http.js";
+
+/**
+ * A backend's requests to the client during a call (sampling, elicitation, roots), legacy era on
+ * both sides: each reaches the client that made the call, on that call's stream, and its answer
+ * goes back to the backend; a client without the capability, a client that goes away, a request
+ * tied to no call, and cancellations each end in an error for the backend, never in another
+ * client's hands.
+ */
+describe("interaction: a backend's requests during a call reach the calling client", () => {
+  let backend: LegacyHttpBackend;
+  let running: RunningBroker;
+  const clients: Client[] = [];
+
+  beforeAll(async () => {
+    backend = await startLegacyHttpBackend(createTestServer({ name: "asker", interactive: true }));
+    running = await startBroker({ backends: [{ id: "b", url: backend.url, era: "legacy", timeoutMs: 5_000, healthIntervalMs: 60_000 }] });
+  });
+
+  afterAll(async () => {
+    for (const client of clients) await client.close().catch(() => undefined);
+    await running.close();
+    await backend.close();
+  });
+
+  async function connect(name: string, capabilities: ClientCapabilities): Promise<Client> {
+    const client = new Client({ name, version: "1.0.0" }, { capabilities, versionNegotiation: { mode: "legacy" } });
+    await client.connect(new StreamableHTTPClientTransport(new URL(running.url)));
+    clients.push(client);
+    return client;
+  }
+
+  function text(result: unknown): string {
+    const content = (result as { content: { type: string; text: string }[] }).content;
+    return content.map((part) => part.text).join("");
+  }
+
+  it("passes sampling to the caller and its answer back, each of two concurrent callers answering its own", async () => {
+    const make = async (name: string) => {
+      const client = await connect(name, { sampling: {} });
+      client.setRequestHandler("sampling/createMessage", async (request) => {
+        const first = request.params.messages[0]?.content as { type: string; text?: string } | undefined;
+        // Slow enough that both calls are in flight at once.
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        return { role: "assistant", model: `${name}-model`, content: { type: "text", text: `${name} heard ${first?.type === "text" ? first.text : "?"}` } };
+      });
+      return client;
+    };
+    const [ann, bob] = await Promise.all([make("ann"), make("bob")]);
+    const [fromAnn, fromBob] = await Promise.all([
+      ann.callTool({ name: "b__ask_model", arguments: { prompt: "p-ann" } }),
+      bob.callTool({ name: "b__ask_model", arguments: { prompt: "p-bob" } }),
+    ]);
+    expect(text(fromAnn)).toBe("model: ann heard p-ann");
+    expect(text(fromBob)).toBe("model: bob heard p-bob");
+  });
+
+  it("passes elicitation (form and url mode) with its schema unchanged, and the answer back", async () => {
+    const client = await connect("eli", { elicitation: { form: {}, url: {} } });
+    const seen: unknown[] = [];
+    client.setRequestHandler("elicitation/create", async (request) => {
+      seen.push(request.params);
+      return request.params.mode === "url" ? { action: "accept" } : { action: "accept", content: { name: "Eve" } };
+    });
+    expect(text(await client.callTool({ name: "b__ask_user", arguments: { message: "who?" } }))).toBe('user: accept {"name":"Eve"}');
+    expect(seen[0]).toMatchObject({ message: "who?", requestedSchema: { properties: { name: { type: "string", default: "Ann" } } } });
+    expect(text(await client.callTool({ name: "b__ask_user", arguments: { message: "consent", mode: "url" } }))).toBe("user: accept null");
+    expect(seen[1]).toMatchObject({ mode: "url", url: "https://example.com/consent" });
+  });
+
+  it("answers the backend as a client without the capability would: -32601, or -32602 for an undeclared elicitation mode", async () => {
+    const plain = await connect("plain", {});
+    expect(text(await plain.callTool({ name: "b__ask_model", arguments: { prompt: "x" } }))).toMatch(/^error -32601: .*does not support sampling/);
+    expect(text(await plain.callTool({ name: "b__ask_user", arguments: { message: "x" } }))).toMatch(/^error -32601: .*does not support elicitation/);
+    const formOnly = await connect("form-only", { elicitation: {} });
+    formOnly.setRequestHandler("elicitation/create", async () => ({ action: "decline" }));
+    expect(text(await formOnly.callTool({ name: "b__ask_user", arguments: { message: "x", mode: "url" } }))).toMatch(/^error -32602: .*url-mode/);
+    expect(text(await formOnly.callTool({ name: "b__ask_user", arguments: { message: "x" } }))).toBe("user: decline null");
+  });
+
+  it("gives roots/list the caller's roots, and none to a caller without roots", async () => {
+    const rooted = await connect("rooted", { roots: {} });
+    rooted.setRequestHandler("roots/list", async () => ({ roots: [{ uri: "file:///work/rooted" }] }));
+    expect(text(await rooted.callTool({ name: "b__ask_roots", arguments: {} }))).toBe("roots: file:///work/rooted");
+    const rootless = await connect("rootless", { sampling: {} });
+    expect(text(await rootless.callTool({ name: "b__ask_roots", arguments: {} }))).toBe("roots: ");
+  });
+
+  it("sends a request on no call's stream to the caller only when it is the one call in flight, and refuses it otherwise", async () => {
+    const make = async (name: string, delayMs: number) => {
+      const client = await connect(name, { sampling: {} });
+      client.setRequestHandler("sampling/createMessage", async () => {
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
+        return { role: "assistant", model: "m", content: { type: "text", text: name } };
+      });
+      return client;
+    };
+    const solo = await make("solo", 0);
+    expect(text(await solo.callTool({ name: "b__ask_model", arguments: { prompt: "x", related: false } }))).toBe("model: solo");
+    // Two calls in flight, the request on neither's stream: nobody is asked.
+    const [one, two] = await Promise.all([make("one", 0), make("two", 0)]);
+    const slow = (await make("slow", 0)).callTool({ name: "b__slow", arguments: { ms: 1_000 } });
+    const results = await Promise.all([
+      one.callTool({ name: "b__ask_model", arguments: { prompt: "x", related: false } }),
+      two.callTool({ name: "b__ask_model", arguments: { prompt: "x", related: false } }),
+    ]);
+    for (const result of results) expect(text(result)).toMatch(/^error -32600: .*cannot be tied to a client's call/);
+    await slow;
+  });
+
+  it("cancels the question when the caller cancels its call: the client is told, the backend gets an error, nothing is left", async () => {
+    const client = await connect("canceller", { elicitation: {} });
+    const cancelledIds: unknown[] = [];
+    let askedId: unknown;
+    client.setNotificationHandler("notifications/cancelled", (n) => {
+      cancelledIds.push(n.params.requestId);
+    });
+    client.setRequestHandler("elicitation/create", async (_request, ctx) => {
+      askedId = ctx.mcpReq.id;
+      // Never answers by itself: waits until told the question is withdrawn.
+      await new Promise((resolve) => ctx.mcpReq.signal.addEventListener("abort", resolve));
+      return { action: "cancel" };
+    });
+    const abort = new AbortController();
+    const call = client.callTool({ name: "b__ask_user", arguments: { message: "wait" } }, { signal: abort.signal });
+    await eventually(() => askedId !== undefined, "the question to reach the client");
+    abort.abort("changed my mind");
+    await expect(call).rejects.toThrow();
+    await eventually(() => cancelledIds.includes(askedId), "notifications/cancelled for the broker's request");
+    const session = running.broker.sessions.legacySession(String((client.transport as StreamableHTTPClientTransport).sessionId), "anonymous");
+    expect(session).toBeDefined();
+    await eventually(() => !session?.hasOpenQuestions(), "the session to hold no open question");
+  });
+
+  it("ends the question with an error for the backend when the caller goes away mid-question", async () => {
+    const client = await connect("leaver", { sampling: {} });
+    let asked = false;
+    client.setRequestHandler("sampling/createMessage", async () => {
+      asked = true;
+      return new Promise(() => undefined); // never answers
+    });
+    const sessionId = String((client.transport as StreamableHTTPClientTransport).sessionId);
+    void client.callTool({ name: "b__ask_model", arguments: { prompt: "x" } }).catch(() => undefined);
+    await eventually(() => asked, "the question to reach the client");
+    const session = running.broker.sessions.legacySession(sessionId, "anonymous");
+    expect(session?.hasOpenQuestions()).toBe(true);
+    await client.close();
+    await eventually(() => !session?.hasOpenQuestions(), "the question to end with the client's connection");
+  });
+
+  it("bounds a question by the backend's timeoutMs", async () => {
+    const client = await connect("silent", { elicitation: {} });
+    let asked = false;
+    client.setRequestHandler("elicitation/create", () => {
+      asked = true;
+      return new Promise(() => undefined); // never answers
+    });
+    const sessionId = String((client.transport as StreamableHTTPClientTransport).sessionId);
+    // Ends, one way or the other, once the backend's 5 s are up (the call's, or the question's).
+    const outcome = await client.callTool({ name: "b__ask_user", arguments: { message: "x", timeoutMs: 20_000 } }, { timeout: 20_000 }).then(text, (error: Error) => error.message);
+    expect(asked).toBe(true);
+    expect(outcome).toMatch(/did not answer|error/i);
+    expect(running.broker.sessions.legacySession(sessionId, "anonymous")?.hasOpenQuestions()).toBe(false);
+  }, 20_000);
+
+  it("asks a legacy client a legacy backend's multi-round-trip question (InputRequiredResult) as a request on the call's stream", async () => {
+    const client = await connect("confirmer", { elicitation: {} });
+    client.setRequestHandler("elicitation/create", async () => ({ action: "accept", content: { ok: true } }));
+    expect(text(await client.callTool({ name: "b__confirm", arguments: { question: "sure?" } }))).toMatch(/^confirmed: accept \{"ok":true\}/);
+  });
+});
+
+describe("interaction: a modern backend's InputRequiredResult", () => {
+  let backend: HttpBackend;
+  let running: RunningBroker;
+
+  beforeAll(async () => {
+    backend = await startModernHttpBackend(createTestServer({ name: "modern-asker", interactive: true }));
+    running = await startBroker({ backends: [{ id: "m", url: backend.url, era: "modern", timeoutMs: 5_000, healthIntervalMs: 60_000 }] });
+  });
+
+  afterAll(async () => {
+    await running.close();
+    await backend.close();
+  });
+
+  it("becomes a request to a legacy client, whose answer goes back as the retry: the client sees one result", async () => {
+    const client = new Client({ name: "legacy", version: "1.0.0" }, { capabilities: { elicitation: {} }, versionNegotiation: { mode: "legacy" } });
+    await client.connect(new StreamableHTTPClientTransport(new URL(running.url)));
+    try {
+      const asked: unknown[] = [];
+      client.setRequestHandler("elicitation/create", async (request) => {
+        asked.push(request.params.message);
+        return { action: "accept", content: { ok: true } };
+      });
+      const result = await client.callTool({ name: "m__confirm", arguments: { question: "deploy?" } });
+      expect(asked).toEqual(["deploy?"]);
+      expect((result.content as { text: string }[])[0]?.text).toBe('confirmed: accept {"ok":true} state=asked-once');
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("reaches a modern client as it is, and the client's retry with inputResponses completes the call", async () => {
+    const client = new Client({ name: "modern", version: "1.0.0" }, { capabilities: { elicitation: {} }, versionNegotiation: { mode: { pin: "2026-07-28" } } });
+    await client.connect(new StreamableHTTPClientTransport(new URL(running.url)));
+    try {
+      const asked: unknown[] = [];
+      client.setRequestHandler("elicitation/create", async (request) => {
+        asked.push(request.params.message);
+        return { action: "accept", content: { ok: false } };
+      });
+      // The SDK client fulfils the InputRequiredResult by itself and retries: one result for the caller.
+      const result = await client.callTool({ name: "m__confirm", arguments: { question: "really?" } });
+      expect(asked).toEqual(["really?"]);
+      expect((result.content as { text: string }[])[0]?.text).toBe('confirmed: accept {"ok":false} state=asked-once');
+    } finally {
+      await client.close();
+    }
+  });
+});
+
+describe("interaction across broker instances (Redis engine)", () => {
+  it("takes the client's answer POSTed to another instance back to the one that asked", async () => {
+    const backend = await startLegacyHttpBackend(createTestServer({ name: "asker", interactive: true }));
+    const cluster = await startEngineBrokers("redis", { backends: [{ id: "b", url: backend.url, era: "legacy", timeoutMs: 5_000, healthIntervalMs: 60_000 }] });
+    const [asking, other] = cluster.brokers as [RunningBroker, RunningBroker];
+    try {
+      const init = await post(asking.url, {
+        jsonrpc: "2.0",
+        id: 0,
+        method: "initialize",
+        params: { protocolVersion: "2025-11-25", capabilities: { sampling: {} }, clientInfo: { name: "raw", version: "1" } },
+      });
+      const sessionId = init.headers.get("mcp-session-id") ?? "";
+      const headers = { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-11-25" };
+      await post(asking.url, { jsonrpc: "2.0", method: "notifications/initialized" }, headers);
+      const call = await openSse(asking.url, headers, { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "b__ask_model", arguments: { prompt: "hi" } } });
+      await eventually(() => call.events.length > 0, "the backend's question on the call's stream");
+      const question = call.events[0]?.data as { id: string; method: string; params: { messages: unknown[] } };
+      expect(question.method).toBe("sampling/createMessage");
+      // The answer goes to the other instance, which does not hold the session: it passes it on.
+      const answered = await post(other.url, { jsonrpc: "2.0", id: question.id, result: { role: "assistant", model: "m", content: { type: "text", text: "hello back" } } }, headers);
+      expect(answered.status).toBe(202);
+      await call.ended;
+      const response = call.events.at(-1)?.data as { id: number; result: { content: { text: string }[] } };
+      expect(response.id).toBe(1);
+      expect(response.result.content[0]?.text).toBe("model: hello back");
+      // The answering instance did not take the session over.
+      expect(other.broker.sessions.legacySession(sessionId, "anonymous")).toBeUndefined();
+    } finally {
+      await cluster.close();
+      await backend.close();
+    }
+  });
+});

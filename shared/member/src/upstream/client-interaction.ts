@@ -1,0 +1,180 @@
+import { AsyncLocalStorage } from "node:async_hooks";
+import { ProtocolError, type FetchLike } from "@modelcontextprotocol/client";
+
+/** The server→client requests a backend may make of the client behind a call. */
+export const INTERACTION_METHODS = ["sampling/createMessage", "elicitation/create", "roots/list"] as const;
+export type InteractionMethod = (typeof INTERACTION_METHODS)[number];
+
+/** What the client that made a call can answer (from the capabilities it declared). */
+export interface InteractionSupport {
+  readonly sampling: boolean;
+  readonly elicitationForm: boolean;
+  readonly elicitationUrl: boolean;
+  readonly roots: boolean;
+}
+
+/**
+ * The client behind one call in flight, as the backend's server→client requests reach it: `ask`
+ * sends a request to that client (on the call's own response stream) and resolves with its result,
+ * or rejects with its error (a `ProtocolError`) or when `signal` aborts.
+ */
+export interface ClientInteraction {
+  readonly supports: InteractionSupport;
+  ask(method: InteractionMethod, params: Record<string, unknown>, signal: AbortSignal): Promise<Record<string, unknown>>;
+}
+
+/** The client's declared capabilities (an `initialize`'s `capabilities`, or a modern request's envelope) as what it can answer. */
+export function interactionSupport(capabilities: unknown): InteractionSupport {
+  const caps = isObject(capabilities) ? capabilities : {};
+  const elicitation = isObject(caps.elicitation) ? caps.elicitation : undefined;
+  // An elicitation capability that names no mode means form mode (the spec's back-compatibility rule).
+  const form = elicitation !== undefined && (isObject(elicitation.form) || !isObject(elicitation.url));
+  return { sampling: isObject(caps.sampling), elicitationForm: form, elicitationUrl: elicitation !== undefined && isObject(elicitation.url), roots: isObject(caps.roots) };
+}
+
+/** Error codes a backend gets from the broker for a request of its own. */
+const METHOD_NOT_FOUND = -32601;
+const INVALID_PARAMS = -32602;
+const INVALID_REQUEST = -32600;
+const REQUEST_TIMEOUT = -32001;
+
+/**
+ * Ties a backend's server→client requests (sampling, elicitation, roots) to the client call they
+ * belong to, for one connection. A call made with an interaction runs in its async context; the
+ * transport's fetch, called in that context, taps the event stream of that call's POST for the ids
+ * of the requests the backend sends on it (the spec's place for a request related to a call), so
+ * the request handler finds its call by the request's id. A request that came another way (the
+ * backend's standalone stream, or stdio, which has no per-call stream) belongs to the call in
+ * flight only when there is exactly one; otherwise it is refused, never sent to an arbitrary client.
+ */
+export class InteractionRouter {
+  /** The call a piece of work belongs to. */
+  private readonly context = new AsyncLocalStorage<Call>();
+  /** Requests seen on a call's stream, by the backend's request id. */
+  private readonly tied = new Map<string | number, Call>();
+  /** Requests to the backend in flight: clients' calls and the broker's own. */
+  private readonly inFlight = new Set<Call>();
+
+  /** Runs `send` (one request to the backend) as a call of `interaction`'s client (undefined: a client that cannot be asked, or the broker). */
+  async run<T>(interaction: ClientInteraction | undefined, send: () => Promise<T>): Promise<T> {
+    const call: Call = { interaction, ended: new AbortController() };
+    this.inFlight.add(call);
+    try {
+      return await this.context.run(call, send);
+    } finally {
+      this.inFlight.delete(call);
+      // A question of a call that is over can no longer change its answer: it ends with it.
+      call.ended.abort(new Error("the call it belongs to ended"));
+      for (const [id, tied] of this.tied) if (tied === call) this.tied.delete(id);
+    }
+  }
+
+  /** The connection is gone: what was tied to it is too. */
+  reset(): void {
+    this.tied.clear();
+  }
+
+  /** Wraps the transport's fetch: the event stream of a call's POST is tapped for the backend's request ids. */
+  fetch(inner: FetchLike): FetchLike {
+    return async (url, init) => {
+      const call = this.context.getStore();
+      const response = await inner(url, init);
+      if (call?.interaction === undefined || init?.method !== "POST" || response.body === null) return response;
+      if (response.headers.get("content-type")?.startsWith("text/event-stream") !== true) return response;
+      const tap = requestIdTap((id) => this.tied.set(id, call));
+      return new Response(response.body.pipeThrough(tap), { status: response.status, statusText: response.statusText, headers: response.headers });
+    };
+  }
+
+  /**
+   * Answers one server→client request of the backend: the calling client's answer, or the error a
+   * client would give (no such capability: -32601; an elicitation mode it did not declare: -32602;
+   * no call to tie it to: -32600; no answer within `timeoutMs`: -32001). `roots/list` of a client
+   * without roots, or outside any call, answers no roots: the broker shares one connection among
+   * many clients and exposes none of its own.
+   */
+  async handle(method: InteractionMethod, requestId: string | number, params: Record<string, unknown>, signal: AbortSignal, timeoutMs: number): Promise<Record<string, unknown>> {
+    const tied = this.tied.get(requestId);
+    this.tied.delete(requestId);
+    // The SDK may handle the request within the call's async context (a modern backend's
+    // InputRequiredResult, which it fulfils as part of the call): then that is its call.
+    const call = tied ?? this.context.getStore() ?? (this.inFlight.size === 1 ? [...this.inFlight][0] : undefined);
+    if (call === undefined) {
+      if (method === "roots/list") return { roots: [] };
+      const why = this.inFlight.size === 0 ? "no call is in flight" : `${this.inFlight.size} requests are in flight and it came on none of their streams`;
+      throw new ProtocolError(INVALID_REQUEST, `${method} cannot be tied to a client's call (${why}): send it on the response stream of the call it belongs to (related to that request).`);
+    }
+    const interaction = call.interaction;
+    if (interaction === undefined) {
+      if (method === "roots/list") return { roots: [] };
+      throw new ProtocolError(METHOD_NOT_FOUND, `Method not found: the client that made this call cannot be asked ${method} through the broker.`);
+    }
+    const { supports } = interaction;
+    if (method === "roots/list" && !supports.roots) return { roots: [] };
+    if (method === "sampling/createMessage" && !supports.sampling) throw new ProtocolError(METHOD_NOT_FOUND, "Method not found: the client that made this call does not support sampling.");
+    if (method === "elicitation/create") {
+      const mode = params.mode === "url" ? "url" : "form";
+      if (!(mode === "url" ? supports.elicitationUrl : supports.elicitationForm)) {
+        if (!supports.elicitationForm && !supports.elicitationUrl) throw new ProtocolError(METHOD_NOT_FOUND, "Method not found: the client that made this call does not support elicitation.");
+        throw new ProtocolError(INVALID_PARAMS, `The client that made this call does not support ${mode}-mode elicitation.`);
+      }
+    }
+    const timeout = AbortSignal.timeout(timeoutMs);
+    try {
+      return await interaction.ask(method, params, AbortSignal.any([signal, timeout, call.ended.signal]));
+    } catch (error) {
+      if (timeout.aborted && !signal.aborted) throw new ProtocolError(REQUEST_TIMEOUT, `The client did not answer ${method} within ${timeoutMs} ms.`);
+      throw error;
+    }
+  }
+}
+
+/** One request to the backend in flight, and the client behind it (none: one that cannot be asked, or the broker itself). */
+interface Call {
+  readonly interaction: ClientInteraction | undefined;
+  /** Aborted when the request is answered or fails. */
+  readonly ended: AbortController;
+}
+
+/** An event ends at a blank line; lines end with CRLF, LF or CR (the SSE spec). */
+const EVENT_END = /\r\n\r\n|\n\n|\r\r/;
+const LINE_END = /\r\n|\n|\r/;
+
+/** Passes an event stream through unchanged, telling `onRequest` the id of each JSON-RPC request in it. */
+export function requestIdTap(onRequest: (id: string | number) => void): TransformStream<Uint8Array, Uint8Array> {
+  const decoder = new TextDecoder();
+  let pending = "";
+  return new TransformStream({
+    transform(chunk, controller) {
+      // Told before the chunk that completes the request goes on to the SDK, which then handles it.
+      pending += decoder.decode(chunk, { stream: true });
+      for (let match = EVENT_END.exec(pending); match !== null; match = EVENT_END.exec(pending)) {
+        const id = requestIdOf(pending.slice(0, match.index));
+        if (id !== undefined) onRequest(id);
+        pending = pending.slice(match.index + match[0].length);
+      }
+      controller.enqueue(chunk);
+    },
+  });
+}
+
+function requestIdOf(event: string): string | number | undefined {
+  const data = event
+    .split(LINE_END)
+    .filter((line) => line.startsWith("data:"))
+    .map((line) => line.slice(line.startsWith("data: ") ? 6 : 5))
+    .join("\n");
+  // Cheap check first: most events on a call's stream are progress, logs and the result.
+  if (!data.includes('"method"') || !data.includes('"id"')) return undefined;
+  try {
+    const message = JSON.parse(data) as unknown;
+    if (!isObject(message) || typeof message.method !== "string") return undefined;
+    return typeof message.id === "string" || typeof message.id === "number" ? message.id : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
