@@ -40,6 +40,12 @@ export interface MemberDeps {
   logger?: Logger;
   clock?: Clock;
   instanceId?: string;
+  /**
+   * This member watches backends before any other that is not (see `LeaseOptions.preferred`): the
+   * worker, which serves no clients and is restarted less often than brokers, so that a broker's
+   * death or redeploy does not also cost every subscribed resource a re-subscribe upstream.
+   */
+  preferredWatcher?: boolean;
 }
 
 /**
@@ -178,6 +184,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     connected: (backendId) => pool.get(backendId).state === "connected",
     leaseTtlMs: config.redis.leaseTtlMs,
     watcherTimeoutMs: config.redis.watcherTimeoutMs,
+    preferred: deps.preferredWatcher === true,
     onWatching: (backendId) => listChanges.watching(pool.get(backendId)),
   });
   const listChanges = new ListChanges({

@@ -9,9 +9,20 @@ export interface Leases {
    * Takes the lease when it is free or already `owner`'s. With `takeOver` (the default) also one
    * whose holder is gone (see above); without it, such a lease is left until its key expires.
    */
-  acquire(name: string, owner: string, ttlMs: number, options?: { takeOver?: boolean }): Promise<boolean>;
-  renew(name: string, owner: string, ttlMs: number): Promise<boolean>;
+  acquire(name: string, owner: string, ttlMs: number, options?: LeaseOptions): Promise<boolean>;
+  renew(name: string, owner: string, ttlMs: number, options?: Pick<LeaseOptions, "preferred">): Promise<boolean>;
   release(name: string, owner: string): Promise<void>;
   holder(name: string): Promise<string | undefined>;
   close(): Promise<void>;
+}
+
+export interface LeaseOptions {
+  /** Also take a lease whose holder is gone (default true). */
+  takeOver?: boolean;
+  /**
+   * The caller is a preferred holder (a worker): with `takeOver` it takes a lease from a holder that
+   * is not preferred, alive or not, and while a preferred member is alive no other takes a lease
+   * (Redis engine; one process holds every lease in the memory engine).
+   */
+  preferred?: boolean;
 }

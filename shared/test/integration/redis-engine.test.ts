@@ -299,6 +299,39 @@ describe("Redis engine", () => {
     expect(await a!.leases.renew("backend:x", idA, 1_000)).toBe(false);
   });
 
+  it("lets a preferred member (a worker) take a lease from one that is not, and keeps the others off while it is alive", async () => {
+    const [broker, worker, other] = await cluster(3);
+    const [idBroker, idWorker, idOther] = [0, 1, 2].map((i) => `${prefixes.at(-1)}${i}`) as [string, string, string];
+    for (const [member, id] of [[broker, idBroker], [worker, idWorker], [other, idOther]] as const) await member!.bus.subscribe(CHANNEL.replies(id));
+    expect(await broker!.leases.acquire("backend:p", idBroker, 1_000)).toBe(true);
+    // A preferred member takes it over, the holder alive or not; but not while it only asks for free leases (just started).
+    expect(await worker!.leases.acquire("backend:p", idWorker, 1_000, { preferred: true, takeOver: false })).toBe(false);
+    expect(await worker!.leases.acquire("backend:p", idWorker, 1_000, { preferred: true })).toBe(true);
+    expect(await broker!.leases.renew("backend:p", idBroker, 1_000)).toBe(false);
+    expect(await worker!.leases.renew("backend:p", idWorker, 1_000, { preferred: true })).toBe(true);
+    // A preferred member does not take a lease from another preferred one that is alive.
+    expect(await other!.leases.acquire("backend:p", idOther, 1_000, { preferred: true })).toBe(false);
+    // A member that is not preferred takes no lease while a preferred one competing for it is alive: not even a free one.
+    await broker!.redis.del(broker!.keys.lease("backend:p"));
+    expect(await broker!.leases.acquire("backend:p", idBroker, 1_000)).toBe(false);
+    expect(await worker!.leases.acquire("backend:p", idWorker, 1_000, { preferred: true })).toBe(true);
+    // The worker dies (its connections close): once it missed a renewal, another preferred member
+    // takes its lease, and with none alive, any member.
+    await worker!.bus.unsubscribe(CHANNEL.replies(idWorker));
+    expect(await other!.leases.acquire("backend:p", idOther, 1_000, { preferred: true })).toBe(false);
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect(await broker!.leases.acquire("backend:p", idBroker, 1_000)).toBe(false);
+    expect(await other!.leases.acquire("backend:p", idOther, 1_000, { preferred: true })).toBe(true);
+    await other!.bus.unsubscribe(CHANNEL.replies(idOther));
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect(await broker!.leases.acquire("backend:p", idBroker, 1_000)).toBe(true);
+    // A preferred member whose backend connection is down releases, which takes it out of the running.
+    await worker!.bus.subscribe(CHANNEL.replies(idWorker));
+    expect(await worker!.leases.acquire("backend:r", idWorker, 1_000, { preferred: true })).toBe(true);
+    await worker!.leases.release("backend:r", idWorker);
+    expect(await broker!.leases.acquire("backend:r", idBroker, 1_000)).toBe(true);
+  });
+
   it("fences a session's subscriptions by the epoch it is held at: a member that lost it changes nothing", async () => {
     const [a, b] = await cluster(2);
     const limits = { perSession: 10, perPrincipal: 10, total: 100 };

@@ -30,6 +30,8 @@ export interface BackendWatchersDeps {
   leaseTtlMs: number;
   /** How long an ensure waits for the watcher on another instance. */
   watcherTimeoutMs: number;
+  /** This member watches before those that are not preferred (see `LeaseOptions.preferred`). */
+  preferred?: boolean;
   /**
    * This instance starts watching the backend (it took the lease, or its connection came back while
    * it held it): whatever the backend changed while nobody was watching is caught up on.
@@ -306,13 +308,16 @@ export class BackendWatchers implements UpstreamPort {
       if (this.held.delete(backendId)) {
         await this.deps.leases.release(name, instanceId);
         this.deps.logger.info({ backend: backendId }, "gave up watching the backend (connection down)");
+      } else if (this.deps.preferred === true && reason === "other") {
+        // Out of the running: no other member waits for a preferred one that cannot watch.
+        await this.deps.leases.release(name, instanceId);
       }
       return;
     }
     if (this.held.has(backendId)) {
       let renewed: boolean;
       try {
-        renewed = await this.deps.leases.renew(name, instanceId, leaseTtlMs);
+        renewed = await this.deps.leases.renew(name, instanceId, leaseTtlMs, { preferred: this.deps.preferred === true });
       } catch (error) {
         // Cannot tell: keep watching (a second watcher for a moment beats none).
         this.deps.logger.warn({ backend: backendId, err: (error as Error).message }, "cannot renew the watcher lease");
@@ -322,7 +327,7 @@ export class BackendWatchers implements UpstreamPort {
       // watching. The upstream subscriptions never lapsed; what could not be published meanwhile
       // is re-announced by the publish gap, so a takeover's re-subscribing and re-announcing
       // everything would only add churn and a second spurious update per subscriber.
-      if (!renewed && (await this.deps.leases.acquire(name, instanceId, leaseTtlMs))) {
+      if (!renewed && (await this.deps.leases.acquire(name, instanceId, leaseTtlMs, { preferred: this.deps.preferred === true }))) {
         this.deps.logger.warn({ backend: backendId }, "the watcher lease was gone (Redis lost its data?); took it back");
         renewed = true;
       }
@@ -344,9 +349,9 @@ export class BackendWatchers implements UpstreamPort {
     }
     const now = this.deps.clock.now();
     if (now < this.vacantGraceUntil) return;
-    if (!(await this.deps.leases.acquire(name, instanceId, leaseTtlMs, { takeOver: now >= this.takeOverFrom }))) return;
+    if (!(await this.deps.leases.acquire(name, instanceId, leaseTtlMs, { takeOver: now >= this.takeOverFrom, preferred: this.deps.preferred === true }))) return;
     this.held.add(backendId);
-    this.deps.logger.info({ backend: backendId }, "watching the backend for the cluster");
+    this.deps.logger.info({ backend: backendId, preferred: this.deps.preferred === true }, "watching the backend for the cluster");
     this.watchingNow(backendId);
   }
 

@@ -1,20 +1,20 @@
 import { systemClock, type Clock } from "../../clock.js";
-import type { Leases } from "../leases.js";
+import type { LeaseOptions, Leases } from "../leases.js";
 
 export class MemoryLeases implements Leases {
   private readonly leases = new Map<string, { owner: string; expiresAt: number }>();
 
   constructor(private readonly clock: Clock = systemClock) {}
 
-  /** One process holds every lease: there is never a gone holder to take over from (`takeOver` changes nothing). */
-  async acquire(name: string, owner: string, ttlMs: number, _options?: { takeOver?: boolean }): Promise<boolean> {
+  /** One process holds every lease: there is never a gone holder to take over from, nor another to prefer (the options change nothing). */
+  async acquire(name: string, owner: string, ttlMs: number, _options?: LeaseOptions): Promise<boolean> {
     const current = this.leases.get(name);
     if (current !== undefined && current.owner !== owner && current.expiresAt > this.clock.now()) return false;
     this.leases.set(name, { owner, expiresAt: this.clock.now() + ttlMs });
     return true;
   }
 
-  async renew(name: string, owner: string, ttlMs: number): Promise<boolean> {
+  async renew(name: string, owner: string, ttlMs: number, _options?: Pick<LeaseOptions, "preferred">): Promise<boolean> {
     const current = this.leases.get(name);
     if (current?.owner !== owner || current.expiresAt <= this.clock.now()) return false;
     current.expiresAt = this.clock.now() + ttlMs;

@@ -99,6 +99,11 @@ export class RedisKeys {
     return `${this.prefix}lease:${name}`;
   }
 
+  /** Sorted set of the preferred members (workers) competing for lease `name`, by until when their registration holds (ms). */
+  preferredHolders(name: string): string {
+    return `${this.prefix}lease-preferred:${name}`;
+  }
+
   /** Hash of one backend's stored list of one kind: version, position, body. */
   catalogList(backendId: string, kind: string): string {
     return `${this.prefix}catalog:${backendId}:${kind}`;

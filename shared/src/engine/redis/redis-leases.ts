@@ -1,6 +1,6 @@
 import type { Redis } from "ioredis";
 import { CHANNEL } from "../bus.js";
-import type { Leases } from "../leases.js";
+import type { LeaseOptions, Leases } from "../leases.js";
 import type { RedisKeys } from "./keys.js";
 import { unavailable } from "./unavailable.js";
 
@@ -10,33 +10,62 @@ import { unavailable } from "./unavailable.js";
  * and its bus connection is closed (nobody listens on its replies channel, ARGV[3] + holder). A
  * SIGKILLed or crashed member's connections close at once, so its leases need not be waited out; a
  * live one that only stalls keeps its connection, and one that only reconnects keeps renewing.
+ *
+ * Preferred members (ARGV[5] = '1': workers, which serve no clients and are restarted less often
+ * than brokers) come first: each call registers the caller in KEYS[2], the lease's preferred
+ * members (member → until when, ms), for three TTLs (a member whose connection to the backend is
+ * down releases, which takes it out); a preferred member takes a lease from a holder that is not preferred (with ARGV[4]),
+ * alive or not, and a member that is not preferred takes no lease while a preferred one is alive
+ * (registered, and its bus connection open).
  */
 const ACQUIRE = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+local preferred = ARGV[5] == '1'
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if preferred then redis.call('ZADD', KEYS[2], now + 3 * ttl, ARGV[1]) end
+local function alive(id) return redis.call('PUBSUB', 'NUMSUB', ARGV[3] .. id)[2] > 0 end
 local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
+if holder == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ttl) return 1 end
 if holder then
   if ARGV[4] ~= '1' then return 0 end
-  if redis.call('PTTL', KEYS[1]) * 2 >= tonumber(ARGV[2]) then return 0 end
-  if redis.call('PUBSUB', 'NUMSUB', ARGV[3] .. holder)[2] > 0 then return 0 end
+  local steal = preferred and not redis.call('ZSCORE', KEYS[2], holder)
+  if not steal then
+    if redis.call('PTTL', KEYS[1]) * 2 >= ttl then return 0 end
+    if alive(holder) then return 0 end
+  end
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if not preferred then
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    if id ~= ARGV[1] and alive(id) then return 0 end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
 return 1
 `;
 
+/** Extends the caller's lease; a preferred caller (ARGV[3] = '1') also renews its registration in KEYS[2] (see ACQUIRE). */
 const RENEW = `
+if ARGV[3] == '1' then
+  local t = redis.call('TIME')
+  redis.call('ZADD', KEYS[2], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + 3 * tonumber(ARGV[2]), ARGV[1])
+end
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
 return 0
 `;
 
+/** Gives up the caller's lease, and its place among the preferred (KEYS[2]): it no longer competes. */
 const RELEASE = `
+redis.call('ZREM', KEYS[2], ARGV[1])
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 0
 `;
 
 type LeaseCommands = {
-  leaseAcquire(key: string, owner: string, ttlMs: number, repliesChannelPrefix: string, takeOver: "0" | "1"): Promise<number>;
-  leaseRenew(key: string, owner: string, ttlMs: number): Promise<number>;
-  leaseRelease(key: string, owner: string): Promise<number>;
+  leaseAcquire(key: string, preferredKey: string, owner: string, ttlMs: number, repliesChannelPrefix: string, takeOver: "0" | "1", preferred: "0" | "1"): Promise<number>;
+  leaseRenew(key: string, preferredKey: string, owner: string, ttlMs: number, preferred: "0" | "1"): Promise<number>;
+  leaseRelease(key: string, preferredKey: string, owner: string): Promise<number>;
 };
 
 /** Leases as keys with a TTL in Redis: Redis's clock decides expiry, so instances need no clock agreement. */
@@ -44,23 +73,24 @@ export class RedisLeases implements Leases {
   private readonly redis: Redis & LeaseCommands;
 
   constructor(redis: Redis, private readonly keys: RedisKeys) {
-    redis.defineCommand("leaseAcquire", { numberOfKeys: 1, lua: ACQUIRE });
-    redis.defineCommand("leaseRenew", { numberOfKeys: 1, lua: RENEW });
-    redis.defineCommand("leaseRelease", { numberOfKeys: 1, lua: RELEASE });
+    redis.defineCommand("leaseAcquire", { numberOfKeys: 2, lua: ACQUIRE });
+    redis.defineCommand("leaseRenew", { numberOfKeys: 2, lua: RENEW });
+    redis.defineCommand("leaseRelease", { numberOfKeys: 2, lua: RELEASE });
     this.redis = redis as Redis & LeaseCommands;
   }
 
-  async acquire(name: string, owner: string, ttlMs: number, options: { takeOver?: boolean } = {}): Promise<boolean> {
+  async acquire(name: string, owner: string, ttlMs: number, options: LeaseOptions = {}): Promise<boolean> {
     const takeOver = options.takeOver === false ? "0" : "1";
-    return (await this.redis.leaseAcquire(this.keys.lease(name), owner, ttlMs, this.keys.channel(CHANNEL.replies("")), takeOver)) === 1;
+    const preferred = options.preferred === true ? "1" : "0";
+    return (await this.redis.leaseAcquire(this.keys.lease(name), this.keys.preferredHolders(name), owner, ttlMs, this.keys.channel(CHANNEL.replies("")), takeOver, preferred)) === 1;
   }
 
-  async renew(name: string, owner: string, ttlMs: number): Promise<boolean> {
-    return (await this.redis.leaseRenew(this.keys.lease(name), owner, ttlMs)) === 1;
+  async renew(name: string, owner: string, ttlMs: number, options: Pick<LeaseOptions, "preferred"> = {}): Promise<boolean> {
+    return (await this.redis.leaseRenew(this.keys.lease(name), this.keys.preferredHolders(name), owner, ttlMs, options.preferred === true ? "1" : "0")) === 1;
   }
 
   async release(name: string, owner: string): Promise<void> {
-    await this.redis.leaseRelease(this.keys.lease(name), owner);
+    await this.redis.leaseRelease(this.keys.lease(name), this.keys.preferredHolders(name), owner);
   }
 
   async holder(name: string): Promise<string | undefined> {
