@@ -15,6 +15,7 @@ import { StartupGate } from "./http/startup-gate.js";
 import { addServerMetrics } from "./metrics.js";
 import { Dispatcher } from "./routing/dispatcher.js";
 import { META_TOOL_DEFINITIONS, MetaTools } from "./routing/meta-tools.js";
+import { HeldCalls, RequestStateSeal } from "./routing/held-calls.js";
 import { Router } from "./routing/router.js";
 import { SessionHost } from "./session/session-host.js";
 import { SessionResume } from "./session/session-resume.js";
@@ -82,7 +83,9 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     subscribers: (backendId, uri) => registry.count(backendId, uri),
     updates: (backendId) => (pool.get(backendId).state !== "connected" ? "none" : pushes(backendId) ? "push" : "poll"),
   });
-  const router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name), metaTools });
+  const seal = new RequestStateSeal(config.interaction.stateKey, clock, config.interaction.heldCallMs);
+  const held = new HeldCalls({ clock, seal, bus, instanceId: member.instanceId });
+  const router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name), metaTools, interaction: { held, seal } });
   const dispatcher = new Dispatcher(router, logger, { serverInfo, cacheScope: config.auth.apiKeys.length > 0 ? "private" : "public" });
   const sessions = new SessionHost({
     catalog: catalog.catalog,
@@ -134,7 +137,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     },
     backendDisconnected: (backend) => catalog.backendDisconnected(backend.id),
     log: (backend, params) => router.relayLog(backend.id, params),
-    ...busIntake({ fanout, catalog, sessions }),
+    ...busIntake({ fanout, catalog, sessions, held }),
     presumedDead: () => sessions.endAll("this broker instance lost contact with the cluster; start a new session"),
     newestPosition: () => fanout.events.newest(),
     recover: async () => {
@@ -226,6 +229,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       // adopts them and resumes their streams. Alone (memory engine), they end.
       if (member.engine !== "memory") await sessions.handOffAll("this broker instance is stopping; another takes the session over", config.server.sessionIdleMs);
       endpoint.closeStreams();
+      held.close();
       sessions.close();
       http?.closeAllConnections();
       await stopped;

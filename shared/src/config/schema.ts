@@ -117,6 +117,16 @@ export const brokerConfigSchema = z
       })
       .strict()
       .prefault({}),
+    /** A modern client's InputRequiredResult rounds (see README, "Questions from backends"). */
+    interaction: z
+      .object({
+        /** Seals the requestState handed to modern clients; the same on every instance of a cluster (each draws its own when unset). */
+        stateKey: z.string().min(32, { error: "must be at least 32 characters" }).optional(),
+        /** How long a held call and a sealed requestState wait for the client's retry. */
+        heldCallMs: positiveMs.default(5 * 60_000),
+      })
+      .strict()
+      .prefault({}),
     /** The broker's own resource discovery tools (catalog_resources, describe_resource, search_resources, catalog_resource_templates) in tools/list. */
     metaTools: z.boolean().default(true),
     subscriptions: z

@@ -105,6 +105,29 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
     /** The client's JSON-RPC response, as it sent it. */
     answer: z.record(z.string(), z.unknown()),
   }),
+  /**
+   * To the member holding a modern client's call to a legacy backend (on its `CHANNEL.replies`):
+   * the client's retry, with its answers, reached another member (see README, "Questions from backends").
+   */
+  z.object({
+    kind: z.literal("held.retry"),
+    v: z.literal(1),
+    origin: z.string(),
+    id: z.number().int(),
+    replyTo: z.string(),
+    call: z.string(),
+    principal: z.string(),
+    inputResponses: z.unknown(),
+  }),
+  /** The holder's answer to `held.retry`: the round's result (the call's, or its next questions), or an error. */
+  z.object({
+    kind: z.literal("held.round"),
+    v: z.literal(1),
+    origin: z.string(),
+    id: z.number().int(),
+    result: z.record(z.string(), z.unknown()).optional(),
+    error: z.object({ code: z.number().int(), message: z.string(), data: z.unknown().optional() }).optional(),
+  }),
   /** The watcher's answer to `watch.ensure`. */
   z.object({
     kind: z.literal("watch.result"),

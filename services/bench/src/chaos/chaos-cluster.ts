@@ -74,9 +74,10 @@ export class ChaosCluster {
   ) {}
 
   /**
-   * Deploys: the bench backend, broker 1 (left to take the backend's watcher lease, so that killing
-   * it also kills the watcher), the worker (which loads the catalog the brokers wait for), the other
-   * brokers, then HAProxy. On failure, stops what started.
+   * Deploys: the bench backend, broker 1 (left to take the backend's watcher lease, which the
+   * worker, a preferred watcher, takes over from it after its first lease TTL: a handover before
+   * the run), the worker (which loads the catalog the brokers wait for), the other brokers, then
+   * HAProxy. On failure, stops what started.
    */
   static async deploy(deps: { group: ProcessGroup; control: BackendControlServer; log: (message: string) => void }, options: ChaosClusterOptions): Promise<ChaosCluster> {
     const { group, control, log } = deps;

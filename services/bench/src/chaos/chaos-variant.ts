@@ -492,7 +492,7 @@ function describe(ctx: VariantContext, variant: VariantPlan, m: Measured): Chaos
 
   const chaos =
     variant.chaos.kind === "kill-brokers"
-      ? `one broker SIGKILLed every ${variant.chaos.everyS} s from ${variant.chaos.firstS} s (brokers 1, 2, 3, 1, …; broker 1 held the backend's watcher lease at the start), each started again at once on its port`
+      ? `one broker SIGKILLed every ${variant.chaos.everyS} s from ${variant.chaos.firstS} s (brokers 1, 2, 3, 1, …; broker 1 took the backend's watcher lease at deploy, and the worker, a preferred watcher, took it over from it), each started again at once on its port`
       : `the harness's redis-server (nothing on disk) SIGKILLed at ${variant.chaos.atS} s and started again, empty, on its port`;
   const method =
     `${plan.brokers} brokers (services/broker/dist/cli.js) and a worker on deploy/fleet.config.json (backend: the bench backend over Streamable HTTP; a key prefix of the run's own), ` +

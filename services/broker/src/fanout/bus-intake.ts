@@ -14,6 +14,7 @@ type ServedMessage = Exclude<BusMessage, { kind: `watch.${string}` }>;
  * - `subscriptions.revoked` → the sessions, which drop what a limits job removed and say why;
  * - `session.moved` → the sessions: another member adopted one of this broker's, which lets go of it;
  * - `client.answer` → the sessions: a client's answer to this broker's question, POSTed to another member;
+ * - `held.retry`, `held.round` → the held calls: a modern client's retry of a call held on another member, and its answer;
  * - a gap (the bus reconnected) → every subscribed resource re-announced, every list re-read;
  * - an update this broker's member could not publish (Redis away) → its own sessions, as its own event.
  */
@@ -25,8 +26,9 @@ export function busIntake(deps: {
     moved(message: Extract<BusMessage, { kind: "session.moved" }>): void;
     clientAnswered(message: Extract<BusMessage, { kind: "client.answer" }>): void;
   };
+  held: { retried(message: Extract<BusMessage, { kind: "held.retry" }>): void; round(message: Extract<BusMessage, { kind: "held.round" }>): void };
 }): Required<Pick<MemberHooks, "busMessage" | "receiveGap" | "unpublished">> {
-  const { fanout, catalog, sessions } = deps;
+  const { fanout, catalog, sessions, held } = deps;
   return {
     busMessage: (channel: string, message: ServedMessage) => {
       switch (message.kind) {
@@ -44,6 +46,12 @@ export function busIntake(deps: {
           return;
         case "client.answer":
           sessions.clientAnswered(message);
+          return;
+        case "held.retry":
+          held.retried(message);
+          return;
+        case "held.round":
+          held.round(message);
       }
     },
     receiveGap: () => {

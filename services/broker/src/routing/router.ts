@@ -6,6 +6,8 @@ import type { HeldTool } from "@mcp-broker/member";
 import type { BackendConnection } from "@mcp-broker/member";
 import type { BackendPool } from "@mcp-broker/member";
 import { levelAtLeast, type LogLevel, type RequestContext } from "./request-context.js";
+import type { HeldCalls, RequestStateSeal } from "./held-calls.js";
+import { supportOf } from "../session/client-requests.js";
 
 type Params = Record<string, unknown>;
 type Result = Record<string, unknown>;
@@ -35,7 +37,13 @@ export class Router {
   constructor(
     private readonly catalog: Catalog,
     private readonly pool: BackendPool,
-    private readonly options: { pageSize: number; heldTool?: (name: string) => HeldTool | undefined; metaTools?: MetaTools },
+    private readonly options: {
+      pageSize: number;
+      heldTool?: (name: string) => HeldTool | undefined;
+      metaTools?: MetaTools;
+      /** A modern client's questions from legacy backends, and the sealing of every requestState it is handed. */
+      interaction?: { held: HeldCalls; seal: RequestStateSeal };
+    },
   ) {}
 
   /**
@@ -191,6 +199,38 @@ export class Router {
     return new ProtocolError(error.code, error.message, { ...data, uri: this.catalog.exposeUri(backendId, data.uri) });
   }
 
+  /**
+   * A modern client's request that may need its input (see `HeldCalls`). Its `requestState` is the
+   * broker's, sealed: either a held call of a legacy backend, resumed with the client's
+   * `inputResponses`, or a modern backend's own state, passed back to the backend it came from. A
+   * legacy backend's call is held while it asks the client something; a modern backend's
+   * InputRequiredResult goes to the client with its state sealed.
+   */
+  private async forwardModern(
+    backend: BackendConnection,
+    method: string,
+    forwarded: Params,
+    params: Params,
+    ctx: RequestContext,
+    interaction: { held: HeldCalls; seal: RequestStateSeal },
+    onprogress: ((progress: { progress: number; total?: number; message?: string }) => void) | undefined,
+  ): Promise<Result> {
+    const { requestState, inputResponses, ...plain } = forwarded;
+    const opened = requestState === undefined ? undefined : interaction.seal.open(requestState, ctx.principal);
+    if (typeof opened?.h === "string") return interaction.held.resume(opened, inputResponses, ctx.signal, backend.config.timeoutMs + HELD_ROUND_SLACK_MS);
+    if (opened !== undefined && opened.b !== backend.id) throw new BrokerError("BAD_PARAMS", "requestState belongs to another backend's call: call again without it.");
+    if (backend.era === "legacy") {
+      const meta = isObject(params._meta) ? params._meta : {};
+      return interaction.held.begin(ctx.principal, supportOf(meta[CLIENT_CAPABILITIES]), ctx.signal, (asking, signal) =>
+        backend.request(method, plain, { signal, interaction: asking, onprogress }),
+      );
+    }
+    const upstream = { ...plain, ...(inputResponses !== undefined && { inputResponses }), ...(typeof opened?.s === "string" && { requestState: opened.s }) };
+    const result = await backend.request(method, upstream, { signal: ctx.signal, onprogress });
+    if (result.resultType !== "input_required") return result;
+    return { ...result, requestState: interaction.seal.seal({ b: backend.id, p: ctx.principal, ...(typeof result.requestState === "string" && { s: result.requestState }) }) };
+  }
+
   private async forward(backendId: string, method: string, params: Params, ctx: RequestContext): Promise<Result> {
     const backend: BackendConnection = this.pool.get(backendId);
     const callers = this.inflight.get(backendId) ?? new Map<RequestContext, { shared: boolean }>();
@@ -205,14 +245,12 @@ export class Router {
       const forwarded = stripMeta(params);
       // Modern backends take the log level per request; legacy ones got logging/setLevel.
       if (ctx.logLevel !== undefined && backend.era === "modern") forwarded._meta = { [META.logLevel]: ctx.logLevel };
-      return backendOwnFieldsRemoved(await backend.request(method, forwarded, {
-        signal: ctx.signal,
-        interaction: ctx.interaction,
-        onprogress:
-          progressToken === undefined
-            ? undefined
-            : (progress) => ctx.notify(NOTIFICATION.progress, { progressToken, ...progress }),
-      }));
+      const onprogress = progressToken === undefined ? undefined : (progress: { progress: number; total?: number; message?: string }) => ctx.notify(NOTIFICATION.progress, { progressToken, ...progress });
+      const interaction = this.options.interaction;
+      if (ctx.era === "modern" && interaction !== undefined && INPUT_REQUIRED_METHODS.has(method)) {
+        return backendOwnFieldsRemoved(await this.forwardModern(backend, method, forwarded, params, ctx, interaction, onprogress));
+      }
+      return backendOwnFieldsRemoved(await backend.request(method, forwarded, { signal: ctx.signal, interaction: ctx.interaction, onprogress }));
     } catch (error) {
       throw this.exposeError(backendId, error);
     } finally {
@@ -221,6 +259,12 @@ export class Router {
     }
   }
 }
+
+/** Requests whose result may be an InputRequiredResult (2026-07-28). */
+const INPUT_REQUIRED_METHODS = new Set(["tools/call", "prompts/get", "resources/read"]);
+const CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities";
+/** Beyond the backend's timeout, how long a retry waits for the member holding its call. */
+const HELD_ROUND_SLACK_MS = 5_000;
 
 /**
  * A backend's answer that it has no resource `requested` (its own URI), in any SDK's shape: -32002
@@ -297,4 +341,8 @@ function decodeCursor(cursor: unknown, kind: CatalogKind): { after: string; next
     }
   }
   throw new BrokerError("BAD_PARAMS", "Invalid cursor: pass back a nextCursor from the same list, unchanged.");
+}
+
+function isObject(value: unknown): value is Params {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
 }

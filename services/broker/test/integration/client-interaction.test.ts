@@ -12,6 +12,23 @@ import { openSse } from "../helpers/raw-http.js";
  * tied to no call, and cancellations each end in an error for the backend, never in another
  * client's hands.
  */
+function text(result: unknown): string {
+  const content = (result as { content: { type: string; text: string }[] }).content;
+  return content.map((part) => part.text).join("");
+}
+
+/** A client of `era` at `url` that accepts every elicitation with `content`, noting each question's message. */
+async function answering(url: string, era: "legacy" | "modern", content: Record<string, string | boolean>): Promise<{ client: Client; asked: unknown[] }> {
+  const client = new Client({ name: era, version: "1.0.0" }, { capabilities: { elicitation: {} }, versionNegotiation: { mode: era === "modern" ? { pin: "2026-07-28" } : "legacy" } });
+  await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+  const asked: unknown[] = [];
+  client.setRequestHandler("elicitation/create", async (request) => {
+    asked.push(request.params.message);
+    return { action: "accept", content };
+  });
+  return { client, asked };
+}
+
 describe("interaction: a backend's requests during a call reach the calling client", () => {
   let backend: LegacyHttpBackend;
   let running: RunningBroker;
@@ -33,11 +50,6 @@ describe("interaction: a backend's requests during a call reach the calling clie
     await client.connect(new StreamableHTTPClientTransport(new URL(running.url)));
     clients.push(client);
     return client;
-  }
-
-  function text(result: unknown): string {
-    const content = (result as { content: { type: string; text: string }[] }).content;
-    return content.map((part) => part.text).join("");
   }
 
   it("passes sampling to the caller and its answer back, each of two concurrent callers answering its own", async () => {
@@ -137,6 +149,24 @@ describe("interaction: a backend's requests during a call reach the calling clie
     await eventually(() => !session?.hasOpenQuestions(), "the session to hold no open question");
   });
 
+  it("tells the client when the backend withdraws its question (its own request timed out), and takes roots/list_changed without passing it on", async () => {
+    const client = await connect("withdrawn", { elicitation: {}, roots: { listChanged: true } });
+    const cancelledIds: unknown[] = [];
+    let askedId: unknown;
+    client.setNotificationHandler("notifications/cancelled", (n) => {
+      cancelledIds.push(n.params.requestId);
+    });
+    client.setRequestHandler("elicitation/create", (_request, ctx) => {
+      askedId = ctx.mcpReq.id;
+      return new Promise(() => undefined); // never answers
+    });
+    // The backend gives up on its own request after 300 ms and cancels it.
+    const result = await client.callTool({ name: "b__ask_user", arguments: { message: "quick?", timeoutMs: 300 } });
+    expect(text(result)).toMatch(/^error /);
+    await eventually(() => askedId !== undefined && cancelledIds.includes(askedId), "notifications/cancelled for the withdrawn question");
+    await client.sendRootsListChanged();
+  });
+
   it("ends the question with an error for the backend when the caller goes away mid-question", async () => {
     const client = await connect("leaver", { sampling: {} });
     let asked = false;
@@ -190,14 +220,8 @@ describe("interaction: a modern backend's InputRequiredResult", () => {
   });
 
   it("becomes a request to a legacy client, whose answer goes back as the retry: the client sees one result", async () => {
-    const client = new Client({ name: "legacy", version: "1.0.0" }, { capabilities: { elicitation: {} }, versionNegotiation: { mode: "legacy" } });
-    await client.connect(new StreamableHTTPClientTransport(new URL(running.url)));
+    const { client, asked } = await answering(running.url, "legacy", { ok: true });
     try {
-      const asked: unknown[] = [];
-      client.setRequestHandler("elicitation/create", async (request) => {
-        asked.push(request.params.message);
-        return { action: "accept", content: { ok: true } };
-      });
       const result = await client.callTool({ name: "m__confirm", arguments: { question: "deploy?" } });
       expect(asked).toEqual(["deploy?"]);
       expect((result.content as { text: string }[])[0]?.text).toBe('confirmed: accept {"ok":true} state=asked-once');
@@ -207,14 +231,8 @@ describe("interaction: a modern backend's InputRequiredResult", () => {
   });
 
   it("reaches a modern client as it is, and the client's retry with inputResponses completes the call", async () => {
-    const client = new Client({ name: "modern", version: "1.0.0" }, { capabilities: { elicitation: {} }, versionNegotiation: { mode: { pin: "2026-07-28" } } });
-    await client.connect(new StreamableHTTPClientTransport(new URL(running.url)));
+    const { client, asked } = await answering(running.url, "modern", { ok: false });
     try {
-      const asked: unknown[] = [];
-      client.setRequestHandler("elicitation/create", async (request) => {
-        asked.push(request.params.message);
-        return { action: "accept", content: { ok: false } };
-      });
       // The SDK client fulfils the InputRequiredResult by itself and retries: one result for the caller.
       const result = await client.callTool({ name: "m__confirm", arguments: { question: "really?" } });
       expect(asked).toEqual(["really?"]);
@@ -257,5 +275,105 @@ describe("interaction across broker instances (Redis engine)", () => {
       await cluster.close();
       await backend.close();
     }
+  });
+
+  it("completes a modern client's retry that reaches another instance than the one holding its call", async () => {
+    const backend = await startLegacyHttpBackend(createTestServer({ name: "asker", interactive: true }));
+    const cluster = await startEngineBrokers("redis", {
+      backends: [{ id: "b", url: backend.url, era: "legacy", timeoutMs: 5_000, healthIntervalMs: 60_000 }],
+      interaction: { stateKey: "a-key-every-instance-of-the-cluster-shares" },
+    });
+    const [holding, other] = cluster.brokers as [RunningBroker, RunningBroker];
+    const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": { elicitation: {} } };
+    const call = (url: string, extra: Record<string, unknown> = {}) =>
+      post(
+        url,
+        { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "b__ask_user", arguments: { message: "name?" }, _meta: meta, ...extra } },
+        { "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "b__ask_user" },
+      );
+    try {
+      const round = (await call(holding.url)).json as { result: { inputRequests: Record<string, unknown>; requestState: string } };
+      const [key] = Object.keys(round.result.inputRequests);
+      const done = (await call(other.url, { requestState: round.result.requestState, inputResponses: { [String(key)]: { action: "accept", content: { name: "Ray" } } } })).json as {
+        result: { content: { text: string }[] };
+      };
+      expect(done.result.content[0]?.text).toBe('user: accept {"name":"Ray"}');
+    } finally {
+      await cluster.close();
+      await backend.close();
+    }
+  });
+});
+
+describe("interaction: a modern client's questions as InputRequiredResult rounds", () => {
+  let legacy: LegacyHttpBackend;
+  let modern: HttpBackend;
+  let running: RunningBroker;
+  const META = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": { elicitation: {} } };
+  const call = (name: string, args: Record<string, unknown>, extra: Record<string, unknown> = {}) =>
+    post(running.url, { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name, arguments: args, _meta: META, ...extra } }, { "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": name });
+
+  beforeAll(async () => {
+    legacy = await startLegacyHttpBackend(createTestServer({ name: "legacy-asker", interactive: true }));
+    modern = await startModernHttpBackend(createTestServer({ name: "modern-asker", interactive: true }));
+    running = await startBroker({
+      backends: [
+        { id: "b", url: legacy.url, era: "legacy", timeoutMs: 5_000, healthIntervalMs: 60_000 },
+        { id: "m", url: modern.url, era: "modern", timeoutMs: 5_000, healthIntervalMs: 60_000 },
+      ],
+      interaction: { heldCallMs: 1_000 },
+    });
+  });
+
+  afterAll(async () => {
+    await running.close();
+    await legacy.close();
+    await modern.close();
+  });
+
+  it("holds a legacy backend's call while a modern client answers its question, and returns the call's result to the retry", async () => {
+    const { client, asked } = await answering(running.url, "modern", { name: "Mo" });
+    try {
+      // The SDK client answers the InputRequiredResult by itself and retries: one result for the caller.
+      const result = await client.callTool({ name: "b__ask_user", arguments: { message: "name?" } });
+      expect(asked).toEqual(["name?"]);
+      expect(text(result)).toBe('user: accept {"name":"Mo"}');
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("answers the backend -32601 for a modern client without the capability", async () => {
+    const first = (await call("b__ask_model", { prompt: "x" })).json as { result: { content: { text: string }[] } };
+    expect(first.result.content[0]?.text).toMatch(/^error -32601: .*does not support sampling/);
+  });
+
+  it("seals the requestState it hands out: a changed, foreign or expired one gets -32602 and a message that says to call again", async () => {
+    const round = (await call("b__ask_user", { message: "who?" })).json as { result: { resultType: string; inputRequests: Record<string, unknown>; requestState: string } };
+    expect(round.result.resultType).toBe("input_required");
+    expect(Object.values(round.result.inputRequests)).toEqual([{ method: "elicitation/create", params: expect.objectContaining({ message: "who?" }) }]);
+    const [version, , mac] = round.result.requestState.split(".");
+    const forged = [version, Buffer.from(JSON.stringify({ h: "other", p: "anonymous", x: Date.now() + 60_000 })).toString("base64url"), mac].join(".");
+    const rejected = (await call("b__ask_user", { message: "who?" }, { requestState: forged, inputResponses: {} })).json as { error: { code: number; message: string } };
+    expect(rejected.error.code).toBe(-32602);
+    expect(rejected.error.message).toMatch(/not issued by this broker, or was changed/);
+    // A modern backend's own state is sealed too, and passed back to it.
+    const modernRound = (await call("m__confirm", { question: "ok?" })).json as { result: { resultType: string; requestState: string } };
+    expect(modernRound.result.resultType).toBe("input_required");
+    expect(modernRound.result.requestState.startsWith("mcpb1.")).toBe(true);
+    const done = (await call("m__confirm", { question: "ok?" }, { requestState: modernRound.result.requestState, inputResponses: { confirm: { action: "accept", content: { ok: true } } } })).json as {
+      result: { content: { text: string }[] };
+    };
+    expect(done.result.content[0]?.text).toBe('confirmed: accept {"ok":true} state=asked-once');
+    // One backend's state does not open another's call.
+    const crossed = (await call("b__ask_user", { message: "x" }, { requestState: modernRound.result.requestState, inputResponses: {} })).json as { error: { code: number } };
+    expect(crossed.error.code).toBe(-32602);
+    // Past heldCallMs the held call is over and its state expired.
+    await new Promise((resolve) => setTimeout(resolve, 1_200));
+    const late = (await call("b__ask_user", { message: "who?" }, { requestState: round.result.requestState, inputResponses: { q1: { action: "accept", content: { name: "late" } } } })).json as {
+      error: { code: number; message: string };
+    };
+    expect(late.error.code).toBe(-32602);
+    expect(late.error.message).toMatch(/expired|over/);
   });
 });
