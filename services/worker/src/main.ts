@@ -59,8 +59,8 @@ async function main(argv: string[]): Promise<number> {
   }
   if (!config.jobs.process) process.stderr.write("mcp-broker-worker: jobs.process is false in this config; the worker runs the cluster's jobs anyway.\n");
   const logger = createLogger(config.logging.level, "mcp-broker-worker");
-  // The worker watches backends before any broker (see MemberDeps.preferredWatcher).
-  const member = createMember({ ...config, jobs: { ...config.jobs, process: true } }, { logger, preferredWatcher: true });
+  // The worker watches backends before any broker (see MemberDeps.preferredWatcher), unless told not to.
+  const member = createMember({ ...config, jobs: { ...config.jobs, process: true } }, { logger, preferredWatcher: config.redis.workersWatchFirst });
   const http = createOperationsServer({
     metrics: member.metrics.registry,
     hostCheck: new HostCheck(config.server.allowedHosts),

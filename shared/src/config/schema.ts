@@ -187,6 +187,8 @@ export const brokerConfigSchema = z
         instanceTtlMs: z.number().int().min(1_000).max(MAX_TIMER_MS, TOO_LONG).default(30_000),
         /** How long a subscribe waits for the backend's watcher on another instance (longer than a backend's default timeoutMs, which the watcher waits for). */
         watcherTimeoutMs: positiveMs.default(35_000),
+        /** Workers (mcp-broker-worker) take backends' watcher leases before brokers (see README, "Running a cluster"). */
+        workersWatchFirst: z.boolean().default(true),
       })
       .strict()
       .prefault({}),

@@ -19,7 +19,7 @@ export type BenchBackendTarget = { controlPort: number } | { url: string };
 export interface BenchBrokerOptions {
   debounceMs?: number;
   /** The Redis engine: every broker with this Redis and key prefix is one cluster. */
-  redis?: { url: string; keyPrefix: string };
+  redis?: { url: string; keyPrefix: string; workersWatchFirst?: boolean };
   /** `jobs.process` (whether a broker runs the cluster's jobs) and `jobs.lockMs`; the defaults otherwise. */
   jobs?: { process?: boolean; lockMs?: number };
 }
@@ -48,7 +48,10 @@ export function benchBrokerConfig(backend: BenchBackendTarget, options: BenchBro
     ],
     subscriptions: { maxPerSession: 10_000, maxPerPrincipal: 10_000_000, maxTotal: 10_000_000, releaseGraceMs: RELEASE_GRACE_MS },
     ...(options.debounceMs !== undefined && { lists: { debounceMs: options.debounceMs } }),
-    ...(options.redis !== undefined && { redisUrl: options.redis.url, redis: { keyPrefix: options.redis.keyPrefix } }),
+    ...(options.redis !== undefined && {
+      redisUrl: options.redis.url,
+      redis: { keyPrefix: options.redis.keyPrefix, ...(options.redis.workersWatchFirst !== undefined && { workersWatchFirst: options.redis.workersWatchFirst }) },
+    }),
     ...(options.jobs !== undefined && { jobs: options.jobs }),
     logging: { level: "warn" },
   };

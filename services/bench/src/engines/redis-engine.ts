@@ -98,7 +98,8 @@ export class RedisEngine implements BrokerEngine {
     const redis = { url: this.deps.redisUrl, keyPrefix: base.keyPrefix };
     const lockMs = options.lockMs === undefined ? {} : { lockMs: options.lockMs };
     const brokerConfig = benchBrokerConfig({ url: base.url }, { redis, jobs: { process: false, ...lockMs } });
-    const workerConfig = benchBrokerConfig({ url: base.url }, { redis, jobs: lockMs });
+    // Broker 1 stays the watcher (workers do not take it over): killing a worker tests its jobs alone.
+    const workerConfig = benchBrokerConfig({ url: base.url }, { redis: { ...redis, workersWatchFirst: false }, jobs: lockMs });
     const brokers: BrokerProcess[] = [];
     const workers: WorkerProcess[] = [];
     const backendSessions: string[] = [];
