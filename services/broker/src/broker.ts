@@ -6,6 +6,7 @@ import type { JobQueue } from "@mcp-broker/shared";
 import { CATALOG_KINDS } from "./catalog/catalog.js";
 import { CatalogService } from "./catalog/catalog-service.js";
 import { busIntake } from "./fanout/bus-intake.js";
+import { ConsoleCensus } from "./http/console-census.js";
 import { Fanout } from "./fanout/fanout.js";
 import { consoleData } from "./http/console-api.js";
 import { EdgeSecurity } from "./http/edge-security.js";
@@ -109,6 +110,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     resume: new SessionResume({ updates: member.updates, listPosition: (list) => catalog.appliedPosition(list) }),
     cursors: new ResumeCursors(() => member.clusterId()),
   });
+  const census = new ConsoleCensus({ bus, instanceId: member.instanceId, local: (limit) => sessions.census(limit) });
   // Read at scrape time only.
   const metrics = addServerMetrics(member.metrics.registry, {
     sessions: () => ({ legacy: sessions.legacySessions().length, listen: sessions.listenCount() }),
@@ -137,7 +139,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     },
     backendDisconnected: (backend) => catalog.backendDisconnected(backend.id),
     log: (backend, params) => router.relayLog(backend.id, params),
-    ...busIntake({ fanout, catalog, sessions, held }),
+    ...busIntake({ fanout, catalog, sessions, held, census }),
     presumedDead: () => sessions.endAll("this broker instance lost contact with the cluster; start a new session"),
     newestPosition: () => fanout.events.newest(),
     recover: async () => {
@@ -170,7 +172,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
             }),
             localOnly: config.console.adminKeys.length === 0,
           },
-          data: consoleData({ catalog: catalog.catalog, registry, member, pushes }),
+          data: consoleData({ catalog: catalog.catalog, registry, member, pushes, census }),
         },
       }),
     });
@@ -189,6 +191,10 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     return url;
   };
   const serve = (): void => gate.open();
+  const start = async (): Promise<void> => {
+    await member.start();
+    await census.start();
+  };
 
   return {
     config,
@@ -203,12 +209,12 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     dispatcher,
     router,
     logger,
-    startBackends: () => member.start(),
+    startBackends: start,
     bind,
     serve,
     async listen() {
       const url = await bind();
-      await member.start();
+      await start();
       serve();
       return url;
     },

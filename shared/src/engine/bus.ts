@@ -5,6 +5,31 @@ import { listBodySchema } from "./catalog-store.js";
  * Messages between broker instances and workers. Decoded at the boundary: a message that does
  * not parse is logged and dropped, never thrown into a delivery loop.
  */
+/** One broker's sessions and listen streams, as the operator console shows them (at most the census's limit of each; `count`: all). */
+export const memberCensusSchema = z.object({
+  legacy: z.object({
+    count: z.number().int(),
+    sessions: z.array(
+      z.object({
+        sessionId: z.string(),
+        principal: z.string(),
+        protocolVersion: z.string(),
+        /** The broker's names of the resources it subscribes to. */
+        subscriptions: z.array(z.string()),
+        /** Its standalone GET stream is open. */
+        streaming: z.boolean(),
+        /** When a request last came for it on this member (epoch ms; 0: none since it came here). */
+        lastActive: z.number(),
+      }),
+    ),
+  }),
+  listens: z.object({
+    count: z.number().int(),
+    streams: z.array(z.object({ id: z.string(), principal: z.string(), subscriptions: z.array(z.string()), since: z.number() })),
+  }),
+});
+export type MemberCensus = z.infer<typeof memberCensusSchema>;
+
 export const busMessageSchema = z.discriminatedUnion("kind", [
   z.object({
     kind: z.literal("resource.updated"),
@@ -128,6 +153,24 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
     result: z.record(z.string(), z.unknown()).optional(),
     error: z.object({ code: z.number().int(), message: z.string(), data: z.unknown().optional() }).optional(),
   }),
+  /** To every broker (on `CHANNEL.console`): an operator console asks for each member's sessions and listen streams. */
+  z.object({
+    kind: z.literal("console.census"),
+    v: z.literal(1),
+    origin: z.string(),
+    id: z.number().int(),
+    replyTo: z.string(),
+    /** At most this many sessions and streams per member. */
+    limit: z.number().int().positive(),
+  }),
+  /** A broker's answer to `console.census`. */
+  z.object({
+    kind: z.literal("console.sessions"),
+    v: z.literal(1),
+    origin: z.string(),
+    id: z.number().int(),
+    census: memberCensusSchema,
+  }),
   /** The watcher's answer to `watch.ensure`. */
   z.object({
     kind: z.literal("watch.result"),
@@ -250,6 +293,8 @@ export const CHANNEL = {
   catalog: "catalog",
   /** Subscriptions removed by a limits job, for every member. */
   revocations: "revocations",
+  /** The operator console's census requests, for every broker. */
+  console: "console",
 } as const;
 
 /** The lease whose holder watches a backend upstream for the whole cluster. */

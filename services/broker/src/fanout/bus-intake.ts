@@ -15,6 +15,7 @@ type ServedMessage = Exclude<BusMessage, { kind: `watch.${string}` }>;
  * - `session.moved` → the sessions: another member adopted one of this broker's, which lets go of it;
  * - `client.answer` → the sessions: a client's answer to this broker's question, POSTed to another member;
  * - `held.retry`, `held.round` → the held calls: a modern client's retry of a call held on another member, and its answer;
+ * - `console.census`, `console.sessions` → the console: another member's console asks for this one's sessions, and answers to this one's;
  * - a gap (the bus reconnected) → every subscribed resource re-announced, every list re-read;
  * - an update this broker's member could not publish (Redis away) → its own sessions, as its own event.
  */
@@ -27,8 +28,9 @@ export function busIntake(deps: {
     clientAnswered(message: Extract<BusMessage, { kind: "client.answer" }>): void;
   };
   held: { retried(message: Extract<BusMessage, { kind: "held.retry" }>): void; round(message: Extract<BusMessage, { kind: "held.round" }>): void };
+  census: { receive(message: Extract<BusMessage, { kind: "console.census" | "console.sessions" }>): void };
 }): Required<Pick<MemberHooks, "busMessage" | "receiveGap" | "unpublished">> {
-  const { fanout, catalog, sessions, held } = deps;
+  const { fanout, catalog, sessions, held, census } = deps;
   return {
     busMessage: (channel: string, message: ServedMessage) => {
       switch (message.kind) {
@@ -52,6 +54,10 @@ export function busIntake(deps: {
           return;
         case "held.round":
           held.round(message);
+          return;
+        case "console.census":
+        case "console.sessions":
+          census.receive(message);
       }
     },
     receiveGap: () => {

@@ -3,6 +3,7 @@ import type { BackendStatus, Member } from "@mcp-broker/member";
 import type { SubscriptionRegistry } from "@mcp-broker/shared";
 import type { Catalog } from "../catalog/catalog.js";
 import type { EdgeSecurity } from "./edge-security.js";
+import type { ConsoleCensus, InstanceCensus } from "./console-census.js";
 import { sendJson } from "./mcp-endpoint.js";
 
 /** One resource as the operator console shows it. */
@@ -31,7 +32,13 @@ export interface ConsoleData {
   /** Every listed resource and every subscribed one that is not listed, with its subscriber count. */
   resources(): Promise<ConsoleResource[]>;
   backends(): Promise<ConsoleBackend[]>;
+  /** Every broker's legacy sessions and listen streams (at most `limit` of each per broker). */
+  sessions(limit: number): Promise<InstanceCensus[]>;
 }
+
+/** Sessions and streams per broker the sessions API lists by default, and at most. */
+const SESSIONS_DEFAULT_LIMIT = 200;
+const SESSIONS_MAX_LIMIT = 5_000;
 
 /** Who may use the console: `adminKeys` (Bearer), or with none configured, requests from this machine only. */
 export interface ConsoleAccess {
@@ -52,8 +59,9 @@ export function consoleData(deps: {
   registry: Pick<SubscriptionRegistry, "count" | "wanted">;
   member: Pick<Member, "backends" | "watcherOf">;
   pushes: (backendId: string) => boolean;
+  census: Pick<ConsoleCensus, "take">;
 }): ConsoleData {
-  const { catalog, registry, member, pushes } = deps;
+  const { catalog, registry, member, pushes, census } = deps;
   const row = (backend: string, uri: string, name: string, subscribers: number, listed: boolean, mimeType?: string): ConsoleResource => ({
     uri,
     backend,
@@ -84,6 +92,7 @@ export function consoleData(deps: {
       }
       return rows;
     },
+    sessions: (limit) => census.take(limit),
     backends: () =>
       Promise.all(
         member.backends().map(async (backend) => {
@@ -95,8 +104,8 @@ export function consoleData(deps: {
 }
 
 /**
- * The operator console's JSON API (`console.enabled`), under `/console/api/`: `resources` and
- * `backends`. Answers only what it serves (returns false for any other path). Every request passes
+ * The operator console's JSON API (`console.enabled`), under `/console/api/`: `resources`,
+ * `backends` and `sessions`. Answers only what it serves (returns false for any other path). Every request passes
  * the Host and Origin checks of `/mcp` and then needs an admin key, except, when no admin key is
  * configured, a request from this machine that no proxy forwarded.
  */
@@ -117,9 +126,20 @@ export function serveConsole(req: IncomingMessage, res: ServerResponse, access: 
     sendJson(res, 405, { error: `Method ${req.method ?? "?"} not allowed; use GET.` }, { allow: "GET" });
     return true;
   }
-  const read = path === `${API}resources` ? data.resources().then((resources) => ({ resources })) : path === `${API}backends` ? data.backends().then((backends) => ({ backends })) : undefined;
+  let read: Promise<unknown> | undefined;
+  if (path === `${API}resources`) read = data.resources().then((resources) => ({ resources }));
+  else if (path === `${API}backends`) read = data.backends().then((backends) => ({ backends }));
+  else if (path === `${API}sessions`) {
+    const limit = new URL(req.url ?? "/", "http://console").searchParams.get("limit");
+    const n = limit === null ? SESSIONS_DEFAULT_LIMIT : Number(limit);
+    if (!Number.isInteger(n) || n < 1 || n > SESSIONS_MAX_LIMIT) {
+      sendJson(res, 400, { error: `limit must be a whole number from 1 to ${SESSIONS_MAX_LIMIT}.` });
+      return true;
+    }
+    read = data.sessions(n).then((instances) => ({ instances }));
+  }
   if (read === undefined) {
-    sendJson(res, 404, { error: `Not found: the console's API is ${API}resources and ${API}backends.` });
+    sendJson(res, 404, { error: `Not found: the console's API is ${API}resources, ${API}backends and ${API}sessions.` });
     return true;
   }
   read.then(

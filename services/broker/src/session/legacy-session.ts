@@ -186,8 +186,17 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     this.env.logLevelSet(this, level);
   }
 
+  /** When a request last came for it here (epoch ms; 0: none since it came to this member). */
+  lastActive = 0;
+
+  /** Whether its standalone stream is open here. */
+  get streaming(): boolean {
+    return this.stream !== undefined && !this.stream.closed;
+  }
+
   /** Any request on the session: restarts the idle timer. */
   touch(): void {
+    this.lastActive = Date.now();
     this.actor.send({ type: "session.touch" });
     this.env.touched(this);
   }

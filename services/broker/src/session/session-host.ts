@@ -21,6 +21,7 @@ import type { Fanout } from "../fanout/fanout.js";
 import type { NotificationSink } from "../fanout/interest-table.js";
 import { PreparedNotification } from "../fanout/prepared-notification.js";
 import { supportOf } from "./client-requests.js";
+import type { MemberCensus } from "@mcp-broker/shared";
 import { LegacySession, type SessionEnv, type SinceReport } from "./legacy-session.js";
 import type { SessionResume } from "./session-resume.js";
 import type { ResumeCursors } from "./resume-cursor.js";
@@ -98,7 +99,7 @@ export class SessionHost {
   /** Acknowledged listen streams by id (its actor's, which is its registry session id). */
   private readonly listensById = new Map<string, ListenSink>();
   /** What each acknowledged listen stream holds, by id (written back if Redis loses it). */
-  private readonly listenHoldings = new Map<string, { principal: string; honored: () => SubscriptionTarget[] }>();
+  private readonly listenHoldings = new Map<string, { principal: string; honored: () => SubscriptionTarget[]; since: number }>();
   /** What to release when a listen's actor fails (a bug): by actor id (a legacy session's is `legacyFailed`). */
   private readonly failureCleanups = new Map<string, () => void>();
   /** Idle timers of legacy sessions without a stream, by session id (armed and disarmed by their actors). */
@@ -387,6 +388,25 @@ export class SessionHost {
     return this.listens.size;
   }
 
+  /** This member's sessions and listen streams as the operator console shows them, at most `limit` of each (see `ConsoleCensus`). */
+  census(limit: number): MemberCensus {
+    const sessions = [...this.legacy.values()].slice(0, limit).map((session) => ({
+      sessionId: session.id,
+      principal: session.principal,
+      protocolVersion: session.protocolVersion,
+      subscriptions: Object.keys(session.actor.getSnapshot().context.subscriptions),
+      streaming: session.streaming,
+      lastActive: session.lastActive,
+    }));
+    const streams = [...this.listenHoldings].slice(0, limit).map(([id, { principal, honored, since }]) => ({
+      id,
+      principal,
+      subscriptions: honored().map((target) => this.deps.catalog.exposeUri(target.backendId, target.uri)),
+      since,
+    }));
+    return { legacy: { count: this.legacy.size, sessions }, listens: { count: this.listenHoldings.size, streams } };
+  }
+
   /** What every cursor of this principal's listen streams begins with (see `ResumeCursors`). */
   cursorPrefix(principal: string): string {
     return this.deps.cursors.prefix(principal);
@@ -448,7 +468,7 @@ export class SessionHost {
           acknowledged = true;
           this.listens.add(sink);
           this.listensById.set(id, sink);
-          this.listenHoldings.set(id, { principal, honored: () => Object.values(actor.getSnapshot().context.honored) });
+          this.listenHoldings.set(id, { principal, honored: () => Object.values(actor.getSnapshot().context.honored), since: Date.now() });
           this.deps.fanout.listen(sink);
           if (cursor === undefined) {
             onOutcome(effect);

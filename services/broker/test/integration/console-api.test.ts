@@ -84,6 +84,27 @@ describe.each(["memory", "redis"] as const)("console API on the %s engine", (eng
     expect(await row("poll+test://static/b")).toMatchObject({ subscribers: 0, upstream: "none" });
   });
 
+  it("lists every broker's legacy sessions and listen streams, with what each subscribes to", async () => {
+    const legacy = await connectClient(first().url, "legacy");
+    const modern = await connectClient(last().url, "modern");
+    clients.push(legacy, modern);
+    await legacy.subscribeResource({ uri: "push+test://static/a" });
+    const listen = await modern.listen({ resourceSubscriptions: ["push+test://static/b"] });
+    const sessionId = (legacy.transport as { sessionId?: string }).sessionId ?? "";
+    type Census = { instance: string; self: boolean; legacy: { count: number; sessions: { sessionId: string; subscriptions: string[]; principal: string }[] }; listens: { count: number; streams: { subscriptions: string[] }[] } };
+    const { instances } = (await api(first(), "sessions")).json as { instances: Census[] };
+    // One entry per broker of the cluster, the answering one first.
+    expect(instances.length).toBe(brokers.length);
+    expect(instances[0]?.self).toBe(true);
+    const sessions = instances.flatMap((i) => i.legacy.sessions);
+    expect(sessions.find((s) => s.sessionId === sessionId)).toMatchObject({ principal: "anonymous", subscriptions: ["push+test://static/a"] });
+    expect(instances.flatMap((i) => i.listens.streams).map((s) => s.subscriptions)).toContainEqual(["push+test://static/b"]);
+    // The listen stream is on the last broker: on the Redis engine another instance than the first.
+    expect(instances.at(-1)?.listens.count).toBe(1);
+    expect((await api(first(), "sessions?limit=0")).status).toBe(400);
+    await listen.close();
+  });
+
   it("shows each backend's state and the instance that watches it for the cluster", async () => {
     const { instance } = (await (await fetch(new URL("/readyz", first().url))).json()) as { instance: string };
     const { backends } = (await api(first(), "backends")).json as { backends: { id: string; state: string; watcher?: string; watching: boolean }[] };
@@ -142,6 +163,11 @@ describe("console API access", () => {
     expect(allowed.status).toBe(200);
     expect(allowed.json).toMatchObject({ resources: expect.arrayContaining([expect.objectContaining({ uri: "b+test://static/a", subscribers: 1 })]) });
     expect(allowed.body).not.toContain(sessionId);
+    // The sessions API names sessions: only with the key.
+    const sessionsWithout = await api(keyed, "sessions");
+    expect(sessionsWithout.status).toBe(401);
+    expect(sessionsWithout.body).not.toContain(sessionId);
+    expect((await api(keyed, "sessions", { authorization: `Bearer ${ADMIN_KEY}` })).body).toContain(sessionId);
     await client.close();
   });
 });
