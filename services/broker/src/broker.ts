@@ -172,7 +172,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
             }),
             localOnly: config.console.adminKeys.length === 0,
           },
-          data: consoleData({ catalog: catalog.catalog, registry, member, pushes, census }),
+          data: consoleData({ catalog: catalog.catalog, registry, member, pushes, census, heldTools: () => catalog.heldTools() }),
         },
       }),
     });

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { BackendStatus, Member } from "@mcp-broker/member";
-import type { SubscriptionRegistry } from "@mcp-broker/shared";
-import type { Catalog } from "../catalog/catalog.js";
+import type { HeldTool, SubscriptionRegistry } from "@mcp-broker/shared";
+import type { Catalog, CatalogKind } from "../catalog/catalog.js";
 import type { EdgeSecurity } from "./edge-security.js";
 import type { ConsoleCensus, InstanceCensus } from "./console-census.js";
 import { sendJson } from "./mcp-endpoint.js";
@@ -34,7 +34,22 @@ export interface ConsoleData {
   backends(): Promise<ConsoleBackend[]>;
   /** Every broker's legacy sessions and listen streams (at most `limit` of each per broker). */
   sessions(limit: number): Promise<InstanceCensus[]>;
+  /** The aggregated catalog as clients see it, each item with its backend, and the tools held back. */
+  catalog(): Promise<ConsoleCatalog>;
 }
+
+/** The aggregated catalog (`/console/api/catalog`). */
+export interface ConsoleCatalog {
+  tools: ConsoleItem[];
+  prompts: ConsoleItem[];
+  resources: ConsoleItem[];
+  resourceTemplates: ConsoleItem[];
+  /** Tools held back by `toolChanges: "hold"` or `pinnedTools`, by the broker's name for them. */
+  held: (HeldTool & { exposedName: string })[];
+}
+
+/** One catalog item: its definition as clients get it, and its backend. */
+export type ConsoleItem = Record<string, unknown> & { backend: string };
 
 /** Sessions and streams per broker the sessions API lists by default, and at most. */
 const SESSIONS_DEFAULT_LIMIT = 200;
@@ -60,8 +75,10 @@ export function consoleData(deps: {
   member: Pick<Member, "backends" | "watcherOf">;
   pushes: (backendId: string) => boolean;
   census: Pick<ConsoleCensus, "take">;
+  heldTools: () => HeldTool[];
 }): ConsoleData {
-  const { catalog, registry, member, pushes, census } = deps;
+  const { catalog, registry, member, pushes, census, heldTools } = deps;
+  const items = (kind: CatalogKind): ConsoleItem[] => catalog.list(kind).map((item) => ({ ...item.exposed, backend: item.backendId }));
   const row = (backend: string, uri: string, name: string, subscribers: number, listed: boolean, mimeType?: string): ConsoleResource => ({
     uri,
     backend,
@@ -93,6 +110,13 @@ export function consoleData(deps: {
       return rows;
     },
     sessions: (limit) => census.take(limit),
+    catalog: async () => ({
+      tools: items("tools"),
+      prompts: items("prompts"),
+      resources: items("resources"),
+      resourceTemplates: items("resourceTemplates"),
+      held: heldTools().map((held) => ({ ...held, exposedName: catalog.exposeName(held.backendId, held.name) })),
+    }),
     backends: () =>
       Promise.all(
         member.backends().map(async (backend) => {
@@ -105,7 +129,7 @@ export function consoleData(deps: {
 
 /**
  * The operator console's JSON API (`console.enabled`), under `/console/api/`: `resources`,
- * `backends` and `sessions`. Answers only what it serves (returns false for any other path). Every request passes
+ * `backends`, `sessions` and `catalog`. Answers only what it serves (returns false for any other path). Every request passes
  * the Host and Origin checks of `/mcp` and then needs an admin key, except, when no admin key is
  * configured, a request from this machine that no proxy forwarded.
  */
@@ -129,6 +153,7 @@ export function serveConsole(req: IncomingMessage, res: ServerResponse, access: 
   let read: Promise<unknown> | undefined;
   if (path === `${API}resources`) read = data.resources().then((resources) => ({ resources }));
   else if (path === `${API}backends`) read = data.backends().then((backends) => ({ backends }));
+  else if (path === `${API}catalog`) read = data.catalog();
   else if (path === `${API}sessions`) {
     const limit = new URL(req.url ?? "/", "http://console").searchParams.get("limit");
     const n = limit === null ? SESSIONS_DEFAULT_LIMIT : Number(limit);
@@ -139,7 +164,7 @@ export function serveConsole(req: IncomingMessage, res: ServerResponse, access: 
     read = data.sessions(n).then((instances) => ({ instances }));
   }
   if (read === undefined) {
-    sendJson(res, 404, { error: `Not found: the console's API is ${API}resources, ${API}backends and ${API}sessions.` });
+    sendJson(res, 404, { error: `Not found: the console's API is ${API}resources, ${API}backends, ${API}sessions and ${API}catalog.` });
     return true;
   }
   read.then(

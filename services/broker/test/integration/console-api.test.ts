@@ -136,6 +136,21 @@ describe("console API access", () => {
     return started;
   }
 
+  it("shows the aggregated catalog with each item's backend, and the tools held back", async () => {
+    const started = await startBroker({ backends: [{ id: "b", url: backend.url, era: "legacy", pinnedTools: { add: "AAAAAAAAAAAAAAAAAAAAAA" } }], console: { enabled: true } });
+    await eventually(async () => ((await api(started, "catalog")).json as { held: unknown[] }).held.length > 0, "the gate to hold the backend's tools");
+    running.push(started);
+    const { json } = await api(started, "catalog");
+    const catalog = json as { tools: { name: string; backend: string }[]; resources: { uri: string; backend: string }[]; resourceTemplates: { uriTemplate: string }[]; held: { exposedName: string; name: string; backendId: string }[] };
+    // With pinnedTools only pinned definitions pass: none of b's tools here (the pin matches nothing).
+    expect(catalog.tools.filter((tool) => tool.backend === "b")).toEqual([]);
+    expect(catalog.tools).toContainEqual(expect.objectContaining({ name: "search_resources" }));
+    expect(catalog.held).toContainEqual(expect.objectContaining({ exposedName: "b__echo", name: "echo", backendId: "b" }));
+    expect(catalog.resources).toContainEqual(expect.objectContaining({ uri: "b+test://static/a", backend: "b" }));
+    expect(catalog.resourceTemplates).toContainEqual(expect.objectContaining({ uriTemplate: "b+test://items/{id}" }));
+    expect(catalog.held).toContainEqual(expect.objectContaining({ exposedName: "b__add", name: "add", backendId: "b" }));
+  });
+
   it("is not served unless console.enabled", async () => {
     expect((await api(await broker(), "resources")).status).toBe(404);
   });
