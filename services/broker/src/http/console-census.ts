@@ -39,8 +39,9 @@ export class ConsoleCensus {
     const answers: InstanceCensus[] = [];
     this.pending.set(id, answers);
     try {
-      await this.deps.bus.publish(CHANNEL.console, { kind: "console.census", v: 1, origin: this.deps.instanceId, id, replyTo: CHANNEL.replies(this.deps.instanceId), limit });
-      await new Promise((resolve) => setTimeout(resolve, CENSUS_WAIT_MS));
+      // Redis away: this member's own census still answers.
+      const asked = this.deps.bus.publish(CHANNEL.console, { kind: "console.census", v: 1, origin: this.deps.instanceId, id, replyTo: CHANNEL.replies(this.deps.instanceId), limit }).catch(() => undefined);
+      await Promise.all([asked, new Promise((resolve) => setTimeout(resolve, CENSUS_WAIT_MS))]);
     } finally {
       this.pending.delete(id);
     }

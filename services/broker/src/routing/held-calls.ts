@@ -77,6 +77,8 @@ class HeldCall {
   private readonly questions = new Map<string, Question>();
   private asked = 0;
   private wake: (() => void) | undefined;
+  /** A round is waiting (`next`). */
+  private waiting = false;
   private outcome: { ok: true; result: Params } | { ok: false; error: unknown } | undefined;
   private expiry: ReturnType<Clock["setTimeout"]> | undefined;
   readonly abort = new AbortController();
@@ -91,12 +93,20 @@ class HeldCall {
       supports,
       ask: (method, params, signal) =>
         new Promise<Params>((resolve, reject) => {
+          if (signal.aborted || this.outcome !== undefined) {
+            reject(new Error(`${method} was withdrawn: ${String(signal.reason ?? "the call ended")}`));
+            return;
+          }
           const key = `q${++this.asked}`;
-          const question: Question = { key, method, params, resolve, reject };
-          this.questions.set(key, question);
-          signal.addEventListener("abort", () => {
+          const withdraw = (): void => {
             if (this.questions.delete(key)) reject(new Error(`${method} was withdrawn: ${String(signal.reason)}`));
-          });
+          };
+          signal.addEventListener("abort", withdraw, { once: true });
+          const done = <T>(settle: (value: T) => void) => (value: T) => {
+            signal.removeEventListener("abort", withdraw);
+            settle(value);
+          };
+          this.questions.set(key, { key, method, params, resolve: done(resolve), reject: done(reject) });
           this.wake?.();
         }),
     };
@@ -121,17 +131,32 @@ class HeldCall {
     }
   }
 
-  /** Waits for the call's result or its next questions (those still unanswered included). */
+  /**
+   * Waits for the call's result or its next questions (those still unanswered included). One round
+   * at a time: a second retry of the same state while one waits gets -32602.
+   */
   async next(signal: AbortSignal): Promise<Round> {
+    if (this.waiting) throw new BrokerError("BAD_PARAMS", "A retry of this call is already waiting for its answer: wait for it (or call again without requestState).");
+    if (signal.aborted) {
+      this.cancel("the client's request ended");
+      throw new BrokerError("BAD_PARAMS", "The call ended: its client's request was cancelled.");
+    }
+    this.waiting = true;
     this.disarm();
     const onAbort = () => this.cancel("the client's request ended");
-    signal.addEventListener("abort", onAbort);
+    signal.addEventListener("abort", onAbort, { once: true });
     try {
-      // Questions the backend asks together (in one tick) go out in one round.
-      while (this.outcome === undefined && this.questions.size === 0) await new Promise<void>((resolve) => (this.wake = resolve));
-      this.wake = undefined;
-      await new Promise((resolve) => setImmediate(resolve));
+      for (;;) {
+        while (this.outcome === undefined && this.questions.size === 0) await new Promise<void>((resolve) => (this.wake = resolve));
+        this.wake = undefined;
+        if (this.outcome !== undefined) break;
+        // Questions the backend asks together (in one tick) go out in one round.
+        await new Promise((resolve) => setImmediate(resolve));
+        // All withdrawn meanwhile: wait on.
+        if (this.outcome !== undefined || this.questions.size > 0) break;
+      }
     } finally {
+      this.waiting = false;
       signal.removeEventListener("abort", onAbort);
     }
     if (this.outcome !== undefined) {
@@ -145,15 +170,16 @@ class HeldCall {
     return { kind: "input", result: { resultType: "input_required", inputRequests, requestState: this.deps.seal.seal({ h: this.id, p: this.principal, i: this.deps.instanceId }) } };
   }
 
+  /** Ends the held call: the upstream call is aborted, its questions withdrawn, and a waiting round gets the error. */
   cancel(reason: string): void {
     this.disarm();
     this.abort.abort(new Error(reason));
-    for (const question of this.questions.values()) question.reject(new Error(reason));
-    this.questions.clear();
+    this.settle({ ok: false, error: new BrokerError("BAD_PARAMS", `The call ended (${reason}): call again without requestState.`) });
     this.deps.forget(this);
   }
 
   private settle(outcome: NonNullable<HeldCall["outcome"]>): void {
+    if (this.outcome !== undefined) return;
     this.outcome = outcome;
     for (const question of this.questions.values()) question.reject(new Error("the call ended"));
     this.questions.clear();

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { ProtocolError } from "@modelcontextprotocol/client";
 import { interactionSupport, type InteractionSupport } from "@mcp-broker/member";
 import { NOTIFICATION } from "@mcp-broker/shared";
@@ -13,7 +14,6 @@ type Outgoing = { jsonrpc: "2.0"; id?: string; method: string; params: Record<st
  * backend's timeout) tells the client `notifications/cancelled` and rejects.
  */
 export class ClientRequests {
-  private next = 0;
   private readonly pending = new Map<string, { resolve: (result: Record<string, unknown>) => void; reject: (error: Error) => void }>();
 
   get size(): number {
@@ -22,7 +22,8 @@ export class ClientRequests {
 
   ask(send: (message: Outgoing) => boolean, method: string, params: Record<string, unknown>, signal: AbortSignal): Promise<Record<string, unknown>> {
     if (signal.aborted) return Promise.reject(cancelled(method, signal));
-    const id = `mcp-broker-${++this.next}`;
+    // Never reused (a late answer to a withdrawn question must match nothing), here or on another member.
+    const id = `mcp-broker-${randomUUID()}`;
     return new Promise((resolve, reject) => {
       const onAbort = (): void => {
         if (!this.pending.delete(id)) return;

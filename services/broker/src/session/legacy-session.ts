@@ -1,3 +1,4 @@
+import { ProtocolError } from "@modelcontextprotocol/client";
 import type { BrokerError, ListName } from "@mcp-broker/shared";
 import type { Actor } from "xstate";
 import type { LogLevel } from "../routing/request-context.js";
@@ -129,6 +130,8 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
    * and resolves with its answer (see `ClientRequests`).
    */
   async askClient(send: Parameters<ClientRequests["ask"]>[0], method: InteractionMethod, params: Record<string, unknown>, signal: AbortSignal): Promise<Record<string, unknown>> {
+    // A session that ended or left this member cannot hear the answer here.
+    if (this.closed) throw new ProtocolError(-32603, `${method} was not answered: the client's session is no longer on this broker instance.`);
     const asked = (this.asked ??= new ClientRequests());
     try {
       return await asked.ask(send, method, params, signal);

@@ -85,6 +85,9 @@ const LIST_NAMES: readonly ListName[] = ["tools", "prompts", "resources"];
 
 type SubscriptionsRevoked = Extract<BusMessage, { kind: "subscriptions.revoked" }>;
 
+/** Subscriptions listed per session or stream in a console census (the census stays small on the bus). */
+const CENSUS_SUBSCRIPTIONS = 100;
+
 /**
  * Runs the session and listen actors: provides their I/O (catalog validation, registry, upstream),
  * performs their effects (local interest, through the fan-out's interest table).
@@ -394,14 +397,16 @@ export class SessionHost {
       sessionId: session.id,
       principal: session.principal,
       protocolVersion: session.protocolVersion,
-      subscriptions: Object.keys(session.actor.getSnapshot().context.subscriptions),
+      subscriptions: Object.keys(session.actor.getSnapshot().context.subscriptions).slice(0, CENSUS_SUBSCRIPTIONS),
       streaming: session.streaming,
       lastActive: session.lastActive,
     }));
     const streams = [...this.listenHoldings].slice(0, limit).map(([id, { principal, honored, since }]) => ({
       id,
       principal,
-      subscriptions: honored().map((target) => this.deps.catalog.exposeUri(target.backendId, target.uri)),
+      subscriptions: honored()
+        .slice(0, CENSUS_SUBSCRIPTIONS)
+        .map((target) => this.deps.catalog.exposeUri(target.backendId, target.uri)),
       since,
     }));
     return { legacy: { count: this.legacy.size, sessions }, listens: { count: this.listenHoldings.size, streams } };

@@ -14,7 +14,7 @@ import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotoc
 import { BrokerError, NOTIFICATION, backoffDelay, isStdioBackend, type BackendConfig, type Clock, type TimerHandle } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
 import { installStdioReadBuffer } from "./stdio-read-buffer.js";
-import { INTERACTION_METHODS, InteractionRouter, type ClientInteraction } from "./client-interaction.js";
+import { INTERACTION_METHODS, InteractionRouter, askClient, type ClientInteraction, type InteractionMethod } from "./client-interaction.js";
 import { isConnectionFailure } from "./connection-failure.js";
 import { summarizeFailure } from "./failure-summary.js";
 import { NotificationStreamWatch } from "./notification-stream-watch.js";
@@ -62,6 +62,8 @@ const DEGRADED_AFTER_TIMEOUTS = 3;
 /** Reopen attempts of a legacy backend's notification stream before the connection counts as dropped. */
 const NOTIFICATION_STREAM_ATTEMPTS = 5;
 const LIST_KINDS: readonly ListKind[] = ["tools", "prompts", "resources"];
+/** Rounds of a modern backend's InputRequiredResult the broker answers for a legacy client in one call. */
+const MAX_INPUT_ROUNDS = 10;
 
 /**
  * One backend MCP server: an SDK v2 client that is kept connected. A drop (process exit, a
@@ -174,28 +176,53 @@ export class BackendConnection {
   async request(method: string, params: Record<string, unknown> | undefined, options: BackendRequestOptions = {}): Promise<Record<string, unknown>> {
     const client = this.client;
     if (client === undefined || this.stateValue !== "connected") throw this.unavailable();
+    const { interaction } = options;
+    const send = (sent: Record<string, unknown> | undefined, headers: Record<string, string>) =>
+      client.request(
+        { method: method as "ping", ...(sent !== undefined && { params: sent }) },
+        {
+          timeout: this.config.timeoutMs,
+          headers,
+          ...(options.signal !== undefined && { signal: options.signal }),
+          ...(options.onprogress !== undefined && { onprogress: options.onprogress, resetTimeoutOnProgress: true }),
+          // A modern backend's InputRequiredResult comes back as it is (see below).
+          allowInputRequired: true,
+        },
+      ) as Promise<Record<string, unknown>>;
     try {
       const result = await this.counted(() =>
-        this.interactions.run(options.interaction, () =>
-        client.request(
-          { method: method as "ping", ...(params !== undefined && { params }) },
-          {
-            timeout: this.config.timeoutMs,
-            ...(options.signal !== undefined && { signal: options.signal }),
-            ...(options.onprogress !== undefined && { onprogress: options.onprogress, resetTimeoutOnProgress: true }),
-            // A modern backend's InputRequiredResult: the SDK fulfils it through the interaction
-            // handlers for a client that can be asked (legacy), and returns it as it is otherwise
-            // (a modern client answers it itself, retrying with inputResponses).
-            ...(options.interaction === undefined && { allowInputRequired: true }),
-          },
-        ),
-        ),
+        this.interactions.run(interaction, this.config.timeoutMs, async (headers) => {
+          let answer = await send(params, headers);
+          // A modern backend asks by answering InputRequiredResult: a client that can be asked
+          // (legacy) is asked each embedded request, and the call is retried with the answers,
+          // so that client sees one result. Any other client gets the InputRequiredResult itself.
+          for (let round = 1; interaction !== undefined && answer.resultType === "input_required"; round++) {
+            if (round > MAX_INPUT_ROUNDS) throw new BrokerError("BACKEND_UNAVAILABLE", `Backend '${this.id}' asked for input more than ${MAX_INPUT_ROUNDS} times in one call.`, { backend: this.id });
+            const inputResponses = await this.fulfil(interaction, answer.inputRequests, options.signal);
+            const { inputResponses: _previous, requestState: _state, ...rest } = params ?? {};
+            answer = await send({ ...rest, inputResponses, ...(typeof answer.requestState === "string" && { requestState: answer.requestState }) }, headers);
+          }
+          return answer;
+        }),
       );
       this.answered(client);
       return result;
     } catch (error) {
       throw this.translateError(client, error);
     }
+  }
+
+  /** Asks the client each request of a modern backend's `inputRequests`; their answers by key. */
+  private async fulfil(interaction: ClientInteraction, inputRequests: unknown, signal: AbortSignal | undefined): Promise<Record<string, unknown>> {
+    const answers: Record<string, unknown> = {};
+    const requests = typeof inputRequests === "object" && inputRequests !== null ? Object.entries(inputRequests as Record<string, { method?: unknown; params?: unknown }>) : [];
+    for (const [key, request] of requests) {
+      const method = request.method;
+      if (!(INTERACTION_METHODS as readonly unknown[]).includes(method)) throw new BrokerError("BACKEND_UNAVAILABLE", `Backend '${this.id}' asked for input the broker cannot pass on (${String(method)}).`, { backend: this.id });
+      const params = typeof request.params === "object" && request.params !== null ? (request.params as Record<string, unknown>) : {};
+      answers[key] = await askClient(interaction, method as InteractionMethod, params, signal ?? new AbortController().signal, this.config.timeoutMs);
+    }
+    return answers;
   }
 
   /** Runs one request to the backend, counted in `requestsInFlight` from now until it settles. */

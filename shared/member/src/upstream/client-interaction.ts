@@ -1,4 +1,3 @@
-import { AsyncLocalStorage } from "node:async_hooks";
 import { ProtocolError, type FetchLike } from "@modelcontextprotocol/client";
 
 /** The server→client requests a backend may make of the client behind a call. */
@@ -38,31 +37,51 @@ const INVALID_PARAMS = -32602;
 const INVALID_REQUEST = -32600;
 const REQUEST_TIMEOUT = -32001;
 
+/** The header that tells the transport's fetch which call a POST belongs to (taken off before it is sent). */
+const CALL_HEADER = "x-mcp-broker-call";
+
 /**
  * Ties a backend's server→client requests (sampling, elicitation, roots) to the client call they
- * belong to, for one connection. A call made with an interaction runs in its async context; the
- * transport's fetch, called in that context, taps the event stream of that call's POST for the ids
- * of the requests the backend sends on it (the spec's place for a request related to a call), so
- * the request handler finds its call by the request's id. A request that came another way (the
- * backend's standalone stream, or stdio, which has no per-call stream) belongs to the call in
- * flight only when there is exactly one; otherwise it is refused, never sent to an arbitrary client.
+ * belong to, for one connection. Each request to the backend is numbered, and its POST carries
+ * the number in a header that the transport's fetch takes off again; the fetch taps that POST's
+ * event stream for the ids of the requests the backend sends on it (the spec's place for a request
+ * related to a call), so the request handler finds the call by the request's id. A request that
+ * came another way (the backend's standalone stream, or stdio, which has no stream per call)
+ * belongs to a client's call only when that is the one client call in flight and none ended early
+ * within the backend's `timeoutMs` (a backend may still be working on a call the broker gave up);
+ * otherwise it is refused, never sent to an arbitrary client.
  */
 export class InteractionRouter {
-  /** The call a piece of work belongs to. */
-  private readonly context = new AsyncLocalStorage<Call>();
+  private nextCall = 0;
+  /** Requests to the backend in flight, by number: clients' calls and the broker's own. */
+  private readonly calls = new Map<number, Call>();
   /** Requests seen on a call's stream, by the backend's request id. */
   private readonly tied = new Map<string | number, Call>();
-  /** Requests to the backend in flight: clients' calls and the broker's own. */
-  private readonly inFlight = new Set<Call>();
+  /** Client calls in flight (those with an interaction). */
+  private clientCalls = 0;
+  /** Until then (ms) a client call that ended early (failed, cancelled, timed out) keeps the fallback off. */
+  private quietUntil = 0;
 
-  /** Runs `send` (one request to the backend) as a call of `interaction`'s client (undefined: a client that cannot be asked, or the broker). */
-  async run<T>(interaction: ClientInteraction | undefined, send: () => Promise<T>): Promise<T> {
+  /**
+   * Runs `send` (one request to the backend) as a call of `interaction`'s client (undefined: a
+   * client that cannot be asked, or the broker); `send` passes `headers` with the request.
+   */
+  async run<T>(interaction: ClientInteraction | undefined, timeoutMs: number, send: (headers: Record<string, string>) => Promise<T>): Promise<T> {
+    const number = ++this.nextCall;
     const call: Call = { interaction, ended: new AbortController() };
-    this.inFlight.add(call);
+    this.calls.set(number, call);
+    if (interaction !== undefined) this.clientCalls++;
+    let early = true;
     try {
-      return await this.context.run(call, send);
+      const result = await send({ [CALL_HEADER]: String(number) });
+      early = false;
+      return result;
     } finally {
-      this.inFlight.delete(call);
+      this.calls.delete(number);
+      if (interaction !== undefined) {
+        this.clientCalls--;
+        if (early) this.quietUntil = Math.max(this.quietUntil, Date.now() + timeoutMs);
+      }
       // A question of a call that is over can no longer change its answer: it ends with it.
       call.ended.abort(new Error("the call it belongs to ended"));
       for (const [id, tied] of this.tied) if (tied === call) this.tied.delete(id);
@@ -74,13 +93,16 @@ export class InteractionRouter {
     this.tied.clear();
   }
 
-  /** Wraps the transport's fetch: the event stream of a call's POST is tapped for the backend's request ids. */
+  /** Wraps the transport's fetch: takes the call header off a POST and taps its event stream for the backend's request ids. */
   fetch(inner: FetchLike): FetchLike {
     return async (url, init) => {
-      const call = this.context.getStore();
-      const response = await inner(url, init);
-      if (call?.interaction === undefined || init?.method !== "POST" || response.body === null) return response;
-      if (response.headers.get("content-type")?.startsWith("text/event-stream") !== true) return response;
+      const headers = new Headers(init?.headers);
+      const number = headers.get(CALL_HEADER);
+      if (number === null) return inner(url, init);
+      headers.delete(CALL_HEADER);
+      const response = await inner(url, { ...init, headers });
+      const call = this.calls.get(Number(number));
+      if (call === undefined || response.body === null || response.headers.get("content-type")?.startsWith("text/event-stream") !== true) return response;
       const tap = requestIdTap((id) => this.tied.set(id, call));
       return new Response(response.body.pipeThrough(tap), { status: response.status, statusText: response.statusText, headers: response.headers });
     };
@@ -88,44 +110,65 @@ export class InteractionRouter {
 
   /**
    * Answers one server→client request of the backend: the calling client's answer, or the error a
-   * client would give (no such capability: -32601; an elicitation mode it did not declare: -32602;
-   * no call to tie it to: -32600; no answer within `timeoutMs`: -32001). `roots/list` of a client
-   * without roots, or outside any call, answers no roots: the broker shares one connection among
-   * many clients and exposes none of its own.
+   * client would give (see `askClient`); -32600 when it cannot be tied to a client's call.
+   * `roots/list` outside any call answers no roots.
    */
   async handle(method: InteractionMethod, requestId: string | number, params: Record<string, unknown>, signal: AbortSignal, timeoutMs: number): Promise<Record<string, unknown>> {
     const tied = this.tied.get(requestId);
     this.tied.delete(requestId);
-    // The SDK may handle the request within the call's async context (a modern backend's
-    // InputRequiredResult, which it fulfils as part of the call): then that is its call.
-    const call = tied ?? this.context.getStore() ?? (this.inFlight.size === 1 ? [...this.inFlight][0] : undefined);
+    const call = tied ?? this.onlyClientCall();
     if (call === undefined) {
       if (method === "roots/list") return { roots: [] };
-      const why = this.inFlight.size === 0 ? "no call is in flight" : `${this.inFlight.size} requests are in flight and it came on none of their streams`;
+      const why = this.clientCalls === 0 ? "no client call is in flight" : "it came on no call's stream and more than one client call may still be waiting for it";
       throw new ProtocolError(INVALID_REQUEST, `${method} cannot be tied to a client's call (${why}): send it on the response stream of the call it belongs to (related to that request).`);
     }
-    const interaction = call.interaction;
-    if (interaction === undefined) {
-      if (method === "roots/list") return { roots: [] };
-      throw new ProtocolError(METHOD_NOT_FOUND, `Method not found: the client that made this call cannot be asked ${method} through the broker.`);
+    return askClient(call.interaction, method, params, AbortSignal.any([signal, call.ended.signal]), timeoutMs);
+  }
+
+  /** The one client call in flight, when nothing else may be waiting for an untied request. */
+  private onlyClientCall(): Call | undefined {
+    if (this.clientCalls !== 1 || Date.now() < this.quietUntil) return undefined;
+    for (const call of this.calls.values()) if (call.interaction !== undefined) return call;
+    return undefined;
+  }
+}
+
+/**
+ * Asks the client behind a call one request of the backend (a legacy backend's server→client
+ * request, or an entry of a modern backend's InputRequiredResult): its answer, or the error a
+ * client would give: no such capability -32601; an elicitation mode it did not declare -32602; no
+ * answer within `timeoutMs` -32001. A client that cannot be asked at all (undefined: a modern
+ * client of a legacy backend is asked through held calls instead, the broker's own requests never)
+ * gives -32601. `roots/list` of a client without roots answers no roots: the broker shares one
+ * connection among many clients and exposes none of its own.
+ */
+export async function askClient(
+  interaction: ClientInteraction | undefined,
+  method: InteractionMethod,
+  params: Record<string, unknown>,
+  signal: AbortSignal,
+  timeoutMs: number,
+): Promise<Record<string, unknown>> {
+  if (interaction === undefined) {
+    if (method === "roots/list") return { roots: [] };
+    throw new ProtocolError(METHOD_NOT_FOUND, `Method not found: the client that made this call cannot be asked ${method} through the broker.`);
+  }
+  const { supports } = interaction;
+  if (method === "roots/list" && !supports.roots) return { roots: [] };
+  if (method === "sampling/createMessage" && !supports.sampling) throw new ProtocolError(METHOD_NOT_FOUND, "Method not found: the client that made this call does not support sampling.");
+  if (method === "elicitation/create") {
+    const mode = params.mode === "url" ? "url" : "form";
+    if (!(mode === "url" ? supports.elicitationUrl : supports.elicitationForm)) {
+      if (!supports.elicitationForm && !supports.elicitationUrl) throw new ProtocolError(METHOD_NOT_FOUND, "Method not found: the client that made this call does not support elicitation.");
+      throw new ProtocolError(INVALID_PARAMS, `The client that made this call does not support ${mode}-mode elicitation.`);
     }
-    const { supports } = interaction;
-    if (method === "roots/list" && !supports.roots) return { roots: [] };
-    if (method === "sampling/createMessage" && !supports.sampling) throw new ProtocolError(METHOD_NOT_FOUND, "Method not found: the client that made this call does not support sampling.");
-    if (method === "elicitation/create") {
-      const mode = params.mode === "url" ? "url" : "form";
-      if (!(mode === "url" ? supports.elicitationUrl : supports.elicitationForm)) {
-        if (!supports.elicitationForm && !supports.elicitationUrl) throw new ProtocolError(METHOD_NOT_FOUND, "Method not found: the client that made this call does not support elicitation.");
-        throw new ProtocolError(INVALID_PARAMS, `The client that made this call does not support ${mode}-mode elicitation.`);
-      }
-    }
-    const timeout = AbortSignal.timeout(timeoutMs);
-    try {
-      return await interaction.ask(method, params, AbortSignal.any([signal, timeout, call.ended.signal]));
-    } catch (error) {
-      if (timeout.aborted && !signal.aborted) throw new ProtocolError(REQUEST_TIMEOUT, `The client did not answer ${method} within ${timeoutMs} ms.`);
-      throw error;
-    }
+  }
+  const timeout = AbortSignal.timeout(timeoutMs);
+  try {
+    return await interaction.ask(method, params, AbortSignal.any([signal, timeout]));
+  } catch (error) {
+    if (timeout.aborted && !signal.aborted) throw new ProtocolError(REQUEST_TIMEOUT, `The client did not answer ${method} within ${timeoutMs} ms.`);
+    throw error;
   }
 }
 
@@ -143,16 +186,28 @@ const LINE_END = /\r\n|\n|\r/;
 /** Passes an event stream through unchanged, telling `onRequest` the id of each JSON-RPC request in it. */
 export function requestIdTap(onRequest: (id: string | number) => void): TransformStream<Uint8Array, Uint8Array> {
   const decoder = new TextDecoder();
-  let pending = "";
+  /** The event under way, in pieces (joined once it ends: a large event costs linear time). */
+  let parts: string[] = [];
+  /** The last characters of the text under way, which an event end may continue. */
+  let tail = "";
   return new TransformStream({
     transform(chunk, controller) {
-      // Told before the chunk that completes the request goes on to the SDK, which then handles it.
-      pending += decoder.decode(chunk, { stream: true });
-      for (let match = EVENT_END.exec(pending); match !== null; match = EVENT_END.exec(pending)) {
-        const id = requestIdOf(pending.slice(0, match.index));
-        if (id !== undefined) onRequest(id);
-        pending = pending.slice(match.index + match[0].length);
+      const text = decoder.decode(chunk, { stream: true });
+      // Only the new text (and the few characters before it) can hold the end of the event under way.
+      if (EVENT_END.test(tail + text)) {
+        let pending = parts.join("") + text;
+        for (let match = EVENT_END.exec(pending); match !== null; match = EVENT_END.exec(pending)) {
+          const id = requestIdOf(pending.slice(0, match.index));
+          if (id !== undefined) onRequest(id);
+          pending = pending.slice(match.index + match[0].length);
+        }
+        parts = pending === "" ? [] : [pending];
+        tail = pending.slice(-3);
+      } else {
+        parts.push(text);
+        tail = (tail + text).slice(-3);
       }
+      // Told before the chunk that completes the request goes on to the SDK, which then handles it.
       controller.enqueue(chunk);
     },
   });
