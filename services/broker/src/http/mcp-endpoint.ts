@@ -342,6 +342,7 @@ export class McpEndpoint {
         sse.write(encodeEvent({ jsonrpc: "2.0", method, params }));
       },
       interaction: session === undefined ? undefined : {
+        principal: session.principal,
         supports: session.supports,
         ask: (method, params, signal) => {
           // The call's stream carries the request; a client that goes away mid-question cannot answer it.

@@ -90,6 +90,7 @@ class HeldCall {
     private readonly deps: { clock: Clock; seal: RequestStateSeal; instanceId: string; forget: (call: HeldCall) => void },
   ) {
     this.interaction = {
+      principal,
       supports,
       ask: (method, params, signal) =>
         new Promise<Params>((resolve, reject) => {

@@ -39,6 +39,7 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
 
   /** The legacy client, as a backend's requests during one of its calls reach it: written to stdout, answered on stdin. */
   const interactionOf = (asked: LegacySession, callSignal: AbortSignal): ClientInteraction => ({
+    principal: asked.principal,
     supports: asked.supports,
     ask: (method, params, signal) => {
       const write = (message: unknown): boolean => {

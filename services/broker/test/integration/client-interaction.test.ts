@@ -377,3 +377,37 @@ describe("interaction: a modern client's questions as InputRequiredResult rounds
     expect(late.error.message).toMatch(/expired|over/);
   });
 });
+
+describe("interaction: a request on no call's stream never goes to another principal's call", () => {
+  it("after a call of one principal ended early, routes an untied request to that principal's next call only", async () => {
+    const backend = await startLegacyHttpBackend(createTestServer({ name: "asker", interactive: true }));
+    const keys = { ann: "ann-key-0123456789abcdef", bob: "bob-key-0123456789abcdef" };
+    const running = await startBroker({
+      backends: [{ id: "b", url: backend.url, era: "legacy", timeoutMs: 5_000, healthIntervalMs: 60_000 }],
+      auth: { apiKeys: [{ key: keys.ann, principal: "ann" }, { key: keys.bob, principal: "bob" }] },
+    });
+    const connectAs = async (who: "ann" | "bob") => {
+      const client = new Client({ name: who, version: "1.0.0" }, { capabilities: { sampling: {} }, versionNegotiation: { mode: "legacy" } });
+      await client.connect(new StreamableHTTPClientTransport(new URL(running.url), { requestInit: { headers: { authorization: `Bearer ${keys[who]}` } } }));
+      client.setRequestHandler("sampling/createMessage", async () => ({ role: "assistant", model: "m", content: { type: "text", text: who } }));
+      return client;
+    };
+    const [ann, bob] = [await connectAs("ann"), await connectAs("bob")];
+    try {
+      // Ann's call ends early (cancelled): the backend may still be working on it.
+      const abort = new AbortController();
+      const cancelled = ann.callTool({ name: "b__slow", arguments: { ms: 2_000 } }, { signal: abort.signal });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      abort.abort("gave up");
+      await expect(cancelled).rejects.toThrow();
+      // Bob's lone call does not get an untied request (it could be Ann's); Ann's does.
+      expect(text(await bob.callTool({ name: "b__ask_model", arguments: { prompt: "x", related: false } }))).toMatch(/^error -32600: .*another principal's/);
+      expect(text(await ann.callTool({ name: "b__ask_model", arguments: { prompt: "x", related: false } }))).toBe("model: ann");
+    } finally {
+      await ann.close();
+      await bob.close();
+      await running.close();
+      await backend.close();
+    }
+  });
+});

@@ -18,6 +18,8 @@ export interface InteractionSupport {
  * or rejects with its error (a `ProtocolError`) or when `signal` aborts.
  */
 export interface ClientInteraction {
+  /** Whose client it is: a request that cannot be tied to a call never goes to another principal's (see `InteractionRouter`). */
+  readonly principal: string;
   readonly supports: InteractionSupport;
   ask(method: InteractionMethod, params: Record<string, unknown>, signal: AbortSignal): Promise<Record<string, unknown>>;
 }
@@ -59,8 +61,8 @@ export class InteractionRouter {
   private readonly tied = new Map<string | number, Call>();
   /** Client calls in flight (those with an interaction). */
   private clientCalls = 0;
-  /** Until then (ms) a client call that ended early (failed, cancelled, timed out) keeps the fallback off. */
-  private quietUntil = 0;
+  /** Client calls that ended early (failed, cancelled, timed out): until when (ms) each keeps the fallback from other principals' calls. */
+  private readonly endedEarly: { principal: string; until: number }[] = [];
 
   /**
    * Runs `send` (one request to the backend) as a call of `interaction`'s client (undefined: a
@@ -80,7 +82,7 @@ export class InteractionRouter {
       this.calls.delete(number);
       if (interaction !== undefined) {
         this.clientCalls--;
-        if (early) this.quietUntil = Math.max(this.quietUntil, Date.now() + timeoutMs);
+        if (early) this.endedEarly.push({ principal: interaction.principal, until: Date.now() + timeoutMs });
       }
       // A question of a call that is over can no longer change its answer: it ends with it.
       call.ended.abort(new Error("the call it belongs to ended"));
@@ -119,17 +121,24 @@ export class InteractionRouter {
     const call = tied ?? this.onlyClientCall();
     if (call === undefined) {
       if (method === "roots/list") return { roots: [] };
-      const why = this.clientCalls === 0 ? "no client call is in flight" : "it came on no call's stream and more than one client call may still be waiting for it";
+      const why = this.clientCalls === 0 ? "no client call is in flight" : "it came on no call's stream, and more than one client call, or another principal's, may be waiting for it";
       throw new ProtocolError(INVALID_REQUEST, `${method} cannot be tied to a client's call (${why}): send it on the response stream of the call it belongs to (related to that request).`);
     }
     return askClient(call.interaction, method, params, AbortSignal.any([signal, call.ended.signal]), timeoutMs);
   }
 
-  /** The one client call in flight, when nothing else may be waiting for an untied request. */
+  /**
+   * The one client call in flight, unless a call of another principal ended early within the
+   * backend's `timeoutMs` (the backend may still be working on it, and ask for it).
+   */
   private onlyClientCall(): Call | undefined {
-    if (this.clientCalls !== 1 || Date.now() < this.quietUntil) return undefined;
-    for (const call of this.calls.values()) if (call.interaction !== undefined) return call;
-    return undefined;
+    if (this.clientCalls !== 1) return undefined;
+    let only: Call | undefined;
+    for (const call of this.calls.values()) if (call.interaction !== undefined) only = call;
+    const now = Date.now();
+    while (this.endedEarly.length > 0 && (this.endedEarly[0]?.until ?? 0) <= now) this.endedEarly.shift();
+    if (only?.interaction === undefined || this.endedEarly.some((ended) => ended.until > now && ended.principal !== only.interaction?.principal)) return undefined;
+    return only;
   }
 }
 
