@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { isJsonObject } from "../protocol/wire-methods.js";
 import { listBodySchema } from "./catalog-store.js";
 
 /**
@@ -185,7 +186,6 @@ export type BusMessage = z.infer<typeof busMessageSchema>;
 export type ResourceUpdatedMessage = Extract<BusMessage, { kind: "resource.updated" }>;
 
 const isCount = (value: unknown, min: number): value is number => typeof value === "number" && Number.isInteger(value) && value >= min;
-const isRecord = (value: unknown): boolean => typeof value === "object" && value !== null && !Array.isArray(value);
 
 /**
  * A `resource.updated` as JSON without its position: the encoding ends `,"position":` so that the
@@ -227,7 +227,7 @@ export function decodeBusMessage(value: unknown): { ok: true; message: BusMessag
       typeof m.backendId === "string" &&
       typeof m.key === "string" &&
       typeof m.uri === "string" &&
-      (m.params === undefined || isRecord(m.params)) &&
+      (m.params === undefined || isJsonObject(m.params)) &&
       typeof m.at === "number" &&
       Number.isFinite(m.at) &&
       isCount(m.update, 0) &&
@@ -235,7 +235,7 @@ export function decodeBusMessage(value: unknown): { ok: true; message: BusMessag
       isCount(m.position, 0)
     ) {
       const message: ResourceUpdatedMessage = { kind: "resource.updated", v: 1, origin: m.origin, backendId: m.backendId, key: m.key, uri: m.uri, at: m.at, update: m.update, keys: m.keys, position: m.position };
-      if (m.params !== undefined) message.params = m.params as Record<string, unknown>;
+      if (m.params !== undefined) message.params = m.params;
       return { ok: true, message };
     }
   }

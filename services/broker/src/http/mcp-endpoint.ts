@@ -5,6 +5,7 @@ import {
   LEGACY_PROTOCOL_VERSIONS,
   META,
   NOTIFICATION,
+  isJsonObject,
   type Clock,
   type ProtocolEra,
 } from "@mcp-broker/shared";
@@ -36,8 +37,6 @@ export interface McpEndpointOptions {
   keepAliveMs: number;
   serverInfo: { name: string; version: string };
 }
-
-type Json = Record<string, unknown>;
 
 /**
  * Streamable HTTP at one path, both protocol eras. Legacy: sessions (initialize, Mcp-Session-Id,
@@ -176,7 +175,7 @@ export class McpEndpoint {
       sendJson(res, 400, rpcError(null, -32600, "JSON-RPC batches are not supported; send one message per request."));
       return;
     }
-    if (!isObject(message) || message.jsonrpc !== "2.0") {
+    if (!isJsonObject(message) || message.jsonrpc !== "2.0") {
       sendJson(res, 400, rpcError(idOf(message), -32600, "Invalid Request: expected a JSON-RPC 2.0 message."));
       return;
     }
@@ -213,7 +212,7 @@ export class McpEndpoint {
       let session: LegacySession;
       try {
         // Bad params get their error without costing a session slot.
-        const params = isObject(message.params) ? message.params : {};
+        const params = isJsonObject(message.params) ? message.params : {};
         validateParams("initialize", params);
         session = await this.deps.host.createLegacySession(principal, {
           protocolVersion: this.deps.dispatcher.negotiatedVersion(params),
@@ -231,7 +230,7 @@ export class McpEndpoint {
     if (session === undefined) return;
     session.touch();
     if (!isRequest) {
-      if (message.method === NOTIFICATION.cancelled && isObject(message.params)) {
+      if (message.method === NOTIFICATION.cancelled && isJsonObject(message.params)) {
         const requestId = message.params.requestId;
         if (typeof requestId === "string" || typeof requestId === "number") session.cancelRequest(requestId);
       }
@@ -323,7 +322,7 @@ export class McpEndpoint {
         if (!res.writableFinished) abort.abort();
       });
     }
-    const meta = isObject(request.params?._meta) ? request.params._meta : {};
+    const meta = isJsonObject(request.params?._meta) ? request.params._meta : {};
     const token = meta.progressToken;
     const modernLevel = meta[META.logLevel];
     let sse: SseStream | undefined;
@@ -490,12 +489,8 @@ function acceptsPostAnswer(accept: string | undefined): boolean {
   });
 }
 
-function isObject(value: unknown): value is Json {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
-
 function idOf(message: unknown): string | number | null {
-  if (!isObject(message)) return null;
+  if (!isJsonObject(message)) return null;
   return typeof message.id === "string" || typeof message.id === "number" ? message.id : null;
 }
 

@@ -1,5 +1,6 @@
 import { ProtocolError } from "@modelcontextprotocol/server";
 import {
+  INPUT_REQUIRED_METHODS,
   BrokerError,
   LEGACY_PROTOCOL_VERSIONS,
   META,
@@ -48,8 +49,6 @@ export const BROKER_CAPABILITIES = {
   logging: {},
 } as const;
 
-/** Requests whose result may be an InputRequiredResult (2026-07-28). */
-const INPUT_REQUIRED_METHODS = new Set(["tools/call", "prompts/get", "resources/read"]);
 /** Results that the 2026-07-28 revision marks cacheable (`ttlMs` and `cacheScope` required). */
 const CACHEABLE = new Set(["tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read", "server/discover"]);
 

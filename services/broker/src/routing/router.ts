@@ -1,5 +1,5 @@
 import { ProtocolError, ProtocolErrorCode, ResourceNotFoundError } from "@modelcontextprotocol/client";
-import { BrokerError, META, NOTIFICATION, splitPrefixedName } from "@mcp-broker/shared";
+import { BrokerError, INPUT_REQUIRED_METHODS, META, NOTIFICATION, isJsonObject, splitPrefixedName } from "@mcp-broker/shared";
 import { BROKER_TOOLS_ID, type Catalog, type CatalogKind } from "../catalog/catalog.js";
 import type { MetaTools } from "./meta-tools.js";
 import type { HeldTool } from "@mcp-broker/member";
@@ -220,8 +220,8 @@ export class Router {
     if (typeof opened?.h === "string") return interaction.held.resume(opened, inputResponses, ctx.signal, backend.config.timeoutMs + HELD_ROUND_SLACK_MS);
     if (opened !== undefined && opened.b !== backend.id) throw new BrokerError("BAD_PARAMS", "requestState belongs to another backend's call: call again without it.");
     if (backend.era === "legacy") {
-      const meta = isObject(params._meta) ? params._meta : {};
-      return interaction.held.begin(ctx.principal, supportOf(meta[CLIENT_CAPABILITIES]), ctx.signal, (asking, signal) =>
+      const meta = isJsonObject(params._meta) ? params._meta : {};
+      return interaction.held.begin(ctx.principal, supportOf(meta[META.clientCapabilities]), ctx.signal, (asking, signal) =>
         backend.request(method, plain, { signal, interaction: asking, onprogress }),
       );
     }
@@ -260,9 +260,6 @@ export class Router {
   }
 }
 
-/** Requests whose result may be an InputRequiredResult (2026-07-28). */
-const INPUT_REQUIRED_METHODS = new Set(["tools/call", "prompts/get", "resources/read"]);
-const CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities";
 /** Beyond the backend's timeout, how long a retry waits for the member holding its call. */
 const HELD_ROUND_SLACK_MS = 5_000;
 
@@ -341,8 +338,4 @@ function decodeCursor(cursor: unknown, kind: CatalogKind): { after: string; next
     }
   }
   throw new BrokerError("BAD_PARAMS", "Invalid cursor: pass back a nextCursor from the same list, unchanged.");
-}
-
-function isObject(value: unknown): value is Params {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }

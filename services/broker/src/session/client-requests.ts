@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { ProtocolError } from "@modelcontextprotocol/client";
 import { interactionSupport, type InteractionSupport } from "@mcp-broker/member";
-import { NOTIFICATION } from "@mcp-broker/shared";
+import { NOTIFICATION, isJsonObject } from "@mcp-broker/shared";
 
 /** The JSON-RPC request or notification `send` is to put on the call's stream (the caller encodes it). */
 type Outgoing = { jsonrpc: "2.0"; id?: string; method: string; params: Record<string, unknown> };
@@ -57,9 +57,9 @@ export class ClientRequests {
     if (waiter === undefined) return false;
     this.pending.delete(id);
     const error = message.error;
-    if (isObject(error)) {
+    if (isJsonObject(error)) {
       waiter.reject(new ProtocolError(typeof error.code === "number" ? error.code : -32603, typeof error.message === "string" ? error.message : "The client answered with an error.", error.data));
-    } else if (isObject(message.result)) {
+    } else if (isJsonObject(message.result)) {
       waiter.resolve(message.result);
     } else {
       waiter.reject(new ProtocolError(-32603, "The client's answer had neither a result object nor an error."));
@@ -98,8 +98,4 @@ function reasonOf(signal: AbortSignal): string {
   const reason: unknown = signal.reason;
   if (reason instanceof Error) return reason.message;
   return typeof reason === "string" ? reason : "cancelled";
-}
-
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }

@@ -219,24 +219,18 @@ describe("interaction: a modern backend's InputRequiredResult", () => {
     await backend.close();
   });
 
-  it("becomes a request to a legacy client, whose answer goes back as the retry: the client sees one result", async () => {
-    const { client, asked } = await answering(running.url, "legacy", { ok: true });
+  // A legacy client is asked by the broker, which retries the call with the answers; the SDK's
+  // modern client gets the InputRequiredResult, fulfils it by itself and retries. Either way the
+  // caller sees one result.
+  it.each([
+    { era: "legacy" as const, question: "deploy?", ok: true },
+    { era: "modern" as const, question: "really?", ok: false },
+  ])("reaches a $era client, whose answer goes back as the retry: the client sees one result", async ({ era, question, ok }) => {
+    const { client, asked } = await answering(running.url, era, { ok });
     try {
-      const result = await client.callTool({ name: "m__confirm", arguments: { question: "deploy?" } });
-      expect(asked).toEqual(["deploy?"]);
-      expect((result.content as { text: string }[])[0]?.text).toBe('confirmed: accept {"ok":true} state=asked-once');
-    } finally {
-      await client.close();
-    }
-  });
-
-  it("reaches a modern client as it is, and the client's retry with inputResponses completes the call", async () => {
-    const { client, asked } = await answering(running.url, "modern", { ok: false });
-    try {
-      // The SDK client fulfils the InputRequiredResult by itself and retries: one result for the caller.
-      const result = await client.callTool({ name: "m__confirm", arguments: { question: "really?" } });
-      expect(asked).toEqual(["really?"]);
-      expect((result.content as { text: string }[])[0]?.text).toBe('confirmed: accept {"ok":false} state=asked-once');
+      const result = await client.callTool({ name: "m__confirm", arguments: { question } });
+      expect(asked).toEqual([question]);
+      expect((result.content as { text: string }[])[0]?.text).toBe(`confirmed: accept {"ok":${ok}} state=asked-once`);
     } finally {
       await client.close();
     }
@@ -380,7 +374,8 @@ describe("interaction: a modern client's questions as InputRequiredResult rounds
 
 describe("interaction: a request on no call's stream never goes to another principal's call", () => {
   it("after a call of one principal ended early, routes an untied request to that principal's next call only", async () => {
-    const backend = await startLegacyHttpBackend(createTestServer({ name: "asker", interactive: true }));
+    const server = createTestServer({ name: "asker", interactive: true });
+    const backend = await startLegacyHttpBackend(server);
     const keys = { ann: "ann-key-0123456789abcdef", bob: "bob-key-0123456789abcdef" };
     const running = await startBroker({
       backends: [{ id: "b", url: backend.url, era: "legacy", timeoutMs: 5_000, healthIntervalMs: 60_000 }],
@@ -397,7 +392,7 @@ describe("interaction: a request on no call's stream never goes to another princ
       // Ann's call ends early (cancelled): the backend may still be working on it.
       const abort = new AbortController();
       const cancelled = ann.callTool({ name: "b__slow", arguments: { ms: 2_000 } }, { signal: abort.signal });
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await eventually(() => (server.stats.toolCalls.get("slow") ?? 0) === 1, "the backend to be working on Ann's call");
       abort.abort("gave up");
       await expect(cancelled).rejects.toThrow();
       // Bob's lone call does not get an untied request (it could be Ann's); Ann's does.

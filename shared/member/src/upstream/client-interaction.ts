@@ -1,4 +1,5 @@
 import { ProtocolError, type FetchLike } from "@modelcontextprotocol/client";
+import { isJsonObject } from "@mcp-broker/shared";
 
 /** The server→client requests a backend may make of the client behind a call. */
 export const INTERACTION_METHODS = ["sampling/createMessage", "elicitation/create", "roots/list"] as const;
@@ -26,11 +27,11 @@ export interface ClientInteraction {
 
 /** The client's declared capabilities (an `initialize`'s `capabilities`, or a modern request's envelope) as what it can answer. */
 export function interactionSupport(capabilities: unknown): InteractionSupport {
-  const caps = isObject(capabilities) ? capabilities : {};
-  const elicitation = isObject(caps.elicitation) ? caps.elicitation : undefined;
+  const caps = isJsonObject(capabilities) ? capabilities : {};
+  const elicitation = isJsonObject(caps.elicitation) ? caps.elicitation : undefined;
   // An elicitation capability that names no mode means form mode (the spec's back-compatibility rule).
-  const form = elicitation !== undefined && (isObject(elicitation.form) || !isObject(elicitation.url));
-  return { sampling: isObject(caps.sampling), elicitationForm: form, elicitationUrl: elicitation !== undefined && isObject(elicitation.url), roots: isObject(caps.roots) };
+  const form = elicitation !== undefined && (isJsonObject(elicitation.form) || !isJsonObject(elicitation.url));
+  return { sampling: isJsonObject(caps.sampling), elicitationForm: form, elicitationUrl: elicitation !== undefined && isJsonObject(elicitation.url), roots: isJsonObject(caps.roots) };
 }
 
 /** Error codes a backend gets from the broker for a request of its own. */
@@ -232,13 +233,9 @@ function requestIdOf(event: string): string | number | undefined {
   if (!data.includes('"method"') || !data.includes('"id"')) return undefined;
   try {
     const message = JSON.parse(data) as unknown;
-    if (!isObject(message) || typeof message.method !== "string") return undefined;
+    if (!isJsonObject(message) || typeof message.method !== "string") return undefined;
     return typeof message.id === "string" || typeof message.id === "number" ? message.id : undefined;
   } catch {
     return undefined;
   }
-}
-
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
