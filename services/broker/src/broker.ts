@@ -7,6 +7,7 @@ import { CATALOG_KINDS } from "./catalog/catalog.js";
 import { CatalogService } from "./catalog/catalog-service.js";
 import { busIntake } from "./fanout/bus-intake.js";
 import { ConsoleCensus } from "./http/console-census.js";
+import { ConsoleFeed } from "./http/console-feed.js";
 import { Fanout } from "./fanout/fanout.js";
 import { consoleData } from "./http/console-api.js";
 import { EdgeSecurity } from "./http/edge-security.js";
@@ -114,6 +115,8 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     cursors: new ResumeCursors(() => member.clusterId()),
   });
   const census = new ConsoleCensus({ bus, instanceId: member.instanceId, local: (limit) => sessions.census(limit) });
+  const feed = new ConsoleFeed({ bus, clock, instanceId: member.instanceId, exposeUri: (backendId, uri) => catalog.catalog.exposeUri(backendId, uri) });
+  catalog.onListChanged((list, diffs) => feed.listChanged(list, diffs));
   // Read at scrape time only.
   const metrics = addServerMetrics(member.metrics.registry, {
     sessions: () => ({ legacy: sessions.legacySessions().length, listen: sessions.listenCount() }),
@@ -142,7 +145,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     },
     backendDisconnected: (backend) => catalog.backendDisconnected(backend.id),
     log: (backend, params) => router.relayLog(backend.id, params),
-    ...busIntake({ fanout, catalog, sessions, held, census }),
+    ...busIntake({ fanout, catalog, sessions, held, census, feed }),
     presumedDead: () => sessions.endAll("this broker instance lost contact with the cluster; start a new session"),
     newestPosition: () => fanout.events.newest(),
     recover: async () => {
@@ -172,10 +175,11 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
               allowedHosts: config.server.allowedHosts,
               allowedOrigins: config.server.allowedOrigins,
               apiKeys: config.console.adminKeys.map((key) => ({ key, principal: "admin" })),
+              basicRealm: "mcp-broker console",
             }),
             localOnly: config.console.adminKeys.length === 0,
           },
-          data: consoleData({ catalog: catalog.catalog, registry, member, pushes, census, heldTools: () => catalog.heldTools() }),
+          data: consoleData({ catalog: catalog.catalog, registry, updates: member.updates, member, pushes, census, feed, heldTools: () => catalog.heldTools() }),
         },
       }),
     });
@@ -196,7 +200,6 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
   const serve = (): void => gate.open();
   const start = async (): Promise<void> => {
     await member.start();
-    await census.start();
   };
 
   return {
@@ -239,6 +242,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       if (member.engine !== "memory") await sessions.handOffAll("this broker instance is stopping; another takes the session over", config.server.sessionIdleMs);
       endpoint.closeStreams();
       held.close();
+      feed.close();
       sessions.close();
       http?.closeAllConnections();
       await stopped;

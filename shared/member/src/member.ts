@@ -25,6 +25,7 @@ import {
 import { createRedisEngine } from "@mcp-broker/shared/node";
 import { ListChanges } from "./catalog/list-changes.js";
 import { ListReloader } from "./catalog/list-reloader.js";
+import { ConsoleFeedTap } from "./cluster/console-feed-tap.js";
 import { InstancePresence } from "./cluster/instance-presence.js";
 import { clusterJobSchema, jobKey, type ClusterJob } from "./jobs/cluster-jobs.js";
 import { SubscriptionJobs } from "./jobs/subscription-jobs.js";
@@ -59,7 +60,7 @@ export interface MemberHooks {
   /** A backend's `notifications/message`. */
   log?(backend: BackendConnection, params: Record<string, unknown>): void;
   /** A bus message for the serving side: a resource update (this member's own too), a catalog change, a revocation. */
-  busMessage?(channel: string, message: Exclude<BusMessage, { kind: `watch.${string}` }>): void;
+  busMessage?(channel: string, message: Exclude<BusMessage, { kind: `watch.${string}` | "console.listen" }>): void;
   /** Bus messages to this member may have been lost (the bus reconnected). */
   receiveGap?(): void;
   /** An update this member could not publish (Redis away), for its own sessions (see `UpstreamSubscriptions`). */
@@ -83,6 +84,8 @@ export interface BackendStatus {
   state: string;
   era?: string;
   lastFailure?: string;
+  /** Times this member's connection to it came back after a drop. */
+  reconnects: number;
   watching: boolean;
 }
 
@@ -163,6 +166,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     redis?.jobQueue("jobs", { ...jobOptions, decode: (data) => clusterJobSchema.parse(data), concurrency: config.jobs.concurrency, lockMs: config.jobs.lockMs }) ??
     new MemoryJobQueue<ClusterJob>({ ...jobOptions, clock });
 
+  const feedTap = new ConsoleFeedTap({ bus, clock, instanceId });
   const upstream = new UpstreamSubscriptions({
     registry,
     updates,
@@ -172,6 +176,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     releaseGraceMs: config.subscriptions.releaseGraceMs,
     pollIntervalMs: config.subscriptions.pollIntervalMs,
     unpublished: (backendId, keys, uri, params) => hooks.unpublished?.(backendId, keys, uri, params),
+    published: (backendId, uri, at) => feedTap.updated(backendId, uri, at),
   });
   const watchers = new BackendWatchers({
     local: upstream,
@@ -255,6 +260,9 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       case "watch.release":
       case "watch.result":
         watchers.receive(message);
+        return;
+      case "console.listen":
+        feedTap.listen(message);
         return;
       default:
         hooks.busMessage?.(channel, message);
@@ -367,6 +375,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       }
       await bus.subscribe(CHANNEL.catalog);
       await bus.subscribe(CHANNEL.revocations);
+      await bus.subscribe(CHANNEL.console);
       await scheduleHousekeeping();
       await presence.start();
       await watchers.start();
@@ -379,11 +388,13 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
         state: b.readiness,
         ...(b.era !== undefined && { era: b.era }),
         ...(b.lastFailure !== undefined && { lastFailure: b.lastFailure }),
+        reconnects: b.reconnects,
         watching: watchers.holds(b.id),
       })),
     watcherOf: (backendId) => leases.holder(watcherLease(backendId)),
     async close() {
       presence.close();
+      feedTap.close();
       await watchers.close();
       upstream.close();
       await jobs.close();

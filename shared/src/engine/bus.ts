@@ -172,6 +172,26 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
     id: z.number().int(),
     census: memberCensusSchema,
   }),
+  /**
+   * To every member (on `CHANNEL.console`): an operator console's live feed is open on `origin`;
+   * for `ttlMs` from now, the member copies the backend updates it publishes to `CHANNEL.consoleFeed`
+   * (the console repeats this while its feed stays open).
+   */
+  z.object({
+    kind: z.literal("console.listen"),
+    v: z.literal(1),
+    origin: z.string(),
+    ttlMs: z.number().int().positive(),
+  }),
+  /** Backend updates a watching member published lately (on `CHANNEL.consoleFeed`, while a console listens). */
+  z.object({
+    kind: z.literal("console.updates"),
+    v: z.literal(1),
+    origin: z.string(),
+    /** At most a few hundred per message: the rest are counted in `dropped`. */
+    updates: z.array(z.object({ backendId: z.string(), uri: z.string(), at: z.number() })),
+    dropped: z.number().int().nonnegative(),
+  }),
   /** The watcher's answer to `watch.ensure`. */
   z.object({
     kind: z.literal("watch.result"),
@@ -293,8 +313,10 @@ export const CHANNEL = {
   catalog: "catalog",
   /** Subscriptions removed by a limits job, for every member. */
   revocations: "revocations",
-  /** The operator console's census requests, for every broker. */
+  /** The operator console's census requests and feed announcements, for every member. */
   console: "console",
+  /** Backend updates copied for open console feeds (see `console.listen`). */
+  consoleFeed: "console-feed",
 } as const;
 
 /** The lease whose holder watches a backend upstream for the whole cluster. */

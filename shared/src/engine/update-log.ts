@@ -29,6 +29,8 @@ export interface UpdateLog {
   /** Nobody watches (backend, key) anymore: its stamps go. */
   unwatched(backendId: string, key: string): Promise<void>;
   stamps(backendId: string, keys: readonly string[]): Promise<KeyStamp[]>;
+  /** When each of `keys` was last updated (the update's `at`, epoch ms), while it is watched; undefined: not since its watch began. */
+  updatedAt(backendId: string, keys: readonly string[]): Promise<(number | undefined)[]>;
   /** The newest position handed out. */
   current(): Promise<number>;
   /**

@@ -402,6 +402,19 @@ export function updateLogContract(name: string, make: () => Promise<{ log: Updat
       ]);
     });
 
+    it("keeps the time of each watched key's last update, and forgets it with the watch", async () => {
+      const { log } = await make();
+      await log.watched("b", "x");
+      await log.watched("b", "x/y");
+      expect(await log.updatedAt("b", ["x", "x/y"])).toEqual([undefined, undefined]);
+      await log.publish({ ...update("x/y/z"), at: 1_000 }, ["x/y", "x"]);
+      await log.publish({ ...update("x"), at: 2_000 }, ["x"]);
+      expect(await log.updatedAt("b", ["x", "x/y", "never"])).toEqual([2_000, 1_000, undefined]);
+      await log.unwatched("b", "x");
+      await log.watched("b", "x/y");
+      expect(await log.updatedAt("b", ["x", "x/y"])).toEqual([undefined, undefined]);
+    });
+
     it("gives updates published in one tick, of several backends, consecutive positions in call order, and delivers them in that order", async () => {
       const { log, bus } = await make();
       const got: BusMessage[] = [];

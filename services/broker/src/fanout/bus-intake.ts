@@ -2,7 +2,7 @@ import type { BusMessage } from "@mcp-broker/shared";
 import type { MemberHooks } from "@mcp-broker/member";
 import type { Fanout } from "./fanout.js";
 
-type ServedMessage = Exclude<BusMessage, { kind: `watch.${string}` }>;
+type ServedMessage = Exclude<BusMessage, { kind: `watch.${string}` | "console.listen" }>;
 
 /**
  * Where the bus meets the serving side of a broker: the routing rules for what its member does not
@@ -16,6 +16,7 @@ type ServedMessage = Exclude<BusMessage, { kind: `watch.${string}` }>;
  * - `client.answer` → the sessions: a client's answer to this broker's question, POSTed to another member;
  * - `held.retry`, `held.round` → the held calls: a modern client's retry of a call held on another member, and its answer;
  * - `console.census`, `console.sessions` → the console: another member's console asks for this one's sessions, and answers to this one's;
+ * - `console.updates` → the console's live feed (heard only while one is open here);
  * - a gap (the bus reconnected) → every subscribed resource re-announced, every list re-read;
  * - an update this broker's member could not publish (Redis away) → its own sessions, as its own event.
  */
@@ -29,8 +30,9 @@ export function busIntake(deps: {
   };
   held: { retried(message: Extract<BusMessage, { kind: "held.retry" }>): void; round(message: Extract<BusMessage, { kind: "held.round" }>): void };
   census: { receive(message: Extract<BusMessage, { kind: "console.census" | "console.sessions" }>): void };
+  feed: { receive(message: Extract<BusMessage, { kind: "console.updates" }>): void };
 }): Required<Pick<MemberHooks, "busMessage" | "receiveGap" | "unpublished">> {
-  const { fanout, catalog, sessions, held, census } = deps;
+  const { fanout, catalog, sessions, held, census, feed } = deps;
   return {
     busMessage: (channel: string, message: ServedMessage) => {
       switch (message.kind) {
@@ -58,6 +60,9 @@ export function busIntake(deps: {
         case "console.census":
         case "console.sessions":
           census.receive(message);
+          return;
+        case "console.updates":
+          feed.receive(message);
       }
     },
     receiveGap: () => {

@@ -1,9 +1,11 @@
+import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { BackendStatus, Member } from "@mcp-broker/member";
-import type { HeldTool, SubscriptionRegistry } from "@mcp-broker/shared";
+import type { HeldTool, SubscriptionRegistry, UpdateLog } from "@mcp-broker/shared";
 import type { Catalog, CatalogKind } from "../catalog/catalog.js";
 import type { EdgeSecurity } from "./edge-security.js";
 import type { ConsoleCensus, InstanceCensus } from "./console-census.js";
+import type { ConsoleFeed } from "./console-feed.js";
 import { sendJson } from "./mcp-endpoint.js";
 
 /** One resource as the operator console shows it. */
@@ -19,6 +21,8 @@ export interface ConsoleResource {
   upstream: "subscribed" | "polling" | "none";
   /** Whether the backend lists it (false: a subscribed template match or sub-resource). */
   listed: boolean;
+  /** When its last update arrived (epoch ms), while it is watched; absent: none since its watch began. */
+  lastUpdate?: number;
 }
 
 /** A backend as the console shows it: its state on this instance, and which instance watches it for the cluster. */
@@ -36,6 +40,8 @@ export interface ConsoleData {
   sessions(limit: number): Promise<InstanceCensus[]>;
   /** The aggregated catalog as clients see it, each item with its backend, and the tools held back. */
   catalog(): Promise<ConsoleCatalog>;
+  /** Opens the live feed on `res` (see `ConsoleFeed`); false when no more can be opened. */
+  feed(res: ServerResponse): boolean;
 }
 
 /** The aggregated catalog (`/console/api/catalog`). */
@@ -65,6 +71,17 @@ export interface ConsoleAccess {
 
 const API = "/console/api/";
 
+/** A resource the console lists, before its counts and times are read. */
+interface Resource {
+  backend: string;
+  /** The backend's URI. */
+  key: string;
+  uri: string;
+  name: string;
+  listed: boolean;
+  mimeType?: string;
+}
+
 /**
  * The console's reads, from the catalog this member serves and the cluster's registry and leases.
  * `pushes`: whether a backend sends its own updates (else its watcher polls it).
@@ -72,42 +89,58 @@ const API = "/console/api/";
 export function consoleData(deps: {
   catalog: Catalog;
   registry: Pick<SubscriptionRegistry, "count" | "wanted">;
+  updates: Pick<UpdateLog, "updatedAt">;
   member: Pick<Member, "backends" | "watcherOf">;
   pushes: (backendId: string) => boolean;
   census: Pick<ConsoleCensus, "take">;
   heldTools: () => HeldTool[];
+  feed: Pick<ConsoleFeed, "open">;
 }): ConsoleData {
-  const { catalog, registry, member, pushes, census, heldTools } = deps;
+  const { catalog, registry, updates, member, pushes, census, heldTools } = deps;
   const items = (kind: CatalogKind): ConsoleItem[] => catalog.list(kind).map((item) => ({ ...item.exposed, backend: item.backendId }));
-  const row = (backend: string, uri: string, name: string, subscribers: number, listed: boolean, mimeType?: string): ConsoleResource => ({
-    uri,
-    backend,
-    name,
-    ...(mimeType !== undefined && { mimeType }),
-    subscribers,
-    upstream: subscribers === 0 ? "none" : pushes(backend) ? "subscribed" : "polling",
-    listed,
-  });
   return {
     resources: async () => {
-      const listed = catalog.list("resources");
-      const rows = await Promise.all(
-        listed.map(async (item) => {
-          const mimeType = typeof item.exposed.mimeType === "string" ? item.exposed.mimeType : undefined;
-          const name = typeof item.exposed.name === "string" ? item.exposed.name : item.exposedKey;
-          return row(item.backendId, item.exposedKey, name, await registry.count(item.backendId, item.key), true, mimeType);
-        }),
-      );
-      // Subscribed but not listed (template matches, sub-resources): the registry's wanted sets.
-      const known = new Set(listed.map((item) => `${item.backendId}\u0000${item.key}`));
+      // Every listed resource, then what is subscribed but not listed (template matches, sub-resources): the registry's wanted sets.
+      const found: Resource[] = catalog.list("resources").map((item) => ({
+        backend: item.backendId,
+        key: item.key,
+        uri: item.exposedKey,
+        name: typeof item.exposed.name === "string" ? item.exposed.name : item.exposedKey,
+        listed: true,
+        ...(typeof item.exposed.mimeType === "string" && { mimeType: item.exposed.mimeType }),
+      }));
+      const known = new Set(found.map((resource) => `${resource.backend}\u0000${resource.key}`));
       for (const { id } of member.backends()) {
-        for (const uri of await registry.wanted(id)) {
-          if (known.has(`${id}\u0000${uri}`)) continue;
-          const exposed = catalog.exposeUri(id, uri);
-          rows.push(row(id, exposed, exposed, await registry.count(id, uri), false));
+        for (const key of await registry.wanted(id)) {
+          if (known.has(`${id}\u0000${key}`)) continue;
+          const uri = catalog.exposeUri(id, key);
+          found.push({ backend: id, key, uri, name: uri, listed: false });
         }
       }
-      return rows;
+      const counts = await Promise.all(found.map((resource) => registry.count(resource.backend, resource.key)));
+      // When each was last updated: one read per backend.
+      const times = new Map<Resource, number | undefined>();
+      await Promise.all(
+        [...new Set(found.map((resource) => resource.backend))].map(async (backend) => {
+          const ofBackend = found.filter((resource) => resource.backend === backend);
+          const at = await updates.updatedAt(backend, ofBackend.map((resource) => resource.key));
+          ofBackend.forEach((resource, i) => times.set(resource, at[i]));
+        }),
+      );
+      return found.map((resource, i) => {
+        const subscribers = counts[i] ?? 0;
+        const lastUpdate = times.get(resource);
+        return {
+          uri: resource.uri,
+          backend: resource.backend,
+          name: resource.name,
+          ...(resource.mimeType !== undefined && { mimeType: resource.mimeType }),
+          subscribers,
+          upstream: subscribers === 0 ? "none" : pushes(resource.backend) ? "subscribed" : "polling",
+          listed: resource.listed,
+          ...(lastUpdate !== undefined && { lastUpdate }),
+        };
+      });
     },
     sessions: (limit) => census.take(limit),
     catalog: async () => ({
@@ -117,6 +150,7 @@ export function consoleData(deps: {
       resourceTemplates: items("resourceTemplates"),
       held: heldTools().map((held) => ({ ...held, exposedName: catalog.exposeName(held.backendId, held.name) })),
     }),
+    feed: (res) => deps.feed.open(res),
     backends: () =>
       Promise.all(
         member.backends().map(async (backend) => {
@@ -128,9 +162,11 @@ export function consoleData(deps: {
 }
 
 /**
- * The operator console's JSON API (`console.enabled`), under `/console/api/`: `resources`,
- * `backends`, `sessions` and `catalog`. Answers only what it serves (returns false for any other path). Every request passes
- * the Host and Origin checks of `/mcp` and then needs an admin key, except, when no admin key is
+ * The operator console (`console.enabled`): its page at `/console`, its assets under
+ * `/console/assets/`, and its API under `/console/api/`: `resources`, `backends`, `sessions`,
+ * `catalog` (JSON) and `feed` (Server-Sent Events). Answers only what it serves (returns false for
+ * any other path). Every request passes the Host and Origin checks of `/mcp` and then needs an admin
+ * key (Bearer, or as a Basic password, which browsers ask for), except, when no admin key is
  * configured, a request from this machine that no proxy forwarded.
  */
 export function serveConsole(req: IncomingMessage, res: ServerResponse, access: ConsoleAccess, data: ConsoleData): boolean {
@@ -146,15 +182,22 @@ export function serveConsole(req: IncomingMessage, res: ServerResponse, access: 
     sendJson(res, 403, { error: "The console answers requests from this machine only while console.adminKeys is empty; configure an admin key to reach it from elsewhere." });
     return true;
   }
-  if (req.method !== "GET") {
-    sendJson(res, 405, { error: `Method ${req.method ?? "?"} not allowed; use GET.` }, { allow: "GET" });
+  if (req.method !== "GET" && req.method !== "HEAD") {
+    sendJson(res, 405, { error: `Method ${req.method ?? "?"} not allowed; use GET.` }, { allow: "GET, HEAD" });
+    return true;
+  }
+  if (!path.startsWith(API)) {
+    servePage(path, req, res);
     return true;
   }
   let read: Promise<unknown> | undefined;
   if (path === `${API}resources`) read = data.resources().then((resources) => ({ resources }));
   else if (path === `${API}backends`) read = data.backends().then((backends) => ({ backends }));
   else if (path === `${API}catalog`) read = data.catalog();
-  else if (path === `${API}sessions`) {
+  else if (path === `${API}feed`) {
+    if (!data.feed(res)) sendJson(res, 429, { error: "Too many console feeds are open on this broker; close one." });
+    return true;
+  } else if (path === `${API}sessions`) {
     const limit = new URL(req.url ?? "/", "http://console").searchParams.get("limit");
     const n = limit === null ? SESSIONS_DEFAULT_LIMIT : Number(limit);
     if (!Number.isInteger(n) || n < 1 || n > SESSIONS_MAX_LIMIT) {
@@ -164,7 +207,7 @@ export function serveConsole(req: IncomingMessage, res: ServerResponse, access: 
     read = data.sessions(n).then((instances) => ({ instances }));
   }
   if (read === undefined) {
-    sendJson(res, 404, { error: `Not found: the console's API is ${API}resources, ${API}backends, ${API}sessions and ${API}catalog.` });
+    sendJson(res, 404, { error: `Not found: the console's API is ${API}resources, ${API}backends, ${API}sessions, ${API}catalog and ${API}feed.` });
     return true;
   }
   read.then(
@@ -172,6 +215,51 @@ export function serveConsole(req: IncomingMessage, res: ServerResponse, access: 
     (error: unknown) => sendJson(res, 503, { error: `The cluster's state could not be read: ${(error as Error).message}` }),
   );
   return true;
+}
+
+/** The console's built front end: `npm run build` puts it beside this module's directory in dist (the second place: this module run from src). */
+const PAGES = [new URL("../console/", import.meta.url), new URL("../../dist/console/", import.meta.url)];
+const PAGE_TYPES: Record<string, string> = { ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml" };
+const pageCache = new Map<string, Buffer | undefined>();
+
+/** `/console/` gives the page (`/console` redirects there: the page's paths are relative); `/console/assets/<file>` its scripts and styles. */
+function servePage(path: string, req: IncomingMessage, res: ServerResponse): void {
+  if (path === "/console") {
+    res.writeHead(308, { location: "/console/" }).end();
+    return;
+  }
+  const asset = /^\/console\/(assets\/[a-z0-9-]+\.(?:js|css|svg))$/.exec(path)?.[1];
+  const file = path === "/console/" ? "index.html" : asset;
+  const type = file === undefined ? undefined : PAGE_TYPES[file.slice(file.lastIndexOf("."))];
+  if (file === undefined || type === undefined) {
+    sendJson(res, 404, { error: `Not found: the console is at /console.` });
+    return;
+  }
+  if (!pageCache.has(file)) {
+    pageCache.set(file, undefined);
+    for (const dir of PAGES) {
+      try {
+        pageCache.set(file, readFileSync(new URL(file, dir)));
+        break;
+      } catch {
+        // Not here.
+      }
+    }
+  }
+  const body = pageCache.get(file);
+  if (body === undefined) {
+    sendJson(res, file === "index.html" ? 503 : 404, { error: file === "index.html" ? "The console's front end is not built: run npm run build." : "Not found." });
+    return;
+  }
+  res.writeHead(200, {
+    "content-type": type,
+    "content-length": body.length,
+    "cache-control": "no-cache",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "content-security-policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+  });
+  res.end(req.method === "HEAD" ? undefined : body);
 }
 
 /** A loopback peer, and no sign of a proxy in between (a proxy on this machine would make every request look local). */

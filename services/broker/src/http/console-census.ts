@@ -28,11 +28,6 @@ export class ConsoleCensus {
     },
   ) {}
 
-  /** Hears census requests from now on. */
-  start(): Promise<void> {
-    return this.deps.bus.subscribe(CHANNEL.console);
-  }
-
   /** Every broker's sessions and streams (at most `limit` of each per broker), this one's first. */
   async take(limit: number): Promise<InstanceCensus[]> {
     const id = ++this.next;

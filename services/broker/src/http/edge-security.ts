@@ -18,7 +18,11 @@ export class EdgeSecurity {
   /** Exact origins granted CORS (`server.corsOrigins`); their hostnames pass the Origin check too. */
   private readonly cors: ReadonlySet<string>;
 
-  constructor(options: { allowedHosts: string[]; allowedOrigins: string[]; corsOrigins?: string[]; apiKeys: { key: string; principal: string }[] }) {
+  /** Also takes the key as a Basic password, and challenges browsers with Basic in this realm (the console). */
+  private readonly basicRealm: string | undefined;
+
+  constructor(options: { allowedHosts: string[]; allowedOrigins: string[]; corsOrigins?: string[]; apiKeys: { key: string; principal: string }[]; basicRealm?: string }) {
+    this.basicRealm = options.basicRealm;
     this.cors = new Set((options.corsOrigins ?? []).map((origin) => new URL(origin).origin));
     const corsHosts = [...this.cors].map((origin) => new URL(origin).hostname);
     this.hosts = new HostCheck(options.allowedHosts);
@@ -54,16 +58,30 @@ export class EdgeSecurity {
       if (!origin.ok) return { ok: false, status: 403, message: origin.message };
     }
     if (this.keys.length === 0) return { ok: true, principal: ANONYMOUS };
-    const header = req.headers.authorization;
-    const match = typeof header === "string" ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
-    const challenge = { "www-authenticate": 'Bearer realm="mcp-broker"' };
-    if (match?.[1] === undefined) return { ok: false, status: 401, message: "Missing bearer token: send Authorization: Bearer <api key>.", headers: challenge };
-    const presented = digest(match[1]);
+    const key = this.presentedKey(req.headers.authorization);
+    if (key === undefined) {
+      const challenge = this.basicRealm === undefined ? 'Bearer realm="mcp-broker"' : `Basic realm="${this.basicRealm}", charset="UTF-8"`;
+      return { ok: false, status: 401, message: "Missing bearer token: send Authorization: Bearer <api key>.", headers: { "www-authenticate": challenge } };
+    }
+    const presented = digest(key);
     const found = this.keys.find((k) => timingSafeEqual(k.digest, presented));
     if (found === undefined) {
-      return { ok: false, status: 401, message: "Invalid API key.", headers: { "www-authenticate": 'Bearer realm="mcp-broker", error="invalid_token"' } };
+      const challenge = this.basicRealm === undefined ? 'Bearer realm="mcp-broker", error="invalid_token"' : `Basic realm="${this.basicRealm}", charset="UTF-8"`;
+      return { ok: false, status: 401, message: "Invalid API key.", headers: { "www-authenticate": challenge } };
     }
     return { ok: true, principal: found.principal };
+  }
+
+  /** The key of `Authorization: Bearer <key>`, or (with `basicRealm`) the password of `Basic` (any user name). */
+  private presentedKey(header: string | undefined): string | undefined {
+    if (header === undefined) return undefined;
+    const bearer = /^Bearer\s+(\S+)\s*$/i.exec(header);
+    if (bearer?.[1] !== undefined) return bearer[1];
+    const basic = this.basicRealm === undefined ? null : /^Basic\s+([A-Za-z0-9+/]+=*)\s*$/i.exec(header);
+    if (basic?.[1] === undefined) return undefined;
+    const decoded = Buffer.from(basic[1], "base64").toString("utf8");
+    const colon = decoded.indexOf(":");
+    return colon < 0 ? undefined : decoded.slice(colon + 1);
   }
 }
 

@@ -105,6 +105,36 @@ describe.each(["memory", "redis"] as const)("console API on the %s engine", (eng
     await listen.close();
   });
 
+  it("feeds updates cluster-wide and list changes with their diffs live, and shows each resource's last update", async () => {
+    const feed = await openFeed(first());
+    try {
+      const legacy = await connectClient(last().url, "legacy");
+      clients.push(legacy);
+      await legacy.subscribeResource({ uri: `push+test://items/fed-${engine}` });
+      // The watcher copies updates for the feed once it heard the console (it announces itself at once).
+      await eventually(async () => {
+        await legacy.callTool({ name: "push__emit_update", arguments: { uri: `test://items/fed-${engine}` } });
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        return feed.events.some((e) => e.event === "update");
+      }, "an update in the feed");
+      const update = feed.events.find((e) => e.event === "update")?.data as { instance: string; updates: { backend: string; uri: string; at: number }[]; dropped: number };
+      expect(update.updates[0]).toEqual({ backend: "push", uri: `push+test://items/fed-${engine}`, at: expect.any(Number) });
+      expect(update.dropped).toBe(0);
+      const shown = await row(`push+test://items/fed-${engine}`);
+      expect(shown).toMatchObject({ subscribers: 1, upstream: "subscribed", lastUpdate: expect.any(Number) });
+      expect((shown as Row & { lastUpdate: number }).lastUpdate).toBeGreaterThanOrEqual(update.updates[0]!.at);
+      // Never updated since its watch began: no time.
+      expect(await row("push+test://static/b")).not.toHaveProperty("lastUpdate");
+      await legacy.callTool({ name: "push__add_tool", arguments: { name: `fed_${engine}` } });
+      await eventually(() => feed.events.some((e) => e.event === "list_changed"), "a list change in the feed");
+      expect(feed.events.find((e) => e.event === "list_changed")?.data).toEqual({ list: "tools", at: expect.any(Number), changes: { tools: { added: [`push__fed_${engine}`], removed: [], changed: [] } } });
+      await legacy.callTool({ name: "push__remove_tool", arguments: { name: `fed_${engine}` } });
+      await legacy.unsubscribeResource({ uri: `push+test://items/fed-${engine}` });
+    } finally {
+      feed.close();
+    }
+  });
+
   it("shows each backend's state and the instance that watches it for the cluster", async () => {
     const { instance } = (await (await fetch(new URL("/readyz", first().url))).json()) as { instance: string };
     const { backends } = (await api(first(), "backends")).json as { backends: { id: string; state: string; watcher?: string; watching: boolean }[] };
@@ -116,6 +146,33 @@ describe.each(["memory", "redis"] as const)("console API on the %s engine", (eng
     }
   });
 });
+
+/** Reads a console feed's Server-Sent Events as they come. */
+async function openFeed(running: RunningBroker, headers: Record<string, string> = {}): Promise<{ status: number; events: { event: string; data: unknown }[]; close: () => void }> {
+  const controller = new AbortController();
+  const response = await fetch(new URL("/console/api/feed", running.url), { headers, signal: controller.signal });
+  const events: { event: string; data: unknown }[] = [];
+  if (response.ok && response.body !== null) {
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    void (async () => {
+      let buffer = "";
+      for (;;) {
+        const { done, value } = await reader.read().catch(() => ({ done: true, value: undefined }));
+        if (done) return;
+        buffer += value;
+        let end;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          const frame = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          const event = /^event: (.*)$/m.exec(frame)?.[1];
+          const data = /^data: (.*)$/m.exec(frame)?.[1];
+          if (event !== undefined && data !== undefined) events.push({ event, data: JSON.parse(data) });
+        }
+      }
+    })();
+  }
+  return { status: response.status, events, close: () => controller.abort() };
+}
 
 describe("console API access", () => {
   let backend: HttpBackend;
@@ -164,6 +221,24 @@ describe("console API access", () => {
     expect((await api(open, "nothing-here")).status).toBe(404);
   });
 
+  it("serves its page at /console/ and the page's assets, nothing else", async () => {
+    const open = await broker({ enabled: true });
+    const get = (path: string) => raw(new URL(path, open.url).href, { method: "GET", headers: {} });
+    const redirect = await get("/console");
+    expect(redirect.status).toBe(308);
+    expect(redirect.headers.location).toBe("/console/");
+    const page = await get("/console/");
+    expect(page.status).toBe(200);
+    expect(page.headers["content-security-policy"]).toContain("default-src 'self'");
+    expect(page.body).toContain('src="assets/app.js"');
+    const script = await get("/console/assets/app.js");
+    expect(script.status).toBe(200);
+    expect(script.headers["content-type"]).toBe("text/javascript; charset=utf-8");
+    expect((await get("/console/assets/app.css")).headers["content-type"]).toBe("text/css; charset=utf-8");
+    for (const path of ["/console/assets/../../package.json", "/console/assets/%2e%2e%2fcli.js", "/console/assets/missing.js", "/console/index.html"]) expect((await get(path)).status).toBe(404);
+    expect((await raw(new URL("/console/", open.url).href, { method: "POST", headers: {} })).status).toBe(405);
+  });
+
   it("with admin keys, asks for one (Bearer) from anywhere, and its answers name no session", async () => {
     const keyed = await broker({ enabled: true, adminKeys: [ADMIN_KEY] });
     const client = await connectClient(keyed.url, "legacy");
@@ -183,6 +258,20 @@ describe("console API access", () => {
     expect(sessionsWithout.status).toBe(401);
     expect(sessionsWithout.body).not.toContain(sessionId);
     expect((await api(keyed, "sessions", { authorization: `Bearer ${ADMIN_KEY}` })).body).toContain(sessionId);
+    // The page and the feed too; a browser gets a Basic challenge and may give the key as its password.
+    const page = await raw(new URL("/console/", keyed.url).href, { method: "GET", headers: {} });
+    expect(page.status).toBe(401);
+    expect(page.headers["www-authenticate"]).toMatch(/^Basic realm="mcp-broker console"/);
+    expect(page.body).not.toContain(sessionId);
+    expect((await openFeed(keyed)).status).toBe(401);
+    const basic = (password: string) => ({ authorization: `Basic ${Buffer.from(`admin:${password}`).toString("base64")}` });
+    expect((await raw(new URL("/console/", keyed.url).href, { method: "GET", headers: basic("wrong-key-wrong-key-wrong") })).status).toBe(401);
+    const withKey = await raw(new URL("/console/", keyed.url).href, { method: "GET", headers: basic(ADMIN_KEY) });
+    expect(withKey.status).toBe(200);
+    expect(withKey.headers["content-type"]).toBe("text/html; charset=utf-8");
+    const feed = await openFeed(keyed, basic(ADMIN_KEY));
+    expect(feed.status).toBe(200);
+    feed.close();
     await client.close();
   });
 });

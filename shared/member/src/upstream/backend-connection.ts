@@ -85,6 +85,8 @@ export class BackendConnection {
   private retryTimer: TimerHandle | undefined;
   private healthTimer: TimerHandle | undefined;
   private connectedAt = 0;
+  /** Times it connected (the first time included). */
+  private connects = 0;
   /** The single upstream `subscriptions/listen` stream of a modern connection. */
   private listen: UpstreamListen | undefined;
   private streamWatch: NotificationStreamWatch | undefined;
@@ -138,6 +140,11 @@ export class BackendConnection {
    */
   get requestsInFlight(): number {
     return this.inFlight;
+  }
+
+  /** Times it connected again after it had been connected (drops it came back from). */
+  get reconnects(): number {
+    return Math.max(0, this.connects - 1);
   }
 
   /** Human-readable reason of the last failure, for `/readyz` and errors: one line, at most `MAX_FAILURE_LENGTH` characters. */
@@ -293,6 +300,7 @@ export class BackendConnection {
     this.fastPathUpdates(client, transport);
     this.client = client;
     this.stateValue = "connected";
+    this.connects++;
     this.connectedAt = this.deps.clock.now();
     this.lastError = undefined;
     this.degraded = false;

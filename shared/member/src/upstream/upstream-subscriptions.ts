@@ -132,6 +132,8 @@ export class UpstreamSubscriptions implements UpstreamPort {
        * subscribers; the others hear of it when the bus is back (the gap is announced).
        */
       unpublished?: (backendId: string, keys: readonly string[], uri: string, params: Record<string, unknown> | undefined) => void;
+      /** Each update this member publishes, for the operator console's live feed (see `ConsoleFeedTap`). */
+      published?: (backendId: string, uri: string, at: number) => void;
     },
   ) {}
 
@@ -258,8 +260,10 @@ export class UpstreamSubscriptions implements UpstreamPort {
     }
     if (keys.length === 0) return;
     const update = ++this.updates;
+    const at = this.deps.clock.now();
+    this.deps.published?.(backendId, uri, at);
     this.deps.updates
-      .publish({ kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, uri, params, at: this.deps.clock.now(), update }, keys)
+      .publish({ kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, uri, params, at, update }, keys)
       .catch((error: unknown) => {
         this.deps.logger.warn({ backendId, uri, err: (error as Error).message }, "publish failed; delivered to this member's own sessions only");
         this.deps.unpublished?.(backendId, keys, uri, params);

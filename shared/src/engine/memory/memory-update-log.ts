@@ -4,7 +4,7 @@ import type { MemoryPositions } from "./memory-positions.js";
 
 /** The update log of one process: positions from its counter, stamps in a map, messages on its bus. */
 export class MemoryUpdateLog implements UpdateLog {
-  private readonly stampsByKey = new Map<string, { updated: number; since: number }>();
+  private readonly stampsByKey = new Map<string, { updated: number; since: number; at?: number }>();
 
   constructor(
     private readonly bus: Bus,
@@ -15,7 +15,9 @@ export class MemoryUpdateLog implements UpdateLog {
     const position = this.positions.next();
     for (const key of keys) {
       const stamp = this.stampsByKey.get(`${update.backendId}\u0000${key}`);
-      if (stamp !== undefined) stamp.updated = position;
+      if (stamp === undefined) continue;
+      stamp.updated = position;
+      stamp.at = update.at;
     }
     await Promise.all(keys.map((key) => this.bus.publish(CHANNEL.resource(update.backendId, key), { ...update, key, keys: keys.length, position })));
     return position;
@@ -32,8 +34,12 @@ export class MemoryUpdateLog implements UpdateLog {
   async stamps(backendId: string, keys: readonly string[]): Promise<KeyStamp[]> {
     return keys.map((key) => {
       const stamp = this.stampsByKey.get(`${backendId}\u0000${key}`);
-      return stamp === undefined ? { updated: 0, since: undefined } : { ...stamp };
+      return stamp === undefined ? { updated: 0, since: undefined } : { updated: stamp.updated, since: stamp.since };
     });
+  }
+
+  async updatedAt(backendId: string, keys: readonly string[]): Promise<(number | undefined)[]> {
+    return keys.map((key) => this.stampsByKey.get(`${backendId}\u0000${key}`)?.at);
   }
 
   current(): Promise<number> {

@@ -7,9 +7,9 @@ import { corkUntilTickEnds } from "./redis-bus.js";
 /**
  * Publishes the updates of one tick in one step. KEYS: the position counter, then each update's
  * backend stamps hash. ARGV: the number of updates, the floor (the newest position this member
- * knows), then per update: n, then n keys, n channels and n message heads (each ending
- * `"position":`). Each update takes the next position, stamps every key with it and publishes each
- * message with it appended. Returns the positions, in order. A counter below the floor (Redis lost
+ * knows), then per update: n, its time (`at`), then n keys, n channels and n message heads (each
+ * ending `"position":`). Each update takes the next position, stamps every key with it (and with
+ * its time, for the console) and publishes each message with it appended. Returns the positions, in order. A counter below the floor (Redis lost
  * its data, and the members have not written it back yet) continues from the floor: positions
  * never go backwards for what this member published.
  */
@@ -20,13 +20,15 @@ local at = 3
 local positions = {}
 for j = 1, m do
   local n = tonumber(ARGV[at])
+  local time = ARGV[at + 1]
+  at = at + 1
   local position = redis.call('INCR', KEYS[1])
   if position <= floor then
     position = floor + 1
     redis.call('SET', KEYS[1], position)
   end
   for i = 1, n do
-    redis.call('HSET', KEYS[1 + j], 'u' .. ARGV[at + i], position)
+    redis.call('HSET', KEYS[1 + j], 'u' .. ARGV[at + i], position, 't' .. ARGV[at + i], time)
     redis.call('PUBLISH', ARGV[at + n + i], ARGV[at + 2 * n + i] .. position .. '}')
   end
   positions[j] = position
@@ -38,7 +40,7 @@ return positions
 /** KEYS: the position counter, the stamps hash. ARGV: key. The watch starts at the current position. */
 const WATCHED = `
 redis.call('HSET', KEYS[2], 's' .. ARGV[1], redis.call('GET', KEYS[1]) or '0')
-redis.call('HDEL', KEYS[2], 'u' .. ARGV[1])
+redis.call('HDEL', KEYS[2], 'u' .. ARGV[1], 't' .. ARGV[1])
 return 1
 `;
 
@@ -64,7 +66,7 @@ interface Pending {
 
 /**
  * The update log in Redis: the cluster's position counter (shared with the catalog store), one
- * stamps hash per backend (`u<key>`: last update, `s<key>`: watch start), and the publish of an
+ * stamps hash per backend (`u<key>`: last update, `t<key>`: its time, `s<key>`: watch start), and the publish of an
  * update's messages in the same script, on the command connection. The updates of one tick (a
  * backend's event-stream chunk brings several) go out in one script call: one command, however
  * many updates, each still at its own position, in order.
@@ -94,7 +96,7 @@ export class RedisUpdateLog implements UpdateLog {
     const heads = keys.map((key) => encodeUpdateHead({ ...update, key, keys: keys.length }));
     return new Promise((resolve, reject) => {
       if (this.pending.length === 0) process.nextTick(() => this.flush());
-      this.pending.push({ stamps: this.keys.stamps(update.backendId), args: [keys.length, ...keys, ...channels, ...heads], resolve, reject });
+      this.pending.push({ stamps: this.keys.stamps(update.backendId), args: [keys.length, update.at, ...keys, ...channels, ...heads], resolve, reject });
     });
   }
 
@@ -128,7 +130,13 @@ export class RedisUpdateLog implements UpdateLog {
   }
 
   async unwatched(backendId: string, key: string): Promise<void> {
-    await this.redis.hdel(this.keys.stamps(backendId), `u${key}`, `s${key}`);
+    await this.redis.hdel(this.keys.stamps(backendId), `u${key}`, `s${key}`, `t${key}`);
+  }
+
+  async updatedAt(backendId: string, keys: readonly string[]): Promise<(number | undefined)[]> {
+    if (keys.length === 0) return [];
+    const values = await this.redis.hmget(this.keys.stamps(backendId), ...keys.map((key) => `t${key}`));
+    return values.map((value) => (value === null ? undefined : Number(value)));
   }
 
   async stamps(backendId: string, keys: readonly string[]): Promise<KeyStamp[]> {
