@@ -353,36 +353,51 @@ function CatalogView({ bump }: { bump: number }) {
   const [kind, setKind] = useState<Kind>("tools");
   const [query, setQuery] = useState("");
   const [backend, setBackend] = useState("");
+  const [mime, setMime] = useState("");
   const rows = useMemo(() => {
     if (data === undefined) return [];
-    if (kind === "held") return data.held.map((h) => ({ name: h.exposedName, backend: h.backendId, description: `${h.pinned ? "pinned" : "held"} · ${h.hash}` }));
+    if (kind === "held") return data.held.map((h) => ({ name: h.exposedName, backend: h.backendId, description: `${h.pinned ? "pinned" : "held"} · ${h.hash}`, mimeType: undefined }));
     return data[kind].map((item) => ({
       name: [item.name, item.uri, item.uriTemplate].find((v): v is string => typeof v === "string") ?? "",
       backend: item.backend,
       description: typeof item.description === "string" ? item.description : typeof item.uri === "string" && item.uri !== item.name ? item.uri : typeof item.uriTemplate === "string" ? item.uriTemplate : "",
+      mimeType: typeof item.mimeType === "string" ? item.mimeType : undefined,
     }));
   }, [data, kind]);
-  const shown = rows.filter((r) => (backend === "" || r.backend === backend) && matches(query, r.name, r.description));
+  const mimeTypes = distinct(rows.map((r) => r.mimeType));
+  const shown = rows.filter((r) => (backend === "" || r.backend === backend) && (mime === "" || r.mimeType === mime) && matches(query, r.name, r.description));
   return (
     <section aria-label="Catalog">
       <div class="filters">
         <div class="segmented" role="radiogroup" aria-label="List">
           {(Object.keys(KINDS) as Kind[]).map((k) => (
-            <button key={k} type="button" role="radio" aria-checked={kind === k} onClick={() => setKind(k)}>
+            <button key={k} type="button" role="radio" aria-checked={kind === k} onClick={() => {
+                setKind(k);
+                setMime("");
+              }}>
               {KINDS[k]} {data !== undefined && <span class="muted">{k === "held" ? data.held.length : data[k].length}</span>}
             </button>
           ))}
         </div>
         <Search label="Search" value={query} onInput={setQuery} />
         <Choice label="Server" value={backend} options={distinct(rows.map((r) => r.backend))} onChange={setBackend} />
+        {mimeTypes.length > 0 && <Choice label="MIME type" value={mime} options={mimeTypes} onChange={setMime} />}
       </div>
       <Problem error={error} />
+      <p class="count">
+        {shown.length} of {rows.length}
+      </p>
       <div class="table">
         <table>
           <thead>
             <tr>
               <th scope="col">Name</th>
               <th scope="col">Server</th>
+              {mimeTypes.length > 0 && (
+                <th scope="col" class="wide">
+                  MIME type
+                </th>
+              )}
               <th scope="col">Description</th>
             </tr>
           </thead>
@@ -391,6 +406,7 @@ function CatalogView({ bump }: { bump: number }) {
               <tr key={`${r.backend} ${r.name}`}>
                 <td class="mono">{r.name}</td>
                 <td>{r.backend}</td>
+                {mimeTypes.length > 0 && <td class="wide">{r.mimeType ?? "—"}</td>}
                 <td>{r.description}</td>
               </tr>
             ))}
