@@ -24,68 +24,113 @@ type Tab = (typeof TABS)[number];
 const TAB_TITLES: Record<Tab, string> = { resources: "Resources", sessions: "Sessions", backends: "Backends", catalog: "Catalog", feed: "Live feed" };
 const FEED_MAX = 300;
 
-/** Reads `path` now, every `everyMs` while the page is visible, and whenever `bump` changes. */
+/** Reads `path` now, every `everyMs` while the page is visible, and whenever `bump` changes; one read at a time. */
 function usePoll<T>(path: string, everyMs: number, bump: number): { data: T | undefined; error: string | undefined } {
   const [data, setData] = useState<T>();
   const [error, setError] = useState<string>();
   useEffect(() => {
-    let stopped = false;
+    const stop = new AbortController();
+    let reading = false;
     const read = async (): Promise<void> => {
-      if (document.hidden) return;
+      if (document.hidden || reading) return;
+      reading = true;
       try {
-        const res = await fetch(path, { headers: { accept: "application/json" } });
+        const res = await fetch(path, { headers: { accept: "application/json" }, signal: stop.signal });
         const body = (await res.json()) as T & { error?: string };
-        if (stopped) return;
         if (!res.ok) setError(body.error ?? `HTTP ${res.status}`);
         else {
           setData(body);
           setError(undefined);
         }
       } catch (e) {
-        if (!stopped) setError((e as Error).message);
+        if (!stop.signal.aborted) setError((e as Error).message);
+      } finally {
+        reading = false;
       }
     };
     void read();
     const timer = setInterval(() => void read(), everyMs);
     return () => {
-      stopped = true;
+      stop.abort();
       clearInterval(timer);
     };
   }, [path, everyMs, bump]);
   return { data, error };
 }
 
-/** The live feed: one EventSource for the page's lifetime, the newest entries first. */
+/** The time now, in seconds, from one ticker for the whole page. */
+const nowListeners = new Set<(now: number) => void>();
+setInterval(() => {
+  const now = Date.now();
+  for (const listener of nowListeners) listener(now);
+}, 1000);
+function useNow(): number {
+  const [now, setNow] = useState(Date.now());
+  useEffect(() => {
+    nowListeners.add(setNow);
+    return () => void nowListeners.delete(setNow);
+  }, []);
+  return now;
+}
+
+/** Re-reads follow the feed at most this often. */
+const BUMP_EVERY_MS = 2000;
+
+/** The live feed: one EventSource (opened again if it gives up), the newest entries first. */
 function useFeed(): { entries: FeedEntry[]; connected: boolean; instance: string | undefined; bump: number; listBump: number } {
   const [entries, setEntries] = useState<FeedEntry[]>([]);
   const [connected, setConnected] = useState(false);
   const [instance, setInstance] = useState<string>();
-  /** Bumped by every entry (resources re-read), and by list changes only (the catalog re-read). */
+  /** Bumped (at most every BUMP_EVERY_MS) by every entry (resources re-read), and by list changes only (the catalog re-read). */
   const [bump, setBump] = useState(0);
   const [listBump, setListBump] = useState(0);
   const next = useRef(0);
   useEffect(() => {
-    const source = new EventSource("api/feed");
-    const add = (more: NewEntry[]): void => {
+    let source: EventSource | undefined;
+    let reopen: ReturnType<typeof setTimeout> | undefined;
+    let bumpLater: ReturnType<typeof setTimeout> | undefined;
+    let lists = false;
+    const later = (list: boolean): void => {
+      lists ||= list;
+      bumpLater ??= setTimeout(() => {
+        bumpLater = undefined;
+        setBump((n) => n + 1);
+        if (lists) setListBump((n) => n + 1);
+        lists = false;
+      }, BUMP_EVERY_MS);
+    };
+    const add = (more: NewEntry[], list: boolean): void => {
       const numbered = more.map((entry) => ({ ...entry, id: ++next.current }));
       setEntries((old) => [...numbered.reverse(), ...old].slice(0, FEED_MAX));
-      setBump((n) => n + 1);
+      later(list);
     };
-    source.addEventListener("open", () => setConnected(true));
-    source.addEventListener("error", () => setConnected(false));
-    source.addEventListener("hello", (e) => setInstance((JSON.parse(e.data as string) as { instance: string }).instance));
-    source.addEventListener("update", (e) => {
-      const body = JSON.parse(e.data as string) as { instance: string; updates: { backend: string; uri: string; at: number }[]; dropped: number };
-      const more: NewEntry[] = body.updates.map((u) => ({ type: "update", at: u.at, backend: u.backend, uri: u.uri, instance: body.instance }));
-      if (body.dropped > 0) more.push({ type: "dropped", at: Date.now(), count: body.dropped, instance: body.instance });
-      add(more);
-    });
-    source.addEventListener("list_changed", (e) => {
-      const body = JSON.parse(e.data as string) as { list: string; at: number; changes: Record<string, Diff> };
-      add([{ type: "list_changed", at: body.at, list: body.list, changes: body.changes }]);
-      setListBump((n) => n + 1);
-    });
-    return () => source.close();
+    const open = (): void => {
+      const feed = new EventSource("api/feed");
+      source = feed;
+      feed.addEventListener("open", () => setConnected(true));
+      feed.addEventListener("error", () => {
+        setConnected(false);
+        // EventSource retries by itself, except after an HTTP error (401, 429): then in a while.
+        if (feed.readyState === EventSource.CLOSED) reopen = setTimeout(open, 5000);
+      });
+      feed.addEventListener("hello", (e) => setInstance((JSON.parse(e.data as string) as { instance: string }).instance));
+      feed.addEventListener("update", (e) => {
+        const body = JSON.parse(e.data as string) as { instance: string; updates: { backend: string; uri: string; at: number }[]; dropped: number };
+        const more: NewEntry[] = body.updates.map((u) => ({ type: "update", at: u.at, backend: u.backend, uri: u.uri, instance: body.instance }));
+        if (body.dropped > 0) more.push({ type: "dropped", at: Date.now(), count: body.dropped, instance: body.instance });
+        add(more, false);
+      });
+      feed.addEventListener("list_changed", (e) => {
+        const body = JSON.parse(e.data as string) as { list: string; at: number; changes: Record<string, Diff> };
+        add([{ type: "list_changed", at: body.at, list: body.list, changes: body.changes }], true);
+      });
+    };
+    open();
+    return () => {
+      source?.close();
+      clearTimeout(reopen);
+      clearTimeout(bumpLater);
+    };
   }, []);
   return { entries, connected, instance, bump, listBump };
 }
@@ -99,11 +144,7 @@ function ago(at: number | undefined, now: number): string {
 }
 
 function Time({ at }: { at: number | undefined }) {
-  const [now, setNow] = useState(Date.now());
-  useEffect(() => {
-    const timer = setInterval(() => setNow(Date.now()), 1000);
-    return () => clearInterval(timer);
-  }, []);
+  const now = useNow();
   if (at === undefined || at === 0) return <span class="muted">—</span>;
   const iso = new Date(at).toISOString();
   return (
@@ -369,12 +410,18 @@ function CatalogView({ bump }: { bump: number }) {
   return (
     <section aria-label="Catalog">
       <div class="filters">
-        <div class="segmented" role="radiogroup" aria-label="List">
+        <div class="segmented" role="group" aria-label="List">
           {(Object.keys(KINDS) as Kind[]).map((k) => (
-            <button key={k} type="button" role="radio" aria-checked={kind === k} onClick={() => {
+            <button
+              key={k}
+              type="button"
+              aria-pressed={kind === k}
+              onClick={() => {
                 setKind(k);
                 setMime("");
-              }}>
+                setBackend("");
+              }}
+            >
               {KINDS[k]} {data !== undefined && <span class="muted">{k === "held" ? data.held.length : data[k].length}</span>}
             </button>
           ))}
@@ -402,8 +449,8 @@ function CatalogView({ bump }: { bump: number }) {
             </tr>
           </thead>
           <tbody>
-            {shown.map((r) => (
-              <tr key={`${r.backend} ${r.name}`}>
+            {shown.map((r, i) => (
+              <tr key={`${r.backend} ${r.name} ${i}`}>
                 <td class="mono">{r.name}</td>
                 <td>{r.backend}</td>
                 {mimeTypes.length > 0 && <td class="wide">{r.mimeType ?? "—"}</td>}
@@ -446,7 +493,8 @@ function FeedView({ entries, connected }: { entries: FeedEntry[]; connected: boo
         <p class={connected ? "live on" : "live"}>{connected ? "live" : "reconnecting…"}</p>
       </div>
       {shown.length === 0 && <p class="muted">Nothing yet: updates and list changes appear here as they happen, cluster-wide.</p>}
-      <ol class="feed" aria-live="polite">
+      <div role="log" aria-label="Updates and list changes, newest first">
+      <ol class="feed">
         {shown.map((e) => (
           <li key={e.id} class={e.type}>
             <Time at={e.at} />{" "}
@@ -473,6 +521,7 @@ function FeedView({ entries, connected }: { entries: FeedEntry[]; connected: boo
           </li>
         ))}
       </ol>
+      </div>
     </section>
   );
 }
@@ -536,7 +585,11 @@ function App() {
               onKeyDown={(e) => onTabKey(e, i)}
             >
               {TAB_TITLES[t]}
-              {t === "feed" && feed.entries.length > 0 && <span class="badge">{feed.entries.length}</span>}
+              {t === "feed" && feed.entries.length > 0 && (
+                <span class="badge" aria-hidden="true">
+                  {feed.entries.length >= FEED_MAX ? `${FEED_MAX}+` : feed.entries.length}
+                </span>
+              )}
             </button>
           ))}
         </nav>

@@ -195,7 +195,8 @@ export function serveConsole(req: IncomingMessage, res: ServerResponse, access: 
   else if (path === `${API}backends`) read = data.backends().then((backends) => ({ backends }));
   else if (path === `${API}catalog`) read = data.catalog();
   else if (path === `${API}feed`) {
-    if (!data.feed(res)) sendJson(res, 429, { error: "Too many console feeds are open on this broker; close one." });
+    if (req.method !== "GET") sendJson(res, 405, { error: "The feed is an event stream: use GET." }, { allow: "GET" });
+    else if (!data.feed(res)) sendJson(res, 429, { error: "Too many console feeds are open on this broker; close one." });
     return true;
   } else if (path === `${API}sessions`) {
     const limit = new URL(req.url ?? "/", "http://console").searchParams.get("limit");
@@ -220,7 +221,7 @@ export function serveConsole(req: IncomingMessage, res: ServerResponse, access: 
 /** The console's built front end: `npm run build` puts it beside this module's directory in dist (the second place: this module run from src). */
 const PAGES = [new URL("../console/", import.meta.url), new URL("../../dist/console/", import.meta.url)];
 const PAGE_TYPES: Record<string, string> = { ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml" };
-const pageCache = new Map<string, Buffer | undefined>();
+const pageCache = new Map<string, Buffer>();
 
 /** `/console/` gives the page (`/console` redirects there: the page's paths are relative); `/console/assets/<file>` its scripts and styles. */
 function servePage(path: string, req: IncomingMessage, res: ServerResponse): void {
@@ -235,18 +236,17 @@ function servePage(path: string, req: IncomingMessage, res: ServerResponse): voi
     sendJson(res, 404, { error: `Not found: the console is at /console.` });
     return;
   }
-  if (!pageCache.has(file)) {
-    pageCache.set(file, undefined);
-    for (const dir of PAGES) {
-      try {
-        pageCache.set(file, readFileSync(new URL(file, dir)));
-        break;
-      } catch {
-        // Not here.
-      }
+  // What is found is kept (the build does not change under a running broker); what is not, looked for again.
+  let body = pageCache.get(file);
+  for (const dir of body === undefined ? PAGES : []) {
+    try {
+      body = readFileSync(new URL(file, dir));
+      pageCache.set(file, body);
+      break;
+    } catch {
+      // Not here.
     }
   }
-  const body = pageCache.get(file);
   if (body === undefined) {
     sendJson(res, file === "index.html" ? 503 : 404, { error: file === "index.html" ? "The console's front end is not built: run npm run build." : "Not found." });
     return;

@@ -35,6 +35,8 @@ export class ConsoleFeed {
   /** Opens a feed on `res`; false when this broker has as many open as it takes. */
   open(res: ServerResponse): boolean {
     if (this.streams.size >= MAX_STREAMS) return false;
+    // Gone before it opened: nothing to hear its close.
+    if (res.destroyed) return true;
     res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-store", connection: "keep-alive", "x-accel-buffering": "no" });
     res.write(event("hello", { instance: this.deps.instanceId }));
     this.streams.add(res);
