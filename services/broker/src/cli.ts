@@ -3,7 +3,7 @@ import { parseArgs } from "node:util";
 import { ConfigError, parsePort } from "@mcp-broker/shared";
 import { loadConfigFile } from "@mcp-broker/shared/node";
 import { createBroker, type Broker } from "./broker.js";
-import { createLogger, redactUrl, startBackendsOrClose, stopOnSignals, type Logger } from "@mcp-broker/member";
+import { createLogger, describeRedis, startBackendsOrClose, stopOnSignals, type Logger } from "@mcp-broker/member";
 import { serveStdio } from "./stdio/stdio-server.js";
 
 const USAGE = `Usage:
@@ -11,7 +11,7 @@ const USAGE = `Usage:
   mcp-broker --stdio --config <file>                 serve one local client over stdio
 
 The config file is JSON (.json) or YAML. MCP_BROKER_CONFIG may name it instead of --config;
-PORT, HOST and REDIS_URL override the file.`;
+PORT, HOST, REDIS_URL and REDIS_CLUSTER_NODES override the file.`;
 
 /**
  * Clients list right after connecting and many never re-list: the broker waits this long for its
@@ -87,7 +87,7 @@ async function main(argv: string[]): Promise<number> {
   if (!(await startBackendsOrClose(broker, logger))) return 1;
   await waitForBackends(broker, logger);
   broker.serve();
-  const engine = config.redisUrl === undefined ? "memory engine" : `Redis engine at ${redactUrl(config.redisUrl)}, key prefix ${config.redis.keyPrefix}`;
+  const engine = config.redisUrl === undefined && config.redis.cluster === undefined ? "memory engine" : `Redis engine: ${describeRedis(config)}, key prefix ${config.redis.keyPrefix}`;
   process.stderr.write(`mcp-broker ready: ${url} (${engine})\n`);
   return -1; // keep running
 }

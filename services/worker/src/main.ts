@@ -12,13 +12,13 @@ import type { AddressInfo } from "node:net";
 import { parseArgs } from "node:util";
 import { ConfigError, parsePort } from "@mcp-broker/shared";
 import { loadConfigFile } from "@mcp-broker/shared/node";
-import { createLogger, createMember, createOperationsServer, HostCheck, redactUrl, startBackendsOrClose, stopOnSignals } from "@mcp-broker/member";
+import { createLogger, createMember, createOperationsServer, HostCheck, describeRedis, startBackendsOrClose, stopOnSignals } from "@mcp-broker/member";
 
 const USAGE = `Usage: mcp-broker-worker --config <file> [--port N] [--host H]
        mcp-broker-worker --help
 
 The config file is the brokers' (JSON or YAML); MCP_BROKER_CONFIG may name it instead of --config.
-REDIS_URL, PORT and HOST override the file. The worker serves /healthz, /readyz and /metrics on
+REDIS_URL, REDIS_CLUSTER_NODES, PORT and HOST override the file. The worker serves /healthz, /readyz and /metrics on
 server.host:server.port.`;
 
 async function main(argv: string[]): Promise<number> {
@@ -53,8 +53,8 @@ async function main(argv: string[]): Promise<number> {
     }
     throw error;
   }
-  if (config.redisUrl === undefined) {
-    process.stderr.write("mcp-broker-worker: no REDIS_URL: with the memory engine the broker runs the worker role in-process.\n");
+  if (config.redisUrl === undefined && config.redis.cluster === undefined) {
+    process.stderr.write("mcp-broker-worker: no REDIS_URL or REDIS_CLUSTER_NODES: with the memory engine the broker runs the worker role in-process.\n");
     return 2;
   }
   if (!config.jobs.process) process.stderr.write("mcp-broker-worker: jobs.process is false in this config; the worker runs the cluster's jobs anyway.\n");
@@ -94,7 +94,7 @@ async function main(argv: string[]): Promise<number> {
   if (!(await startBackendsOrClose(stoppable, logger))) return 1;
   const { address, port: bound } = http.address() as AddressInfo;
   process.stderr.write(
-    `mcp-broker-worker running: Redis engine at ${redactUrl(config.redisUrl)}, key prefix ${config.redis.keyPrefix}, backends ${config.backends.map((b) => b.id).join(", ")}; /healthz, /readyz and /metrics on http://${address}:${bound}\n`,
+    `mcp-broker-worker running: Redis engine: ${describeRedis(config)}, key prefix ${config.redis.keyPrefix}, backends ${config.backends.map((b) => b.id).join(", ")}; /healthz, /readyz and /metrics on http://${address}:${bound}\n`,
   );
   return -1;
 }

@@ -1,5 +1,5 @@
 /** A cluster member of mcp-broker: what the broker and the worker share (see `createMember`). */
-export { createMember, redactUrl, type BackendStatus, type Member, type MemberDeps, type MemberHooks } from "./member.js";
+export { createMember, describeRedis, redactUrl, type BackendStatus, type Member, type MemberDeps, type MemberHooks } from "./member.js";
 export { createLogger, type Logger } from "./logger.js";
 export { startBackendsOrClose, stopOnSignals } from "./lifecycle.js";
 export { BROKER_VERSION } from "./version.js";

@@ -125,7 +125,7 @@ export interface Member {
 }
 
 /**
- * Builds one cluster member from its config: the engine (memory, or Redis when `redisUrl` is set),
+ * Builds one cluster member from its config: the engine (memory, or Redis when `redisUrl` or `redis.cluster` is set),
  * the backend connections, the watcher role (one lease per backend decides which member makes its
  * upstream subscriptions), the intake of backend list changes, the cluster's jobs (processed here
  * when `jobs.process`) and this member's heartbeat. The broker serves clients on top of one; the
@@ -137,9 +137,9 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
   const instanceId = deps.instanceId ?? randomUUID();
   let hooks: MemberHooks = {};
   const redis =
-    config.redisUrl !== undefined
+    config.redisUrl !== undefined || config.redis.cluster !== undefined
       ? createRedisEngine({
-          url: config.redisUrl,
+          ...(config.redis.cluster !== undefined ? { cluster: config.redis.cluster } : { url: config.redisUrl }),
           keyPrefix: config.redis.keyPrefix,
           instanceId,
           onInvalidMessage: (channel, reason) => logger.warn({ channel, reason }, "undecodable bus message dropped"),
@@ -363,7 +363,8 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
         try {
           await redis.connect();
         } catch (error) {
-          throw new Error(`Redis at ${redactUrl(config.redisUrl ?? "")} cannot be reached: ${(error as Error).message}`, { cause: error });
+          const problem = (error as Error).name === "RedisTopologyError" ? "is not usable" : "cannot be reached";
+          throw new Error(`${describeRedis(config)} ${problem}: ${(error as Error).message}`, { cause: error });
         }
       }
       if (redis !== undefined) {
@@ -405,6 +406,12 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       await redis?.close();
     },
   };
+}
+
+/** What the Redis engine is pointed at, for messages and logs (no password); undefined: the memory engine. */
+export function describeRedis(config: BrokerConfig): string {
+  if (config.redis.cluster !== undefined) return `the Redis Cluster at ${config.redis.cluster.join(", ")} (redis.cluster)`;
+  return `Redis at ${redactUrl(config.redisUrl ?? "")}`;
 }
 
 /** A Redis URL without its password, for messages and logs. */

@@ -1,12 +1,14 @@
 import type { z } from "zod";
 import { ConfigError } from "../errors.js";
-import { brokerConfigSchema, type BrokerConfig } from "./schema.js";
+import { brokerConfigSchema, SEED_NODE, type BrokerConfig } from "./schema.js";
 
 /** Environment variables that override the file (see README "Configuration"). */
 export interface ConfigEnv {
   PORT?: string | undefined;
   HOST?: string | undefined;
   REDIS_URL?: string | undefined;
+  /** Redis Cluster seed nodes, `host:port,host:port,...` (see `redis.cluster`). */
+  REDIS_CLUSTER_NODES?: string | undefined;
 }
 
 export interface ConfigOverrides {
@@ -26,7 +28,21 @@ export function parseConfig(value: unknown, source: string, env: ConfigEnv = {},
     if (port === undefined) issues.push(`PORT (environment): '${env.PORT}' is not a port number (0-65535)`);
     else config.server.port = port;
   }
-  if (env.REDIS_URL !== undefined && env.REDIS_URL !== "") config.redisUrl = env.REDIS_URL;
+  // The environment wins over the file; REDIS_URL and REDIS_CLUSTER_NODES together are a mistake.
+  const url = env.REDIS_URL !== undefined && env.REDIS_URL !== "" ? env.REDIS_URL : undefined;
+  const nodes = env.REDIS_CLUSTER_NODES !== undefined && env.REDIS_CLUSTER_NODES.trim() !== "" ? env.REDIS_CLUSTER_NODES.split(",").map((node) => node.trim()) : undefined;
+  if (url !== undefined && nodes !== undefined) issues.push("REDIS_URL and REDIS_CLUSTER_NODES (environment): set one (one Redis, or a Redis Cluster's seed nodes), not both");
+  else if (url !== undefined) {
+    config.redisUrl = url;
+    delete config.redis.cluster;
+  } else if (nodes !== undefined) {
+    const bad = nodes.filter((node) => !SEED_NODE.test(node) || Number(SEED_NODE.exec(node)?.[2]) > 65_535);
+    if (bad.length > 0) issues.push(`REDIS_CLUSTER_NODES (environment): '${bad[0]}' is not host:port (seed nodes are host:port,host:port,..., not URLs)`);
+    else {
+      config.redis.cluster = nodes;
+      delete config.redisUrl;
+    }
+  }
   if (overrides.host !== undefined) config.server.host = overrides.host;
   if (overrides.port !== undefined) {
     if (!Number.isInteger(overrides.port) || overrides.port < 0 || overrides.port > 65_535) {

@@ -76,6 +76,12 @@ const apiKeySchema = z
   })
   .strict();
 
+/** A Redis Cluster seed node: `host:port` (IPv6 in brackets), never a URL. */
+export const SEED_NODE = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/;
+const seedNodeSchema = z.string().refine((node) => SEED_NODE.test(node) && Number(SEED_NODE.exec(node)?.[2]) <= 65_535, {
+  message: "a Redis Cluster seed node is host:port (for example 127.0.0.1:7000), not a URL",
+});
+
 export const brokerConfigSchema = z
   .object({
     server: z
@@ -189,6 +195,11 @@ export const brokerConfigSchema = z
         watcherTimeoutMs: positiveMs.default(35_000),
         /** Workers (mcp-broker-worker) take backends' watcher leases before brokers (see README, "Running a cluster"). */
         workersWatchFirst: z.boolean().default(true),
+        /**
+         * Set (or REDIS_CLUSTER_NODES): the Redis engine on a Redis Cluster, through these seed nodes
+         * (`host:port`; any reachable node tells the client the rest). Instead of `redisUrl`.
+         */
+        cluster: z.array(seedNodeSchema).min(1).max(100).optional(),
       })
       .strict()
       .prefault({}),
@@ -207,6 +218,9 @@ export const brokerConfigSchema = z
       }
       seen.set(backend.id, index);
     });
+    if (config.redisUrl !== undefined && config.redis.cluster !== undefined) {
+      ctx.addIssue({ code: "custom", path: ["redis", "cluster"], message: "set either redisUrl (one Redis) or redis.cluster (Redis Cluster seed nodes), not both" });
+    }
     const keys = new Set<string>();
     config.auth.apiKeys.forEach((entry, index) => {
       if (keys.has(entry.key)) {

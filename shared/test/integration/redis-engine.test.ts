@@ -1,6 +1,7 @@
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { Queue } from "bullmq";
+import type { Redis } from "ioredis";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import type { JobQueue } from "../../src/engine/jobs.js";
@@ -8,7 +9,7 @@ import type { BullJobQueueOptions } from "../../src/engine/redis/bullmq-job-queu
 import { createRedisEngine, type RedisEngine } from "../../src/engine/redis/redis-engine.js";
 import { deleteKeys, testRedisUrl, uniquePrefix } from "../../src/testing/test-redis.js";
 import { CHANNEL, type BusMessage } from "../../src/engine/bus.js";
-import { busContract, catalogStoreContract, sessionStoreContract, updateLogContract, jobQueueContract, leasesContract, registryContract } from "../contracts/engine-contracts.js";
+import { redisEngineContracts } from "../contracts/redis-engine-contracts.js";
 
 const url = await testRedisUrl();
 const prefixes: string[] = [];
@@ -30,36 +31,6 @@ afterAll(async () => {
   for (const prefix of prefixes) await deleteKeys(url, prefix);
 });
 
-busContract("redis", async () => {
-  const [a, b] = await cluster(2);
-  return [a!.bus, b!.bus];
-});
-registryContract("redis", async () => {
-  const [engine] = await cluster(1);
-  return Object.assign(engine!.registry, {
-    async corrupt() {
-      await engine!.redis.hset(engine!.keys.principalCounts(), "p", 99);
-      await engine!.redis.set(engine!.keys.total(), 7);
-    },
-  });
-});
-catalogStoreContract("redis", async () => {
-  const [a, b] = await cluster(2);
-  return { store: a!.catalog, bus: b!.bus };
-});
-sessionStoreContract("redis", async () => ({
-  store: (await cluster(1))[0]!.sessions,
-  elapse: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
-}));
-updateLogContract("redis", async () => {
-  const [a, b] = await cluster(2);
-  return { log: a!.updates, bus: b!.bus, store: a!.catalog };
-});
-leasesContract("redis", async () => ({
-  leases: (await cluster(1))[0]!.leases,
-  elapse: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
-}));
-
 const queues: JobQueue<number>[] = [];
 let queueNumber = 0;
 /** A job queue of its own (fresh prefix and name) on a fresh engine. */
@@ -71,12 +42,7 @@ async function jobQueue(options: Partial<Omit<BullJobQueueOptions<number>, "conn
   return { queue, engine: engine!, name };
 }
 
-jobQueueContract("redis (BullMQ)", {
-  make: async (options) => (await jobQueue(options)).queue,
-  until: (predicate, what) => vi.waitFor(async () => expect(await predicate(), what).toBe(true), { timeout: 15_000, interval: 20 }),
-  elapse: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
-  now: () => Date.now(),
-});
+redisEngineContracts("redis", cluster, async (options) => (await jobQueue(options)).queue);
 
 describe("Redis registry audit", () => {
   it("finds sessions its principal index lost by scanning, and recounts from them", async () => {
@@ -133,7 +99,7 @@ describe("Redis job queue", () => {
     queue.process(async (_key, data) => {
       runs.push(data);
     });
-    const raw = new Queue(name, { connection: engine.redis.duplicate(), prefix: engine.keys.jobs() });
+    const raw = new Queue(name, { connection: (engine.redis as Redis).duplicate(), prefix: engine.keys.jobs() });
     await raw.add("run", { key: "k", data: "not a number" });
     await raw.add("run", { nokey: true });
     await vi.waitFor(async () => expect((await queue.stats()).failed).toBe(2));

@@ -4,8 +4,8 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { Client } from "@modelcontextprotocol/client";
-import { Redis } from "ioredis";
-import { deleteKeys, testRedisUrl, uniquePrefix } from "@mcp-broker/shared/testing";
+import { Cluster, Redis } from "ioredis";
+import { deleteClusterKeys, deleteKeys, testRedisCluster, testRedisUrl, uniquePrefix } from "@mcp-broker/shared/testing";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startLegacyHttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
 import { createTestServer, type TestServer } from "../fixtures/test-server.js";
@@ -19,11 +19,21 @@ const EXPOSED = `leg+${URI}`;
 
 /**
  * Two broker instances on the Redis engine (one Redis, one key prefix) in front of one HTTP
- * backend: the cluster guarantees, end to end, with real Redis pub/sub and Lua.
+ * backend: the cluster guarantees, end to end, with real Redis pub/sub and Lua. The same on a Redis
+ * Cluster (three masters, started by the tests), except what breaks one Redis's connections by hand.
  */
-describe("cluster on the Redis engine: two broker instances", () => {
+describe.each([
+  { on: "one Redis", cluster: false },
+  { on: "a Redis Cluster", cluster: true },
+])("cluster on the Redis engine ($on): two broker instances", ({ cluster: onCluster }) => {
   let redisUrl: string;
+  let clusterNodes: string[] = [];
   let prefix: string;
+  /** Tests that break one Redis's connections by hand (a proxy, CLIENT KILL) run on one Redis only. */
+  const oneRedisOnly = it.skipIf(onCluster);
+  /** A connection to where the cluster's state is, and the name of one of its keys there. */
+  const state = () => (onCluster ? new Cluster(clusterNodes.map((node) => ({ host: "127.0.0.1", port: Number(node.split(":")[1]) }))) : new Redis(redisUrl));
+  const key = (name: string) => (onCluster ? `{${prefix}}${name}` : `${prefix}${name}`);
   let server: TestServer;
   let backend: LegacyHttpBackend;
   let brokers: RunningBroker[] = [];
@@ -32,8 +42,8 @@ describe("cluster on the Redis engine: two broker instances", () => {
   const config = (limits: { maxPerPrincipal?: number } = {}) => ({
     backends: [{ id: "leg", url: backend.url, era: "legacy" as const, reconnect: { initialDelayMs: 50, maxDelayMs: 200 }, healthIntervalMs: 200 }],
     subscriptions: { releaseGraceMs: 0, ...limits },
-    redisUrl,
-    redis: { keyPrefix: prefix, leaseTtlMs: 1_000, instanceTtlMs: 2_000, watcherTimeoutMs: 3_000 },
+    ...(onCluster ? {} : { redisUrl }),
+    redis: { keyPrefix: prefix, leaseTtlMs: 1_000, instanceTtlMs: 2_000, watcherTimeoutMs: 3_000, ...(onCluster && { cluster: clusterNodes }) },
   });
 
   /** A fresh backend (its stats count this test only) and key prefix. */
@@ -70,13 +80,14 @@ describe("cluster on the Redis engine: two broker instances", () => {
 
   beforeAll(async () => {
     redisUrl = await testRedisUrl();
+    if (onCluster) clusterNodes = (await testRedisCluster()).nodes;
   });
 
   afterEach(async () => {
     await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
     await Promise.all(brokers.map((b) => b.close().catch(() => undefined)));
     await backend.close();
-    await deleteKeys(redisUrl, prefix);
+    await (onCluster ? deleteClusterKeys(clusterNodes, prefix) : deleteKeys(redisUrl, prefix));
     clients = [];
     brokers = [];
   });
@@ -175,12 +186,12 @@ describe("cluster on the Redis engine: two broker instances", () => {
     const modern = await client(leaving, "modern");
     await modern.listen({ resourceSubscriptions: ["leg+test://items/listen"] });
     await leaving.close();
-    const redis = new Redis(redisUrl);
+    const redis = state();
     try {
       // The listen stream's are gone; the session's wait for it to be adopted.
-      expect((await redis.hkeys(`${prefix}refs:leg`)).sort()).toEqual([URI, "test://static/b"]);
+      expect((await redis.hkeys(key("refs:leg"))).sort()).toEqual([URI, "test://static/b"]);
       // Nobody comes back for it: once its record expires, the reap job releases what it held.
-      await eventually(async () => (await redis.hlen(`${prefix}refs:leg`)) === 0, "the expired session's release", 15_000);
+      await eventually(async () => (await redis.hlen(key("refs:leg"))) === 0, "the expired session's release", 15_000);
     } finally {
       redis.disconnect();
     }
@@ -188,7 +199,7 @@ describe("cluster on the Redis engine: two broker instances", () => {
     expect(watcher.broker.upstream.watched("leg")).toEqual([]);
   });
 
-  it("re-announces subscribed resources after Redis connections drop (pub/sub keeps nothing)", async () => {
+  oneRedisOnly("re-announces subscribed resources after Redis connections drop (pub/sub keeps nothing)", async () => {
     const [a, b] = await cluster();
     const watcher = a.broker.watchers.holds("leg") ? a : b;
     const other = watcher === a ? b : a;
@@ -278,9 +289,9 @@ describe("cluster on the Redis engine: two broker instances", () => {
       let stderr = "";
       worker.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
       await eventually(() => stderr.includes("mcp-broker-worker running"), "the worker to start", 20_000);
-      const redis = new Redis(redisUrl);
+      const redis = state();
       try {
-        await eventually(async () => (await redis.get(`${prefix}lease:watcher:leg`)) !== null, "the worker to take the watcher lease", 5_000);
+        await eventually(async () => (await redis.get(key("lease:watcher:leg"))) !== null, "the worker to take the watcher lease", 5_000);
       } finally {
         redis.disconnect();
       }
@@ -304,7 +315,7 @@ describe("cluster on the Redis engine: two broker instances", () => {
     }
   }, 40_000);
 
-  it("answers -32004 while Redis is unreachable, keeps serving calls, and catches up when it is back", async () => {
+  oneRedisOnly("answers -32004 while Redis is unreachable, keeps serving calls, and catches up when it is back", async () => {
     const { proxy, running } = await brokerBehindProxy(10_000);
     try {
       const c = await client(running, "legacy");
@@ -345,7 +356,7 @@ describe("cluster on the Redis engine: two broker instances", () => {
     }
   }, 60_000);
 
-  it("notices Redis connections that went silent (no error, no close), reconnects them and catches up", async () => {
+  oneRedisOnly("notices Redis connections that went silent (no error, no close), reconnects them and catches up", async () => {
     const { proxy, running } = await brokerBehindProxy(60_000);
     try {
       const other = await startBroker(config());

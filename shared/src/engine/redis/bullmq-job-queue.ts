@@ -1,5 +1,5 @@
 import { Queue, UnrecoverableError, Worker, type Job } from "bullmq";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./redis-client.js";
 import { UnrecoverableJobError, type JobObserver, type JobQueue, type JobQueueOptions, type JobStats } from "../jobs.js";
 
 /** The job names on the queue: a job to run, and the trigger a repetition adds. */
@@ -18,7 +18,7 @@ interface Envelope {
 
 export interface BullJobQueueOptions<T> extends JobQueueOptions {
   /** Makes a connection for BullMQ (its commands must wait out a Redis restart: `maxRetriesPerRequest: null`). */
-  connect: () => Redis;
+  connect: () => RedisClient;
   /** BullMQ's key prefix (see `RedisKeys.jobs`). */
   prefix: string;
   name: string;
@@ -45,7 +45,7 @@ export interface BullJobQueueOptions<T> extends JobQueueOptions {
  */
 export class BullJobQueue<T> implements JobQueue<T> {
   private readonly queue: Queue;
-  private readonly connections: Redis[] = [];
+  private readonly connections: RedisClient[] = [];
   private worker: Worker | undefined;
 
   constructor(private readonly options: BullJobQueueOptions<T>) {
@@ -130,7 +130,7 @@ export class BullJobQueue<T> implements JobQueue<T> {
     for (const connection of this.connections) connection.disconnect();
   }
 
-  private connection(): Redis {
+  private connection(): RedisClient {
     const connection = this.options.connect();
     this.connections.push(connection);
     return connection;

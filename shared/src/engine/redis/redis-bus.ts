@@ -1,6 +1,7 @@
-import { Command, type Redis } from "ioredis";
+import { Cluster, Command } from "ioredis";
 import { decodeBusMessage, encodeBusMessage, type Bus, type BusMessage, type GapSide } from "../bus.js";
 import type { RedisKeys } from "./keys.js";
+import type { RedisClient } from "./redis-client.js";
 
 /**
  * The bus on Redis pub/sub, one Redis channel per bus channel. Publishing uses the shared command
@@ -26,8 +27,8 @@ export class RedisBus implements Bus {
   private readonly health: NodeJS.Timeout;
 
   constructor(
-    private readonly publisher: Redis,
-    private readonly subscriber: Redis,
+    private readonly publisher: RedisClient,
+    private readonly subscriber: RedisClient,
     private readonly keys: RedisKeys,
     private readonly onInvalid: (channel: string, reason: string) => void,
     /** How often both connections are pinged; one that does not answer within it is reconnected. */
@@ -57,7 +58,52 @@ export class RedisBus implements Bus {
       void checkConnection(publisher, healthIntervalMs);
     }, healthIntervalMs);
     this.health.unref();
+    if (subscriber instanceof Cluster) this.watchClusterSubscriber(subscriber);
+    if (publisher instanceof Cluster) {
+      // A node left (a master died, a failover): publishes may have failed meanwhile; once a
+      // command gets through again, publishers send again what they may have lost.
+      publisher.on("-node", () => {
+        if (!publisherUp) return;
+        publisherUp = false;
+        this.gap("publish-lost");
+        const retry = setInterval(() => {
+          void publisher.ping().then(
+            () => {
+              if (publisherUp) return;
+              clearInterval(retry);
+              publisherUp = true;
+              this.gap("publish");
+            },
+            () => undefined,
+          );
+        }, 250);
+        retry.unref();
+      });
+    }
   }
+
+  /**
+   * On a Redis Cluster the client keeps one subscriber connection, to any node, and moves it to
+   * another node when it ends, subscribing again without a word: messages published meanwhile are
+   * lost. Each new connection is noticed (the client has no event for it; it is checked every
+   * quarter second) and, once it is subscribed again, receivers hear of the gap.
+   */
+  private watchClusterSubscriber(cluster: Cluster): void {
+    const current = (): unknown => (cluster as unknown as { subscriber?: { getInstance?: () => unknown } }).subscriber?.getInstance?.();
+    let known = current();
+    const watch = setInterval(() => {
+      const now = current();
+      if (now === known || now === null || now === undefined) return;
+      const first = known === null || known === undefined;
+      known = now;
+      // The first connection is no gap: nothing was subscribed before it.
+      if (!first) void this.resubscribe();
+    }, 250);
+    watch.unref();
+    this.stopWatch = () => clearInterval(watch);
+  }
+
+  private stopWatch: () => void = () => undefined;
 
   /**
    * Back after a drop: every channel this bus wants is subscribed again (also one whose first
@@ -97,8 +143,10 @@ export class RedisBus implements Bus {
    * the connection is back. A second call while the first SUBSCRIBE is in flight waits for it.
    */
   async subscribe(channel: string): Promise<void> {
+    // Wanted and in flight: wait for it. Not wanted, though in flight (an UNSUBSCRIBE went out
+    // after it): SUBSCRIBE again, after both on the connection.
     const pending = this.subscribing.get(channel);
-    if (pending !== undefined) return pending;
+    if (pending !== undefined && this.channels.has(channel)) return pending;
     if (this.channels.has(channel)) return;
     this.channels.add(channel);
     // The SUBSCRIBEs of one tick (a burst of adoptions brings hundreds) go out in one socket write.
@@ -108,7 +156,7 @@ export class RedisBus implements Bus {
     try {
       await subscribing;
     } finally {
-      this.subscribing.delete(channel);
+      if (this.subscribing.get(channel) === subscribing) this.subscribing.delete(channel);
     }
   }
 
@@ -128,6 +176,7 @@ export class RedisBus implements Bus {
   /** The connections belong to whoever made them (see `RedisEngine`). */
   async close(): Promise<void> {
     clearInterval(this.health);
+    this.stopWatch();
     this.channels.clear();
     this.handler = undefined;
   }
@@ -151,14 +200,15 @@ export class RedisBus implements Bus {
   }
 }
 
-const corked = new WeakSet<Redis>();
+const corked = new WeakSet<RedisClient>();
 
 /**
  * Corks `connection` until the current tick ends, so the commands of one tick go out in one socket
  * write (see `RedisBus.publish`); order is kept, as on any one connection.
  */
-export function corkUntilTickEnds(connection: Redis): void {
-  if (corked.has(connection) || connection.status !== "ready") return;
+export function corkUntilTickEnds(connection: RedisClient): void {
+  // A Redis Cluster client spreads commands over one connection per node: nothing to cork here.
+  if (corked.has(connection) || connection.status !== "ready" || !("stream" in connection)) return;
   const stream = connection.stream;
   stream.cork();
   corked.add(connection);
@@ -169,7 +219,7 @@ export function corkUntilTickEnds(connection: Redis): void {
 }
 
 /** Pings a ready connection; one that does not answer within `timeoutMs` is dropped and reconnects. */
-async function checkConnection(connection: Redis, timeoutMs: number): Promise<void> {
+async function checkConnection(connection: RedisClient, timeoutMs: number): Promise<void> {
   if (connection.status !== "ready") return;
   let timer: NodeJS.Timeout | undefined;
   const answered = await Promise.race([

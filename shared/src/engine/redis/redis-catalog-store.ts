@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./redis-client.js";
 import { CHANNEL, encodeCatalogHead } from "../bus.js";
 import { listBodySchema, type CatalogKind, type CatalogStore, type ListChange, type Positions, type StoredList } from "../catalog-store.js";
 import type { RedisKeys } from "./keys.js";
@@ -30,14 +30,14 @@ type CatalogCommands = { catalogPut(keyCount: number, ...args: (string | number)
  * A put is one script: compare the version, take the next cluster position, store.
  */
 export class RedisCatalogStore implements CatalogStore, Positions {
-  private readonly redis: Redis & CatalogCommands;
+  private readonly redis: RedisClient & CatalogCommands;
 
   constructor(
-    redis: Redis,
+    redis: RedisClient,
     private readonly keys: RedisKeys,
   ) {
     redis.defineCommand("catalogPut", { lua: PUT });
-    this.redis = redis as Redis & CatalogCommands;
+    this.redis = redis as RedisClient & CatalogCommands;
   }
 
   /** A body that does not decode (written by another version, or damaged) is returned as `invalid`, with no items. */

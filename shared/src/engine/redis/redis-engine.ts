@@ -1,4 +1,4 @@
-import { Redis } from "ioredis";
+import { Cluster, Redis, type ClusterNode, type RedisOptions } from "ioredis";
 import type { JobQueue } from "../jobs.js";
 import { BullJobQueue, type BullJobQueueOptions } from "./bullmq-job-queue.js";
 import { RedisBus } from "./redis-bus.js";
@@ -8,9 +8,13 @@ import { RedisUpdateLog } from "./redis-update-log.js";
 import { RedisKeys } from "./keys.js";
 import { RedisLeases } from "./redis-leases.js";
 import { RedisRegistry } from "./redis-registry.js";
+import type { RedisClient } from "./redis-client.js";
 
 export interface RedisEngineOptions {
-  url: string;
+  /** One Redis; or, with `cluster`, unused. */
+  url?: string;
+  /** A Redis Cluster's seed nodes (`host:port`): every key then carries the prefix as its hash tag (see keys.ts). */
+  cluster?: readonly string[];
   keyPrefix: string;
   /** This instance's id: names its connections in CLIENT LIST (`mcp-broker:<id>:commands|subscriber`) and its heartbeat. */
   instanceId: string;
@@ -33,7 +37,7 @@ export interface RedisEngine {
   /** Legacy sessions' records, for adoption by any member. */
   readonly sessions: RedisSessionStore;
   /** The command connection, for operator tools and tests. */
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   /** A BullMQ job queue of this cluster (its connections are its own; `close` it before the engine). */
   jobQueue<T>(name: string, options: Omit<BullJobQueueOptions<T>, "connect" | "prefix" | "name">): JobQueue<T>;
   /** Resolves once both connections are ready; rejects when Redis cannot be reached. */
@@ -43,16 +47,29 @@ export interface RedisEngine {
 
 export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
   const connection = {
-    lazyConnect: true,
     commandTimeout: options.commandTimeoutMs ?? 5_000,
     // Fail a command after one retry rather than queueing it for minutes while Redis is down.
     maxRetriesPerRequest: 1,
     retryStrategy: (attempt: number) => Math.min(100 * 2 ** attempt, 5_000),
   };
+  const seeds = options.cluster?.map(seedNode);
+  const connect = (role: string, extra: RedisOptions & { enableAutoPipelining?: boolean }): RedisClient => {
+    const { enableAutoPipelining, ...redisOptions } = { ...connection, ...extra, connectionName: `mcp-broker:${options.instanceId}:${role}` };
+    if (seeds === undefined) return new Redis(options.url ?? "", { ...redisOptions, lazyConnect: true, ...(enableAutoPipelining !== undefined && { enableAutoPipelining }) });
+    return new Cluster(seeds, {
+      lazyConnect: true,
+      ...(enableAutoPipelining !== undefined && { enableAutoPipelining }),
+      redisOptions,
+      clusterRetryStrategy: connection.retryStrategy,
+      // A command during a failover waits for the new master rather than failing at once.
+      retryDelayOnFailover: 200,
+      retryDelayOnClusterDown: 200,
+    });
+  };
   // Auto-pipelining writes the commands issued in one tick with one socket write instead of one
   // each. Publishes, the hot path, bypass it (see RedisBus.publish).
-  const redis = new Redis(options.url, { ...connection, enableAutoPipelining: true, connectionName: `mcp-broker:${options.instanceId}:commands` });
-  const subscriber = new Redis(options.url, { ...connection, connectionName: `mcp-broker:${options.instanceId}:subscriber`, commandTimeout: undefined });
+  const redis = connect("commands", { enableAutoPipelining: true });
+  const subscriber = connect("subscriber", { commandTimeout: undefined });
   let lastError: Error | undefined;
   redis.on("error", (error: Error) => {
     lastError = error;
@@ -62,7 +79,8 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     lastError = error;
     options.onConnectionError("subscriber", error);
   });
-  const keys = new RedisKeys(options.keyPrefix);
+  // On a cluster every key shares one hash tag, so that each script touches one slot (see keys.ts).
+  const keys = new RedisKeys(seeds === undefined ? options.keyPrefix : `{${options.keyPrefix}}`);
   const bus = new RedisBus(redis, subscriber, keys, options.onInvalidMessage);
   return {
     keys,
@@ -77,17 +95,25 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
       new BullJobQueue({
         ...queueOptions,
         name,
+        // BullMQ on a cluster: a hash tag in its prefix keeps each queue's keys in one slot (keys.jobs() has it).
         prefix: keys.jobs(),
         // BullMQ's commands wait out a Redis restart (a job scheduled then is not lost).
-        connect: () => new Redis(options.url, { maxRetriesPerRequest: null, retryStrategy: connection.retryStrategy, connectionName: `mcp-broker:${options.instanceId}:jobs` }),
+        connect: () => {
+          const jobOptions = { maxRetriesPerRequest: null, retryStrategy: connection.retryStrategy, connectionName: `mcp-broker:${options.instanceId}:jobs` };
+          return seeds === undefined ? new Redis(options.url ?? "", jobOptions) : new Cluster(seeds, { redisOptions: jobOptions, clusterRetryStrategy: connection.retryStrategy });
+        },
       }),
     async connect() {
+      // A cluster is asked first, node by node, whether it is one that serves every slot: the
+      // cluster client would otherwise wait for one without end.
+      if (seeds !== undefined) await probeCluster(seeds);
       try {
         await Promise.all([redis.connect(), subscriber.connect()]);
       } catch (error) {
         // ioredis rejects with "Connection is closed"; the cause is the last connection error.
         throw lastError ?? error;
       }
+      await checkTopology(redis, seeds !== undefined);
     },
     async close() {
       await bus.close();
@@ -96,4 +122,60 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
       subscriber.disconnect();
     },
   };
+}
+
+/** `host:port` (IPv6 in brackets) as ioredis takes a cluster node. */
+function seedNode(node: string): ClusterNode {
+  const colon = node.lastIndexOf(":");
+  return { host: node.slice(0, colon).replace(/^\[(.*)\]$/, "$1"), port: Number(node.slice(colon + 1)) };
+}
+
+/** Redis answers, but is not what the engine is configured for. */
+export class RedisTopologyError extends Error {
+  override readonly name = "RedisTopologyError";
+}
+
+/** The first seed node that answers says whether it is a cluster node of a cluster that serves every slot. */
+async function probeCluster(seeds: readonly ClusterNode[]): Promise<void> {
+  const errors: string[] = [];
+  for (const seed of seeds) {
+    const { host, port } = seed as { host: string; port: number };
+    const node = new Redis({ host, port, lazyConnect: true, connectTimeout: 2_000, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    let cause: Error | undefined;
+    node.on("error", (error: Error) => (cause = error));
+    let info: string;
+    try {
+      await node.connect();
+      info = await node.info("cluster");
+      if (/cluster_enabled:1/.test(info)) info = await node.cluster("INFO");
+    } catch (error) {
+      errors.push(`${host}:${port}: ${(cause ?? (error as Error)).message}`);
+      continue;
+    } finally {
+      node.disconnect();
+    }
+    checkClusterInfo(info, `${host}:${port}`);
+    return;
+  }
+  throw new Error(`no seed node answers (${errors.join("; ")})`);
+}
+
+function checkClusterInfo(info: string, node: string): void {
+  if (/cluster_enabled:0/.test(info)) throw new RedisTopologyError(`${node} is not a Redis Cluster node (cluster mode is off): use redisUrl (or REDIS_URL) for one Redis`);
+  const assigned = /cluster_slots_assigned:(\d+)/.exec(info)?.[1];
+  if (!info.includes("cluster_state:ok") || assigned !== "16384") {
+    throw new RedisTopologyError(
+      `it does not serve every hash slot (cluster_state ${/cluster_state:(\w+)/.exec(info)?.[1] ?? "?"}, ${assigned ?? "?"} of 16384 slots assigned, as ${node} says): fix the cluster (redis-cli --cluster check) before starting`,
+    );
+  }
+}
+
+/** What the engine is pointed at must be what it is configured for: a cluster that serves every slot, or one Redis. */
+async function checkTopology(redis: RedisClient, cluster: boolean): Promise<void> {
+  if (cluster) {
+    checkClusterInfo(await redis.cluster("INFO"), "the cluster");
+    return;
+  }
+  const info = await redis.info("cluster").catch(() => "");
+  if (/cluster_enabled:1/.test(info)) throw new RedisTopologyError("it is a Redis Cluster node: configure redis.cluster (or REDIS_CLUSTER_NODES) with its nodes instead of redisUrl (or REDIS_URL)");
 }

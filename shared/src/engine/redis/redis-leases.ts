@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./redis-client.js";
 import { CHANNEL } from "../bus.js";
 import type { LeaseOptions, Leases } from "../leases.js";
 import type { RedisKeys } from "./keys.js";
@@ -70,13 +70,13 @@ type LeaseCommands = {
 
 /** Leases as keys with a TTL in Redis: Redis's clock decides expiry, so instances need no clock agreement. */
 export class RedisLeases implements Leases {
-  private readonly redis: Redis & LeaseCommands;
+  private readonly redis: RedisClient & LeaseCommands;
 
-  constructor(redis: Redis, private readonly keys: RedisKeys) {
+  constructor(redis: RedisClient, private readonly keys: RedisKeys) {
     redis.defineCommand("leaseAcquire", { numberOfKeys: 2, lua: ACQUIRE });
     redis.defineCommand("leaseRenew", { numberOfKeys: 2, lua: RENEW });
     redis.defineCommand("leaseRelease", { numberOfKeys: 2, lua: RELEASE });
-    this.redis = redis as Redis & LeaseCommands;
+    this.redis = redis as RedisClient & LeaseCommands;
   }
 
   async acquire(name: string, owner: string, ttlMs: number, options: LeaseOptions = {}): Promise<boolean> {

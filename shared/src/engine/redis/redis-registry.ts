@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import { scanKeys, type RedisClient } from "./redis-client.js";
 import { unavailable } from "./unavailable.js";
 import { beyondLimits, type Holding } from "../limits.js";
 import type { AddOutcome, AuditReport, Beyond, CountRepair, RemoveOutcome, SubscriptionLimits, SubscriptionRef, SubscriptionRegistry } from "../registry.js";
@@ -129,11 +129,11 @@ type RegistryCommands = {
  * others can release what a dead instance's sessions held (`reapInstance`).
  */
 export class RedisRegistry implements SubscriptionRegistry {
-  private readonly redis: Redis & RegistryCommands;
+  private readonly redis: RedisClient & RegistryCommands;
   private beaten = false;
 
   constructor(
-    redis: Redis,
+    redis: RedisClient,
     private readonly keys: RedisKeys,
     private readonly instanceId: string,
   ) {
@@ -142,7 +142,7 @@ export class RedisRegistry implements SubscriptionRegistry {
     redis.defineCommand("registryHeartbeat", { numberOfKeys: 2, lua: HEARTBEAT });
     redis.defineCommand("registryAuditPrincipal", { numberOfKeys: 3, lua: AUDIT_PRINCIPAL });
     redis.defineCommand("registryAuditTotal", { numberOfKeys: 2, lua: AUDIT_TOTAL });
-    this.redis = redis as Redis & RegistryCommands;
+    this.redis = redis as RedisClient & RegistryCommands;
   }
 
   async add(ref: SubscriptionRef, limits: SubscriptionLimits): Promise<AddOutcome> {
@@ -223,7 +223,7 @@ export class RedisRegistry implements SubscriptionRegistry {
   async audit(): Promise<AuditReport> {
     const repairs: CountRepair[] = [];
     const principals = new Set(await this.redis.smembers(this.keys.principals()));
-    for await (const batch of this.redis.scanStream({ match: this.keys.sessionPattern(), count: 500 }) as AsyncIterable<string[]>) {
+    for await (const batch of scanKeys(this.redis, this.keys.sessionPattern())) {
       for (const key of batch) {
         const session = this.keys.parseSession(key);
         if (session === undefined) continue;

@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./redis-client.js";
 import type { NewSession, SessionKey, SessionRecord, SessionStore } from "../session-store.js";
 import type { RedisKeys } from "./keys.js";
 import { unavailable } from "./unavailable.js";
@@ -106,10 +106,10 @@ type SessionCommands = {
  * dead member never releases what a session still to be adopted holds.
  */
 export class RedisSessionStore implements SessionStore {
-  private readonly redis: Redis & SessionCommands;
+  private readonly redis: RedisClient & SessionCommands;
 
   constructor(
-    redis: Redis,
+    redis: RedisClient,
     private readonly keys: RedisKeys,
   ) {
     redis.defineCommand("sessionCreate", { numberOfKeys: 2, lua: CREATE });
@@ -118,7 +118,7 @@ export class RedisSessionStore implements SessionStore {
     redis.defineCommand("sessionExpired", { numberOfKeys: 1, lua: EXPIRED });
     redis.defineCommand("sessionDelete", { numberOfKeys: 2, lua: DELETE });
     redis.defineCommand("sessionSet", { numberOfKeys: 1, lua: SET_IF_EXISTS });
-    this.redis = redis as Redis & SessionCommands;
+    this.redis = redis as RedisClient & SessionCommands;
   }
 
   async create(session: NewSession, owner: string, now: number, epoch = 1): Promise<void> {

@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./redis-client.js";
 import { CHANNEL, encodeUpdateHead } from "../bus.js";
 import type { KeyStamp, UpdateLog, UpdateToPublish } from "../update-log.js";
 import type { RedisKeys } from "./keys.js";
@@ -72,18 +72,18 @@ interface Pending {
  * many updates, each still at its own position, in order.
  */
 export class RedisUpdateLog implements UpdateLog {
-  private readonly redis: Redis & UpdateLogCommands;
+  private readonly redis: RedisClient & UpdateLogCommands;
   /** The newest position this member published or raised the counter to. */
   private floor = 0;
 
   constructor(
-    redis: Redis,
+    redis: RedisClient,
     private readonly keys: RedisKeys,
   ) {
     redis.defineCommand("updatePublish", { lua: PUBLISH });
     redis.defineCommand("updateWatched", { numberOfKeys: 2, lua: WATCHED });
     redis.defineCommand("updateRaise", { numberOfKeys: 1, lua: RAISE });
-    this.redis = redis as Redis & UpdateLogCommands;
+    this.redis = redis as RedisClient & UpdateLogCommands;
   }
 
   /** Updates of this tick not sent yet (see `flush`). */
