@@ -9,6 +9,7 @@ import { cpus } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Redis } from "ioredis";
+import { testRedisCluster } from "@mcp-broker/shared/testing";
 import { BackendControlServer } from "./backend/backend-control-server.js";
 import { benchPlan } from "./bench-plan.js";
 import { parseCli, SCENARIO_IDS, USAGE } from "./cli-options.js";
@@ -94,11 +95,17 @@ async function main(): Promise<number> {
   const redisUnavailable = await redisProblem(redisUrl);
   const memory = new MemoryEngine(engineDeps);
   const redis = new RedisEngine({ ...engineDeps, redisUrl, redisUnavailable });
+  // A local Redis Cluster (REDIS_CLUSTER_NODES names another) for the Redis Cluster rows of scenarios 1–3.
+  const cluster = await testRedisCluster().then(
+    (found) => ({ nodes: found.nodes, problem: undefined }),
+    (error: unknown) => ({ nodes: [], problem: `no Redis Cluster: ${(error as Error).message}` }),
+  );
+  const redisCluster = new RedisEngine({ ...engineDeps, redisUrl, redisUnavailable: cluster.problem, cluster: { nodes: cluster.nodes } });
   const ctx: BenchContext = {
     plan,
     group,
     control,
-    engines: [memory, redis],
+    engines: [memory, redis, redisCluster],
     memory,
     redis,
     redisUrl,
@@ -115,6 +122,7 @@ async function main(): Promise<number> {
       "Broker: @mcp-broker/broker (createBroker), each instance in its own process, log level warn, default keep-alive (15 s) and list debounce (1 s), upstream release grace 1 s, subscription limits raised (all sessions are one anonymous principal). " +
         `Memory engine (every scenario): ${memory.description}. ` +
         `Redis engine (scenarios 1–3): ${redis.unavailableReason === undefined ? `${redis.description}; Redis at ${redisUrl}` : `not run: ${redis.unavailableReason}`}. ` +
+        `Redis Cluster (scenarios 1–3, engine redis-cluster): ${redisCluster.unavailableReason === undefined ? `${redisCluster.description}; seed nodes ${cluster.nodes.join(", ")}` : `not run: ${redisCluster.unavailableReason}`}. ` +
         `Redis clusters with workers (scenarios 7–8): ${redis.clusterUnavailableReason() === undefined ? "3 broker processes with jobs.process false and worker processes (services/worker/dist/main.js, as deployed), one cluster per scenario" : `not run: ${redis.clusterUnavailableReason() ?? ""}`}.`,
       "Backend: the bench backend (SDK v2 McpServer, legacy era 2025-11-25), one McpServer per connection, each sent only the updates of what it subscribed; " +
         "memory engine: started by the broker over **stdio**; Redis engine: one process started by the orchestrator, serving **Streamable HTTP** on 127.0.0.1, one session per broker. " +

@@ -18,8 +18,8 @@ export type BenchBackendTarget = { controlPort: number } | { url: string };
 
 export interface BenchBrokerOptions {
   debounceMs?: number;
-  /** The Redis engine: every broker with this Redis and key prefix is one cluster. */
-  redis?: { url: string; keyPrefix: string; workersWatchFirst?: boolean };
+  /** The Redis engine: every broker with this Redis (one, by URL, or a Redis Cluster's seed nodes) and key prefix is one cluster. */
+  redis?: { url?: string; cluster?: string[]; keyPrefix: string; workersWatchFirst?: boolean };
   /** `jobs.process` (whether a broker runs the cluster's jobs) and `jobs.lockMs`; the defaults otherwise. */
   jobs?: { process?: boolean; lockMs?: number };
 }
@@ -49,8 +49,12 @@ export function benchBrokerConfig(backend: BenchBackendTarget, options: BenchBro
     subscriptions: { maxPerSession: 10_000, maxPerPrincipal: 10_000_000, maxTotal: 10_000_000, releaseGraceMs: RELEASE_GRACE_MS },
     ...(options.debounceMs !== undefined && { lists: { debounceMs: options.debounceMs } }),
     ...(options.redis !== undefined && {
-      redisUrl: options.redis.url,
-      redis: { keyPrefix: options.redis.keyPrefix, ...(options.redis.workersWatchFirst !== undefined && { workersWatchFirst: options.redis.workersWatchFirst }) },
+      ...(options.redis.url !== undefined && { redisUrl: options.redis.url }),
+      redis: {
+        keyPrefix: options.redis.keyPrefix,
+        ...(options.redis.cluster !== undefined && { cluster: options.redis.cluster }),
+        ...(options.redis.workersWatchFirst !== undefined && { workersWatchFirst: options.redis.workersWatchFirst }),
+      },
     }),
     ...(options.jobs !== undefined && { jobs: options.jobs }),
     logging: { level: "warn" },

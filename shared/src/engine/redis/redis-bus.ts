@@ -34,7 +34,7 @@ export class RedisBus implements Bus {
     /** How often both connections are pinged; one that does not answer within it is reconnected. */
     healthIntervalMs = 5_000,
   ) {
-    subscriber.on("messageBuffer", (redisChannel: Buffer, payload: Buffer) => this.receive(redisChannel, payload));
+    subscriber.on(keys.sharded ? "smessageBuffer" : "messageBuffer", (redisChannel: Buffer, payload: Buffer) => this.receive(redisChannel, payload));
     let subscriberWasReady = subscriber.status === "ready";
     subscriber.on("ready", () => {
       if (subscriberWasReady) void this.resubscribe();
@@ -58,7 +58,14 @@ export class RedisBus implements Bus {
       void checkConnection(publisher, healthIntervalMs);
     }, healthIntervalMs);
     this.health.unref();
-    if (subscriber instanceof Cluster) this.watchClusterSubscriber(subscriber);
+    if (subscriber instanceof Cluster) {
+      // Sharded pub/sub on a cluster: the client moves a master's subscriber to the new master
+      // after a failover and subscribes it again without a word; messages published meanwhile are
+      // lost. Once it is subscribed again, receivers hear of the gap.
+      subscriber.on("+subscriber", () => {
+        if (this.channels.size > 0) void this.resubscribe();
+      });
+    }
     if (publisher instanceof Cluster) {
       // A node left (a master died, a failover): publishes may have failed meanwhile; once a
       // command gets through again, publishers send again what they may have lost.
@@ -82,28 +89,7 @@ export class RedisBus implements Bus {
     }
   }
 
-  /**
-   * On a Redis Cluster the client keeps one subscriber connection, to any node, and moves it to
-   * another node when it ends, subscribing again without a word: messages published meanwhile are
-   * lost. Each new connection is noticed (the client has no event for it; it is checked every
-   * quarter second) and, once it is subscribed again, receivers hear of the gap.
-   */
-  private watchClusterSubscriber(cluster: Cluster): void {
-    const current = (): unknown => (cluster as unknown as { subscriber?: { getInstance?: () => unknown } }).subscriber?.getInstance?.();
-    let known = current();
-    const watch = setInterval(() => {
-      const now = current();
-      if (now === known || now === null || now === undefined) return;
-      const first = known === null || known === undefined;
-      known = now;
-      // The first connection is no gap: nothing was subscribed before it.
-      if (!first) void this.resubscribe();
-    }, 250);
-    watch.unref();
-    this.stopWatch = () => clearInterval(watch);
-  }
 
-  private stopWatch: () => void = () => undefined;
 
   /**
    * Back after a drop: every channel this bus wants is subscribed again (also one whose first
@@ -111,7 +97,7 @@ export class RedisBus implements Bus {
    */
   private async resubscribe(): Promise<void> {
     try {
-      if (this.channels.size > 0) await this.subscriber.subscribe(...[...this.channels].map((channel) => this.keys.channel(channel)));
+      if (this.channels.size > 0) await this.subscribeRedis([...this.channels].map((channel) => this.keys.channel(channel)));
     } catch {
       // Down again: the next "ready" tries again.
       return;
@@ -132,7 +118,7 @@ export class RedisBus implements Bus {
    * connection is corked until the tick ends. Order is kept: commands go out in order on one connection.
    */
   publish(channel: string, message: BusMessage): Promise<void> {
-    const command = new Command("publish", [this.keys.channel(channel), encodeBusMessage(message)]);
+    const command = new Command(this.keys.sharded ? "spublish" : "publish", [this.keys.channel(channel), encodeBusMessage(message)]);
     corkUntilTickEnds(this.publisher);
     this.publisher.sendCommand(command);
     return command.promise.then(() => undefined);
@@ -151,7 +137,7 @@ export class RedisBus implements Bus {
     this.channels.add(channel);
     // The SUBSCRIBEs of one tick (a burst of adoptions brings hundreds) go out in one socket write.
     corkUntilTickEnds(this.subscriber);
-    const subscribing = this.subscriber.subscribe(this.keys.channel(channel)).then(() => undefined);
+    const subscribing = this.subscribeRedis([this.keys.channel(channel)]);
     this.subscribing.set(channel, subscribing);
     try {
       await subscribing;
@@ -162,7 +148,12 @@ export class RedisBus implements Bus {
 
   async unsubscribe(channel: string): Promise<void> {
     if (!this.channels.delete(channel)) return;
-    await this.subscriber.unsubscribe(this.keys.channel(channel));
+    await (this.keys.sharded ? this.subscriber.sunsubscribe(this.keys.channel(channel)) : this.subscriber.unsubscribe(this.keys.channel(channel)));
+  }
+
+  /** SUBSCRIBE, or SSUBSCRIBE on a cluster (every channel of the bus is in its prefix's slot). */
+  private async subscribeRedis(channels: string[]): Promise<void> {
+    await (this.keys.sharded ? this.subscriber.ssubscribe(...channels) : this.subscriber.subscribe(...channels));
   }
 
   onMessage(handler: (channel: string, message: BusMessage) => void): void {
@@ -176,7 +167,6 @@ export class RedisBus implements Bus {
   /** The connections belong to whoever made them (see `RedisEngine`). */
   async close(): Promise<void> {
     clearInterval(this.health);
-    this.stopWatch();
     this.channels.clear();
     this.handler = undefined;
   }

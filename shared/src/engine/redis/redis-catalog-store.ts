@@ -36,7 +36,7 @@ export class RedisCatalogStore implements CatalogStore, Positions {
     redis: RedisClient,
     private readonly keys: RedisKeys,
   ) {
-    redis.defineCommand("catalogPut", { lua: PUT });
+    redis.defineCommand("catalogPut", { lua: keys.script(PUT) });
     this.redis = redis as RedisClient & CatalogCommands;
   }
 

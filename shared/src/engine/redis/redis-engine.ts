@@ -53,12 +53,13 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     retryStrategy: (attempt: number) => Math.min(100 * 2 ** attempt, 5_000),
   };
   const seeds = options.cluster?.map(seedNode);
-  const connect = (role: string, extra: RedisOptions & { enableAutoPipelining?: boolean }): RedisClient => {
-    const { enableAutoPipelining, ...redisOptions } = { ...connection, ...extra, connectionName: `mcp-broker:${options.instanceId}:${role}` };
+  const connect = (role: string, extra: RedisOptions & { enableAutoPipelining?: boolean; shardedSubscribers?: boolean }): RedisClient => {
+    const { enableAutoPipelining, shardedSubscribers, ...redisOptions } = { ...connection, ...extra, connectionName: `mcp-broker:${options.instanceId}:${role}` };
     if (seeds === undefined) return new Redis(options.url ?? "", { ...redisOptions, lazyConnect: true, ...(enableAutoPipelining !== undefined && { enableAutoPipelining }) });
     return new Cluster(seeds, {
       lazyConnect: true,
       ...(enableAutoPipelining !== undefined && { enableAutoPipelining }),
+      ...(shardedSubscribers !== undefined && { shardedSubscribers }),
       redisOptions,
       clusterRetryStrategy: connection.retryStrategy,
       // A command during a failover waits for the new master rather than failing at once.
@@ -69,7 +70,8 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
   // Auto-pipelining writes the commands issued in one tick with one socket write instead of one
   // each. Publishes, the hot path, bypass it (see RedisBus.publish).
   const redis = connect("commands", { enableAutoPipelining: true });
-  const subscriber = connect("subscriber", { commandTimeout: undefined });
+  // On a cluster the bus uses sharded pub/sub: the client keeps a subscriber per master (ours is the one that serves the prefix's slot).
+  const subscriber = connect("subscriber", { commandTimeout: undefined, shardedSubscribers: true });
   let lastError: Error | undefined;
   redis.on("error", (error: Error) => {
     lastError = error;
@@ -80,7 +82,7 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     options.onConnectionError("subscriber", error);
   });
   // On a cluster every key shares one hash tag, so that each script touches one slot (see keys.ts).
-  const keys = new RedisKeys(seeds === undefined ? options.keyPrefix : `{${options.keyPrefix}}`);
+  const keys = seeds === undefined ? new RedisKeys(options.keyPrefix) : new RedisKeys(`{${options.keyPrefix}}`, true);
   const bus = new RedisBus(redis, subscriber, keys, options.onInvalidMessage);
   return {
     keys,

@@ -80,7 +80,7 @@ export class RedisUpdateLog implements UpdateLog {
     redis: RedisClient,
     private readonly keys: RedisKeys,
   ) {
-    redis.defineCommand("updatePublish", { lua: PUBLISH });
+    redis.defineCommand("updatePublish", { lua: keys.script(PUBLISH) });
     redis.defineCommand("updateWatched", { numberOfKeys: 2, lua: WATCHED });
     redis.defineCommand("updateRaise", { numberOfKeys: 1, lua: RAISE });
     this.redis = redis as RedisClient & UpdateLogCommands;
