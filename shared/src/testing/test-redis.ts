@@ -87,7 +87,7 @@ async function startRedisServer(): Promise<string | undefined> {
   const port = await freePort();
   let child: ChildProcess;
   try {
-    child = spawn("redis-server", ["--bind", "127.0.0.1", "--port", String(port), "--save", "", "--appendonly", "no"], { stdio: "ignore" });
+    child = spawnWatched("redis-server", ["--bind", "127.0.0.1", "--port", String(port), "--save", "", "--appendonly", "no"]);
   } catch {
     return undefined;
   }
@@ -123,6 +123,18 @@ export interface TestRedisCluster {
   readonly nodes: string[];
   /** The node processes by `host:port` (empty when the cluster came from `REDIS_CLUSTER_NODES`). */
   readonly processes: ReadonlyMap<string, ChildProcess>;
+  /** Kills a node of a cluster the tests started outright (SIGKILL), as a crash would. */
+  readonly kill: (node: string) => Promise<void>;
+}
+
+/**
+ * Runs `command` under a shell that kills it when this process is gone, however it went (the
+ * test runner kills its workers with signals, which skip exit handlers: servers left behind
+ * would pile up, each taking CPU). Killing the returned process (the shell) stops it too.
+ */
+function spawnWatched(command: string, args: string[]): ChildProcess {
+  const watch = `"$@" & child=$!; trap 'kill $child 2>/dev/null; exit' TERM INT HUP; while kill -0 ${process.pid} 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 0.5; done; kill $child 2>/dev/null; wait $child`;
+  return spawn("sh", ["-c", watch, "sh", command, ...args], { stdio: "ignore" });
 }
 
 let cluster: Promise<TestRedisCluster> | undefined;
@@ -140,7 +152,13 @@ export function testRedisCluster(): Promise<TestRedisCluster> {
 
 async function locateCluster(): Promise<TestRedisCluster> {
   const fromEnv = process.env.REDIS_CLUSTER_NODES;
-  if (fromEnv !== undefined && fromEnv !== "") return { nodes: fromEnv.split(",").map((node) => node.trim()), processes: new Map() };
+  if (fromEnv !== undefined && fromEnv !== "") {
+    return {
+      nodes: fromEnv.split(",").map((node) => node.trim()),
+      processes: new Map(),
+      kill: () => Promise.reject(new Error("the cluster of REDIS_CLUSTER_NODES was not started by the tests")),
+    };
+  }
   const { mkdtemp } = await import("node:fs/promises");
   const { tmpdir } = await import("node:os");
   const { join } = await import("node:path");
@@ -148,7 +166,8 @@ async function locateCluster(): Promise<TestRedisCluster> {
   const processes = new Map<string, ChildProcess>();
   const { rmSync } = await import("node:fs");
   process.once("exit", () => {
-    for (const child of processes.values()) child.kill("SIGKILL");
+    // The shells stop their servers (a SIGKILL would leave the servers running without them).
+    for (const child of processes.values()) child.kill("SIGTERM");
     rmSync(dir, { recursive: true, force: true });
   });
   // Each node on a port whose cluster bus port (+10000) is free too; one that does not come up
@@ -157,11 +176,24 @@ async function locateCluster(): Promise<TestRedisCluster> {
     if (attempt > 20) throw new Error("could not start the six redis-server nodes of the test Redis Cluster");
     const port = await freePort();
     if (port >= 55_000 || processes.has(`127.0.0.1:${port}`) || !(await isFree(port + 10_000))) continue;
-    const child = spawn(
-      "redis-server",
-      ["--bind", "127.0.0.1", "--port", String(port), "--save", "", "--appendonly", "no", "--cluster-enabled", "yes", "--cluster-config-file", join(dir, `nodes-${port}.conf`), "--cluster-node-timeout", "1000", "--dir", dir],
-      { stdio: "ignore" },
-    );
+    const child = spawnWatched("redis-server", [
+      "--bind",
+      "127.0.0.1",
+      "--port",
+      String(port),
+      "--save",
+      "",
+      "--appendonly",
+      "no",
+      "--cluster-enabled",
+      "yes",
+      "--cluster-config-file",
+      join(dir, `nodes-${port}.conf`),
+      "--cluster-node-timeout",
+      "1000",
+      "--dir",
+      dir,
+    ]);
     const spawned = await new Promise<boolean>((resolve) => {
       child.once("error", () => resolve(false));
       child.once("spawn", () => resolve(true));
@@ -173,7 +205,7 @@ async function locateCluster(): Promise<TestRedisCluster> {
       if (!up) await new Promise((r) => setTimeout(r, 100));
     }
     if (up) processes.set(`127.0.0.1:${port}`, child);
-    else child.kill("SIGKILL");
+    else child.kill("SIGTERM");
   }
   const nodes = [...processes.keys()];
   const create = spawn("redis-cli", ["--cluster", "create", ...nodes, "--cluster-replicas", "1", "--cluster-yes"], { stdio: ["ignore", "pipe", "pipe"] });
@@ -186,7 +218,7 @@ async function locateCluster(): Promise<TestRedisCluster> {
   });
   if (code !== 0) throw new Error(`redis-cli --cluster create failed (${code}): ${output.slice(-500)}`);
   await waitForClusterOk(nodes);
-  return { nodes, processes };
+  return { nodes, processes, kill: killNode };
 }
 
 /** Waits until every node in `nodes` that answers says `cluster_state:ok` and knows every slot. */
@@ -231,5 +263,18 @@ export async function deleteClusterKeys(nodes: readonly string[], prefix: string
     }
   } finally {
     cluster.disconnect();
+  }
+}
+
+/** SIGKILLs the redis-server on `node` by the process id it reports. */
+async function killNode(node: string): Promise<void> {
+  const redis = new Redis(`redis://${node}`, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  redis.on("error", () => undefined);
+  try {
+    await redis.connect();
+    const pid = Number(/process_id:(\d+)/.exec(await redis.info("server"))?.[1]);
+    process.kill(pid, "SIGKILL");
+  } finally {
+    redis.disconnect();
   }
 }

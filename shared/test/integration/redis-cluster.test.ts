@@ -14,7 +14,7 @@ import { redisEngineContracts } from "../contracts/redis-engine-contracts.js";
  * from redis-server, or REDIS_CLUSTER_NODES): every engine contract, the topology checks at
  * connect, and a master failover.
  */
-const { nodes, processes } = await testRedisCluster();
+const { nodes, processes, kill } = await testRedisCluster();
 const prefixes: string[] = [];
 const engines: RedisEngine[] = [];
 
@@ -158,7 +158,7 @@ describe("Redis engine on a Redis Cluster, a master killed", () => {
     // What was written is on the replica before its master dies (replication is asynchronous).
     await a!.redis.call("WAIT", 1, 2_000);
     const master = nodeOf((await a!.redis.cluster("SHARDS")) as unknown[], slot, "master") as string;
-    processes.get(master)?.kill("SIGKILL");
+    await kill(master);
     await vi.waitFor(async () => expect(await a!.registry.count("b", "kept")).toBe(1), { timeout: 20_000, interval: 200 });
     await vi.waitFor(
       async () => {
