@@ -3,10 +3,10 @@ import { Redis } from "ioredis";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import { parseConfig } from "../../src/config/parse.js";
-import type { BusMessage } from "../../src/engine/bus.js";
+import type { BusMessage, ResourceUpdatedMessage } from "../../src/engine/bus.js";
 import type { JobQueue } from "../../src/engine/jobs.js";
 import { createRedisEngine, type RedisEngine } from "../../src/engine/redis/redis-engine.js";
-import { deleteClusterKeys, testRedisCluster, testRedisUrl, uniquePrefix, waitForClusterOk } from "../../src/testing/test-redis.js";
+import { deleteClusterKeys, freePort, testRedisCluster, testRedisUrl, uniquePrefix, waitForClusterOk } from "../../src/testing/test-redis.js";
 import { redisEngineContracts } from "../contracts/redis-engine-contracts.js";
 
 /**
@@ -69,7 +69,7 @@ describe("Redis engine on a Redis Cluster", () => {
       await single.close();
     }
     // A cluster node that serves no slot (never joined to a cluster).
-    const port = 20_000 + Math.floor(Math.random() * 20_000);
+    const port = await freePort();
     const lone = spawn("redis-server", ["--bind", "127.0.0.1", "--port", String(port), "--save", "", "--appendonly", "no", "--cluster-enabled", "yes", "--cluster-config-file", `/tmp/lone-${port}.conf`], { stdio: "ignore" });
     try {
       await vi.waitFor(
@@ -143,6 +143,108 @@ describe("Redis engine on a Redis Cluster", () => {
   });
 });
 
+describe("Redis engine on a Redis Cluster, its slot migrated", () => {
+  it.skipIf(processes.size === 0)("keeps the counts exact through the move to another master, and delivers after it", async () => {
+    const [a, b] = await members(2);
+    const limits = { perSession: 1_000, perPrincipal: 1_000, total: 1_000 };
+    const got: string[] = [];
+    b!.bus.onMessage((_channel, message) => {
+      if (message.kind === "resource.updated") got.push(message.uri);
+    });
+    await b!.bus.subscribe("ch");
+    // Two hundred sessions' keys: the move takes a while (ten keys per MIGRATE, 20 ms apart).
+    await Promise.all(Array.from({ length: 200 }, (_, i) => a!.registry.add({ principal: "p", sessionId: `s${i}`, backendId: "b", uri: `before${i}` }, limits)));
+    const slot = Number(await a!.redis.cluster("KEYSLOT", a!.keys.total()));
+    const before = await slotOwner(a!, slot);
+    // Subscribes and unsubscribes go on while the slot moves (some may fail and be retried by clients; none may corrupt the counts).
+    let moving = true;
+    let n = 0;
+    const writer = (async () => {
+      while (moving) {
+        const ref = { principal: "p", sessionId: `s${n % 5}`, backendId: "b", uri: `during${n}` };
+        n++;
+        await a!.registry.add(ref, limits).catch(() => undefined);
+        if (n % 3 === 0) await a!.registry.remove(ref).catch(() => undefined);
+      }
+    })();
+    await migrateSlot(slot);
+    moving = false;
+    await writer;
+    expect(await slotOwner(a!, slot)).not.toBe(before);
+    // Writes ran all along the move (the writer awaits each).
+    expect(n).toBeGreaterThan(0);
+    // The audit recounts from the sessions' holdings: nothing to repair means the counts stayed exact.
+    expect((await a!.registry.audit()).repairs).toEqual([]);
+    expect(await a!.registry.add({ principal: "p", sessionId: "after", backendId: "b", uri: "after" }, limits)).toMatchObject({ status: "added" });
+    await vi.waitFor(
+      async () => {
+        await a!.bus.publish("ch", { ...update, uri: "after-move" });
+        expect(got).toContain("after-move");
+      },
+      { timeout: 20_000, interval: 200 },
+    );
+  });
+});
+
+/** The `host:port` of the master that serves `slot` now. */
+async function slotOwner(engine: RedisEngine, slot: number): Promise<string> {
+  const ranges = (await engine.redis.cluster("SLOTS")) as unknown as [number, number, [string, number]][];
+  const owner = ranges.find(([from, to]) => slot >= from && slot <= to)?.[2];
+  return `${owner?.[0]}:${owner?.[1]}`;
+}
+
+/** Moves `slot` with its keys from the master that serves it to another master, as `redis-cli --cluster reshard` does. */
+async function migrateSlot(slot: number): Promise<void> {
+  const connect = (node: string) => new Redis(`redis://${node}`, { maxRetriesPerRequest: 0 });
+  const probe = connect(nodes[0]!);
+  let masters: { node: string; id: string; slots: number[] }[];
+  try {
+    const shards = (await probe.cluster("SHARDS")) as unknown[][];
+    masters = shards.map((shard) => {
+      const fields = new Map<string, unknown>();
+      for (let i = 0; i + 1 < shard.length; i += 2) fields.set(String(shard[i]), shard[i + 1]);
+      const master = (fields.get("nodes") as unknown[][])
+        .map((entry) => {
+          const info = new Map<string, unknown>();
+          for (let i = 0; i + 1 < entry.length; i += 2) info.set(String(entry[i]), entry[i + 1]);
+          return info;
+        })
+        .find((info) => info.get("role") === "master" && info.get("health") === "online");
+      return { node: `${String(master?.get("ip"))}:${String(master?.get("port"))}`, id: String(master?.get("id")), slots: (fields.get("slots") as number[]).map(Number) };
+    });
+  } finally {
+    probe.disconnect();
+  }
+  const serves = (m: { slots: number[] }) => m.slots.some((_, i) => i % 2 === 0 && slot >= m.slots[i]! && slot <= m.slots[i + 1]!);
+  const source = masters.find(serves)!;
+  const target = masters.find((m) => m !== source && m.slots.length > 0)!;
+  const [from, to] = [connect(source.node), connect(target.node)];
+  try {
+    await to.cluster("SETSLOT", slot, "IMPORTING", source.id);
+    await from.cluster("SETSLOT", slot, "MIGRATING", target.id);
+    const [host, port] = target.node.split(":") as [string, string];
+    for (;;) {
+      const keys = (await from.cluster("GETKEYSINSLOT", slot, 10));
+      if (keys.length === 0) break;
+      await from.migrate(host, port, "", 0, 5_000, "KEYS", ...keys);
+      // Slowly, so that the scripts run while the slot is split between the two.
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    for (const master of masters) {
+      const node = connect(master.node);
+      try {
+        await node.cluster("SETSLOT", slot, "NODE", target.id);
+      } finally {
+        node.disconnect();
+      }
+    }
+  } finally {
+    from.disconnect();
+    to.disconnect();
+  }
+  await waitForClusterOk(nodes);
+}
+
 describe("Redis engine on a Redis Cluster, a master killed", () => {
   it.skipIf(processes.size === 0)("announces the gaps on both sides once a replica took over, and delivers and holds state again", async () => {
     const [a, b] = await members(2);
@@ -174,7 +276,7 @@ describe("Redis engine on a Redis Cluster, a master killed", () => {
   });
 });
 
-const update: BusMessage = { kind: "resource.updated", v: 1, origin: "t", backendId: "b", key: "u", uri: "u", at: 1, update: 1, keys: 1, position: 1 };
+const update: ResourceUpdatedMessage = { kind: "resource.updated", v: 1, origin: "t", backendId: "b", key: "u", uri: "u", at: 1, update: 1, keys: 1, position: 1 };
 
 /** The cluster's hash slot, and a replica of its shard ready to take over (synced with its master). */
 async function syncedReplica(engine: RedisEngine): Promise<{ slot: number; replica: string }> {

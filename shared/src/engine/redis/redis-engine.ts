@@ -65,6 +65,8 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
       // A command during a failover waits for the new master rather than failing at once.
       retryDelayOnFailover: 200,
       retryDelayOnClusterDown: 200,
+      // The bus follows a slot moved to another master at the next refresh (see RedisBus).
+      ...(shardedSubscribers === true && { slotsRefreshInterval: 1_000 }),
     });
   };
   // Auto-pipelining writes the commands issued in one tick with one socket write instead of one
