@@ -68,12 +68,12 @@ export class RedisBus implements Bus {
       // A slot moved to another master (resharding): the old one drops the channels of the slot,
       // and the client does not subscribe them on the new one. Seen at the next refresh of the
       // slots (on MOVED, or every second), they are subscribed there, then the gap is announced.
-      let owner: string | undefined;
       subscriber.on("refresh", () => {
-        const slot = this.slot;
-        const now = slot === undefined ? undefined : subscriber.slots[slot]?.[0];
-        if (owner !== undefined && now !== undefined && now !== owner && this.channels.size > 0) void this.resubscribe();
-        if (now !== undefined) owner = now;
+        const now = this.slot === undefined ? undefined : subscriber.slots[this.slot]?.[0];
+        if (now === undefined || now === this.owner) return;
+        const moved = this.owner !== undefined;
+        this.owner = now;
+        if (moved && this.channels.size > 0) void this.resubscribe();
       });
     }
     if (publisher instanceof Cluster) {
@@ -164,10 +164,13 @@ export class RedisBus implements Bus {
   /** SUBSCRIBE, or SSUBSCRIBE on a cluster (every channel of the bus is in its prefix's slot). */
   /** The hash slot of every channel, on a cluster (known once a channel is subscribed). */
   private slot: number | undefined;
+  /** The master that served the slot when last looked (a node key of the client). */
+  private owner: string | undefined;
 
   private async subscribeRedis(channels: string[]): Promise<void> {
     if (this.keys.sharded && this.slot === undefined && channels[0] !== undefined) {
       this.slot = Number(await (this.publisher as Cluster).cluster("KEYSLOT", channels[0]));
+      this.owner = (this.subscriber as Cluster).slots[this.slot]?.[0];
     }
     await (this.keys.sharded ? this.subscriber.ssubscribe(...channels) : this.subscriber.subscribe(...channels));
   }
