@@ -99,8 +99,6 @@ export class RedisBus implements Bus {
     }
   }
 
-
-
   /**
    * Back after a drop: every channel this bus wants is subscribed again (also one whose first
    * SUBSCRIBE failed, which the client library would not know), then receivers hear of the gap.
@@ -161,12 +159,12 @@ export class RedisBus implements Bus {
     await (this.keys.sharded ? this.subscriber.sunsubscribe(this.keys.channel(channel)) : this.subscriber.unsubscribe(this.keys.channel(channel)));
   }
 
-  /** SUBSCRIBE, or SSUBSCRIBE on a cluster (every channel of the bus is in its prefix's slot). */
   /** The hash slot of every channel, on a cluster (known once a channel is subscribed). */
   private slot: number | undefined;
   /** The master that served the slot when last looked (a node key of the client). */
   private owner: string | undefined;
 
+  /** SUBSCRIBE, or SSUBSCRIBE on a cluster (every channel of the bus is in its prefix's slot). */
   private async subscribeRedis(channels: string[]): Promise<void> {
     if (this.keys.sharded && this.slot === undefined && channels[0] !== undefined) {
       this.slot = Number(await (this.publisher as Cluster).cluster("KEYSLOT", channels[0]));

@@ -117,7 +117,8 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
         // ioredis rejects with "Connection is closed"; the cause is the last connection error.
         throw lastError ?? error;
       }
-      await checkTopology(redis, seeds !== undefined);
+      // One Redis must not be a cluster node (a cluster was checked before connecting).
+      if (seeds === undefined) await checkNotClusterNode(redis);
     },
     async close() {
       await bus.close();
@@ -174,12 +175,8 @@ function checkClusterInfo(info: string, node: string): void {
   }
 }
 
-/** What the engine is pointed at must be what it is configured for: a cluster that serves every slot, or one Redis. */
-async function checkTopology(redis: RedisClient, cluster: boolean): Promise<void> {
-  if (cluster) {
-    checkClusterInfo(await redis.cluster("INFO"), "the cluster");
-    return;
-  }
+/** A single-Redis URL that points at a Redis Cluster node would half-work (MOVED on most keys): refused. */
+async function checkNotClusterNode(redis: RedisClient): Promise<void> {
   const info = await redis.info("cluster").catch(() => "");
   if (/cluster_enabled:1/.test(info)) throw new RedisTopologyError("it is a Redis Cluster node: configure redis.cluster (or REDIS_CLUSTER_NODES) with its nodes instead of redisUrl (or REDIS_URL)");
 }
