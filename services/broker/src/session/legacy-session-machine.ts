@@ -1,6 +1,6 @@
 import { BrokerError } from "@mcp-broker/shared";
 import { assign, emit, enqueueActions, fromPromise, setup } from "xstate";
-import { movedError, subscriptionFlow, type SubscriptionTarget } from "./subscription-flow.js";
+import { movedError, type FlowOutput, type SubscriptionTarget } from "./subscription-flow.js";
 
 export type ReplyTo = number;
 
@@ -24,8 +24,6 @@ export interface LegacySessionContext extends Omit<LegacySessionInput, "subscrip
    */
   subscriptions: Record<string, SubscriptionTarget>;
   queue: Op[];
-  /** The subscription an in-flight unsubscribe is releasing. */
-  removing: SubscriptionTarget | undefined;
 }
 
 /** No prototype: a URI such as `toString` or `__proto__` is just a key. */
@@ -36,6 +34,10 @@ function emptySubscriptions(): Record<string, SubscriptionTarget> {
 export type LegacySessionEvent =
   | { type: "subscription.add"; uri: string; replyTo: ReplyTo }
   | { type: "subscription.remove"; uri: string; replyTo: ReplyTo }
+  /** The host ran the `subscribe.run` effect of operation `replyTo`. */
+  | { type: "subscribe.done"; replyTo: ReplyTo; output: FlowOutput }
+  /** The host ran the `unsubscribe.run` effect of operation `replyTo`. */
+  | { type: "unsubscribe.done"; replyTo: ReplyTo }
   | { type: "session.touch" }
   /** The idle timer the host armed (see `idle.arm`) ran out. */
   | { type: "session.idle" }
@@ -50,6 +52,10 @@ export type LegacySessionEvent =
 /** Effects the host performs. */
 export type LegacySessionEmitted =
   | { type: "reply"; replyTo: ReplyTo; error: BrokerError | undefined }
+  /** Subscribe `uri` (runSubscriptionFlow), then send `subscribe.done` with its output, whatever it is. */
+  | { type: "subscribe.run"; uri: string; replyTo: ReplyTo }
+  /** Release `target` in the registry (and upstream when it was the last), then send `unsubscribe.done`. */
+  | { type: "unsubscribe.run"; target: SubscriptionTarget; replyTo: ReplyTo }
   | { type: "interest.add"; uri: string; target: SubscriptionTarget }
   | { type: "interest.remove"; uri: string; target: SubscriptionTarget }
   | { type: "session.ended"; reason: string }
@@ -65,21 +71,21 @@ export const closedError = () => new BrokerError("BAD_PARAMS", "The session is c
  * One legacy (2025-era) client session. Owns its subscription set and lifecycle:
  * active (with ops processed one at a time, and an idle timer while no stream is attached) →
  * closing (releases everything) → closed. Pure: I/O and timers are the host's, through the
- * provided actors and the emitted effects.
+ * emitted effects (a subscribe or unsubscribe is a `*.run` effect answered by a `*.done` event:
+ * a child actor per operation cost more than everything else a subscribe does) and the provided
+ * `releaseAll`.
  */
 export const legacySessionMachine = setup({
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-assertion -- xstate typegen idiom
   types: {} as { input: LegacySessionInput; context: LegacySessionContext; events: LegacySessionEvent; emitted: LegacySessionEmitted },
   actors: {
-    subscribe: subscriptionFlow,
-    unsubscribe: fromPromise<void, { principal: string; sessionId: string; target: SubscriptionTarget }>(async () => {
-      throw new Error("unsubscribe not provided");
-    }),
     releaseAll: fromPromise<void, { principal: string; sessionId: string }>(async () => {
       throw new Error("releaseAll not provided");
     }),
   },
   guards: {
+    /** A `*.done` for the operation in progress (not one answered already, e.g. on close). */
+    answersHead: ({ context, event }) => "replyTo" in event && context.queue[0]?.replyTo === event.replyTo,
     nextIsSubscribe: ({ context }) => context.queue[0]?.kind === "subscribe",
     nextIsUnsubscribe: ({ context }) => context.queue[0]?.kind === "unsubscribe",
     nextIsNoopUnsubscribe: ({ context }) => {
@@ -110,7 +116,7 @@ export const legacySessionMachine = setup({
   id: "legacy-session",
   context: ({ input }) => {
     const { subscriptions, ...rest } = input;
-    return { ...rest, subscriptions: Object.assign(emptySubscriptions(), subscriptions), queue: [], removing: undefined };
+    return { ...rest, subscriptions: Object.assign(emptySubscriptions(), subscriptions), queue: [] };
   },
   initial: "active",
   states: {
@@ -144,11 +150,12 @@ export const legacySessionMachine = setup({
                 { guard: "nextIsUnsubscribe", target: "unsubscribing" },
               ],
             },
+            // The subscribe runs in the host (runSubscriptionFlow), which answers with `subscribe.done`.
             subscribing: {
-              invoke: {
-                src: "subscribe",
-                input: ({ context }) => ({ principal: context.principal, sessionId: context.id, uri: context.queue[0]?.uri ?? "" }),
-                onDone: {
+              entry: emit(({ context }) => ({ type: "subscribe.run" as const, uri: context.queue[0]?.uri ?? "", replyTo: context.queue[0]?.replyTo ?? -1 })),
+              on: {
+                "subscribe.done": {
+                  guard: "answersHead",
                   target: "idle",
                   actions: enqueueActions(({ context, event, enqueue }) => {
                     const [op, ...rest] = context.queue;
@@ -166,16 +173,6 @@ export const legacySessionMachine = setup({
                     enqueue.assign({ queue: rest });
                   }),
                 },
-                onError: {
-                  target: "idle",
-                  actions: enqueueActions(({ context, event, enqueue }) => {
-                    const [op, ...rest] = context.queue;
-                    if (op !== undefined) {
-                      enqueue.emit({ type: "reply", replyTo: op.replyTo, error: new BrokerError("INTERNAL", String(event.error)) });
-                    }
-                    enqueue.assign({ queue: rest });
-                  }),
-                },
               },
             },
             unsubscribing: {
@@ -186,19 +183,10 @@ export const legacySessionMachine = setup({
                 if (op === undefined || target === undefined) return;
                 delete context.subscriptions[op.uri];
                 enqueue.emit({ type: "interest.remove", uri: op.uri, target });
-                enqueue.assign({ removing: target });
+                // The host releases it in the registry and answers with `unsubscribe.done`.
+                enqueue.emit({ type: "unsubscribe.run", target, replyTo: op.replyTo });
               }),
-              invoke: {
-                src: "unsubscribe",
-                input: ({ context }) => ({
-                  principal: context.principal,
-                  sessionId: context.id,
-                  target: context.removing ?? { backendId: "", uri: "" },
-                }),
-                onDone: { target: "idle", actions: "answerHead" },
-                onError: { target: "idle", actions: "answerHead" },
-              },
-              exit: assign({ removing: undefined }),
+              on: { "unsubscribe.done": { guard: "answersHead", target: "idle", actions: "answerHead" } },
             },
           },
         },

@@ -29,7 +29,7 @@ import type { EventId } from "../fanout/event-ids.js";
 import { legacySessionMachine } from "./legacy-session-machine.js";
 import { listenMachine, type ListenEmitted, type ListenFlags } from "./listen-machine.js";
 import { subscribeMany } from "./subscribe-many.js";
-import { movedError, subscriptionFlow, type SubscriptionTarget } from "./subscription-flow.js";
+import { movedError, runSubscriptionFlow, type FlowSteps, type SubscriptionTarget } from "./subscription-flow.js";
 import { LOG_LEVELS, type LogLevel } from "../routing/request-context.js";
 
 /** Subscription flows one listen request runs at once. */
@@ -113,7 +113,7 @@ export class SessionHost {
   private readonly releasing = new Set<Promise<void>>();
   /** Ended sessions and streams whose release failed, to try again (principal NUL session id). */
   private readonly unreleased = new Map<string, { principal: string; sessionId: string }>();
-  private readonly flow;
+  private readonly steps: FlowSteps;
   private readonly legacyMachine;
   /** What every legacy session shares. */
   private readonly env: SessionEnv;
@@ -152,31 +152,19 @@ export class SessionHost {
       },
       exposeUri: (target) => deps.catalog.exposeUri(target.backendId, target.uri),
     };
-    this.flow = subscriptionFlow.provide({
-      actors: {
-        validate: fromPromise(async ({ input }) => this.validate(input.uri)),
-        reserve: fromPromise(async ({ input, signal }) => {
-          const ref = this.fenced(input);
-          const outcome = await deps.registry.add(ref, deps.limits);
-          if (outcome.status === "moved") this.stale(ref);
-          // The session ended while this was on its way (its releaseAll may have run already):
-          // nobody will release this reservation but us. One that moved to another member keeps
-          // it (the fence): the client is told to retry there, and finds it held.
-          if (signal.aborted && outcome.status === "added") await this.release(ref);
-          return outcome;
-        }),
-        ensureUpstream: fromPromise(async ({ input }) => deps.upstream.ensure(input.backendId, input.uri)),
-        release: fromPromise(async ({ input }) => this.release(this.fenced(input))),
+    this.steps = {
+      validate: (uri) => this.validate(uri),
+      reserve: async (ref) => {
+        const fenced = this.fenced(ref);
+        const outcome = await deps.registry.add(fenced, deps.limits);
+        if (outcome.status === "moved") this.stale(fenced);
+        return outcome;
       },
-    });
+      ensureUpstream: (target) => deps.upstream.ensure(target.backendId, target.uri),
+      release: (ref) => this.release(this.fenced(ref)),
+    };
     const releaseAll = fromPromise<void, { principal: string; sessionId: string }>(async ({ input }) => this.releaseAll(input.principal, input.sessionId));
-    this.legacyMachine = legacySessionMachine.provide({
-      actors: {
-        subscribe: this.flow,
-        unsubscribe: fromPromise(async ({ input }) => this.release(this.fenced({ principal: input.principal, sessionId: input.sessionId, ...input.target }))),
-        releaseAll,
-      },
-    });
+    this.legacyMachine = legacySessionMachine.provide({ actors: { releaseAll } });
     this.listenLogic = listenMachine.provide({
       actors: {
         // Only the URIs that will be tried (the first maxPerSession) are checked; an unknown one
@@ -193,7 +181,7 @@ export class SessionHost {
           }
         }),
         subscribeAll: fromPromise(async ({ input, signal }) => {
-          const output = await subscribeMany(this.flow, input, { concurrency: LISTEN_CONCURRENCY, maxPerSession: deps.limits.perSession, signal });
+          const output = await subscribeMany(this.steps, input, { concurrency: LISTEN_CONCURRENCY, maxPerSession: deps.limits.perSession, signal });
           // The stream closed meanwhile: its releaseAll may have run before these flows reserved
           // (subscribeMany waits for the flows it started), so what they made is released here.
           if (signal.aborted) await this.releaseAll(input.principal, input.sessionId);
@@ -320,6 +308,18 @@ export class SessionHost {
         case "reply":
           session.settle(effect.replyTo, effect.error);
           break;
+        case "subscribe.run": {
+          const { replyTo } = effect;
+          // A reservation that lands after the session ended or left is released (see runSubscriptionFlow).
+          void runSubscriptionFlow(this.steps, { principal, sessionId: id, uri: effect.uri }, () => session.closed).then((output) => actor.send({ type: "subscribe.done", replyTo, output }));
+          break;
+        }
+        case "unsubscribe.run": {
+          const { replyTo } = effect;
+          const done = () => actor.send({ type: "unsubscribe.done", replyTo });
+          this.release(this.fenced({ principal, sessionId: id, ...effect.target })).then(done, done);
+          break;
+        }
         case "interest.add":
           void this.deps.fanout.interest.add(effect.target, session);
           break;

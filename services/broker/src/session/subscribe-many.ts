@@ -1,6 +1,5 @@
 import { BrokerError } from "@mcp-broker/shared";
-import { createActor, toPromise } from "xstate";
-import { limitError, type FlowOutput, type subscriptionFlow, type SubscriptionTarget } from "./subscription-flow.js";
+import { limitError, runSubscriptionFlow, type FlowOutput, type FlowSteps, type SubscriptionTarget } from "./subscription-flow.js";
 
 export interface SubscribeManyInput {
   principal: string;
@@ -28,11 +27,11 @@ export interface SubscribeManyOptions {
 const YIELD_EVERY = 64;
 
 /**
- * Runs one subscription flow per URI, `concurrency` at a time, for a new session (a listen
+ * Runs one subscription flow (runSubscriptionFlow) per URI, `concurrency` at a time, for a new session (a listen
  * stream). Never rejects: each URI ends up honored or refused with its error.
  */
 export async function subscribeMany(
-  flow: typeof subscriptionFlow,
+  steps: FlowSteps,
   input: SubscribeManyInput,
   options: SubscribeManyOptions,
 ): Promise<SubscribeManyOutput> {
@@ -44,12 +43,7 @@ export async function subscribeMany(
     while (next < tried && options.signal?.aborted !== true) {
       const index = next++;
       const uri = input.uris[index] as string;
-      const actor = createActor(flow, { input: { principal: input.principal, sessionId: input.sessionId, uri } });
-      try {
-        outcomes[index] = await toPromise(actor.start());
-      } catch (error) {
-        outcomes[index] = { ok: false, error: error instanceof BrokerError ? error : new BrokerError("INTERNAL", String(error)) };
-      }
+      outcomes[index] = await runSubscriptionFlow(steps, { principal: input.principal, sessionId: input.sessionId, uri }, () => options.signal?.aborted === true);
       if (++started % YIELD_EVERY === 0) await new Promise<void>((resolve) => setImmediate(resolve));
     }
   };

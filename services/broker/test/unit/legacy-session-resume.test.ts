@@ -1,11 +1,9 @@
-import type { AddOutcome } from "@mcp-broker/shared";
 import { describe, expect, it, vi } from "vitest";
 import { createActor, fromPromise } from "xstate";
 import { EventClock, formatEventId } from "../../src/fanout/event-ids.js";
 import { PreparedNotification } from "../../src/fanout/prepared-notification.js";
 import { LegacySession, type NotificationWriter, type SinceReport } from "../../src/session/legacy-session.js";
 import { legacySessionMachine } from "../../src/session/legacy-session-machine.js";
-import { subscriptionFlow } from "../../src/session/subscription-flow.js";
 
 type Since = (position: number) => Promise<SinceReport>;
 const cannotTell: Since = async () => {
@@ -14,21 +12,7 @@ const cannotTell: Since = async () => {
 
 /** A session whose subscribes always succeed; `since` stands for what the cluster can tell. */
 function session(options: { historyLimit?: number; since?: Since } = {}): { s: LegacySession; clock: EventClock } {
-  const flow = subscriptionFlow.provide({
-    actors: {
-      validate: fromPromise(async ({ input }: { input: { uri: string } }) => ({ backendId: "b", uri: input.uri })),
-      reserve: fromPromise(async (): Promise<AddOutcome> => ({ status: "added", first: true })),
-      ensureUpstream: fromPromise(async (): Promise<void> => {}),
-      release: fromPromise(async (): Promise<void> => {}),
-    },
-  });
-  const machine = legacySessionMachine.provide({
-    actors: {
-      subscribe: flow,
-      unsubscribe: fromPromise(async (): Promise<void> => {}),
-      releaseAll: fromPromise(async (): Promise<void> => {}),
-    },
-  });
+  const machine = legacySessionMachine.provide({ actors: { releaseAll: fromPromise(async (): Promise<void> => {}) } });
   const clock = new EventClock();
   const since = options.since ?? cannotTell;
   const actor = createActor(machine, { input: { id: "s", principal: "p", idleTimeoutMs: 60_000 } });
@@ -41,6 +25,9 @@ function session(options: { historyLimit?: number; since?: Since } = {}): { s: L
     logLevelSet: () => undefined,
   });
   actor.on("reply", ({ replyTo, error }) => s.settle(replyTo, error));
+  // The host's part: every subscribe succeeds, every unsubscribe is done.
+  actor.on("subscribe.run", ({ uri, replyTo }) => queueMicrotask(() => actor.send({ type: "subscribe.done", replyTo, output: { ok: true, target: { backendId: "b", uri }, added: true } })));
+  actor.on("unsubscribe.run", ({ replyTo }) => queueMicrotask(() => actor.send({ type: "unsubscribe.done", replyTo })));
   actor.start();
   return { s, clock };
 }

@@ -1,41 +1,40 @@
 import { BrokerError, type AddOutcome } from "@mcp-broker/shared";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { createActor, fromPromise, SimulatedClock, waitFor } from "xstate";
+import { createActor, fromPromise, SimulatedClock, waitFor, type Actor } from "xstate";
 import { legacySessionMachine, type LegacySessionEmitted } from "../../src/session/legacy-session-machine.js";
 import { listenMachine, type ListenEmitted } from "../../src/session/listen-machine.js";
 import { subscribeMany } from "../../src/session/subscribe-many.js";
-import { subscriptionFlow, type SubscriptionTarget } from "../../src/session/subscription-flow.js";
+import { runSubscriptionFlow, type FlowSteps } from "../../src/session/subscription-flow.js";
 
 /** A fake I/O world for the machines: a registry with limits and an upstream that can fail. */
-function world(options: { maxPerSession?: number; upstreamFails?: boolean } = {}) {
+function world(options: { maxPerSession?: number; upstreamFails?: boolean; reserveWaits?: Promise<void> } = {}) {
   const held = new Map<string, Set<string>>();
   const calls: string[] = [];
-  const flow = subscriptionFlow.provide({
-    actors: {
-      validate: fromPromise(async ({ input }: { input: { uri: string } }): Promise<SubscriptionTarget> => {
-        calls.push(`validate ${input.uri}`);
-        if (input.uri.startsWith("bad")) throw new BrokerError("UNKNOWN_RESOURCE", "unknown", { uri: input.uri });
-        return { backendId: "b", uri: input.uri };
-      }),
-      reserve: fromPromise(async ({ input }): Promise<AddOutcome> => {
-        calls.push(`reserve ${input.uri}`);
-        const set = held.get(input.sessionId) ?? new Set<string>();
-        held.set(input.sessionId, set);
-        if (set.has(input.uri)) return { status: "exists" };
-        if (set.size >= (options.maxPerSession ?? 10)) return { status: "limit", limit: "session", max: options.maxPerSession ?? 10 };
-        set.add(input.uri);
-        return { status: "added", first: true };
-      }),
-      ensureUpstream: fromPromise(async ({ input }) => {
-        calls.push(`ensure ${input.uri}`);
-        if (options.upstreamFails) throw new BrokerError("BACKEND_UNAVAILABLE", "down");
-      }),
-      release: fromPromise(async ({ input }) => {
-        calls.push(`release ${input.uri}`);
-        held.get(input.sessionId)?.delete(input.uri);
-      }),
+  const steps: FlowSteps = {
+    validate: (uri) => {
+      calls.push(`validate ${uri}`);
+      if (uri.startsWith("bad")) throw new BrokerError("UNKNOWN_RESOURCE", "unknown", { uri });
+      return { backendId: "b", uri };
     },
-  });
+    reserve: async (ref): Promise<AddOutcome> => {
+      calls.push(`reserve ${ref.uri}`);
+      await options.reserveWaits;
+      const set = held.get(ref.sessionId) ?? new Set<string>();
+      held.set(ref.sessionId, set);
+      if (set.has(ref.uri)) return { status: "exists" };
+      if (set.size >= (options.maxPerSession ?? 10)) return { status: "limit", limit: "session", max: options.maxPerSession ?? 10 };
+      set.add(ref.uri);
+      return { status: "added", first: true };
+    },
+    ensureUpstream: async (target) => {
+      calls.push(`ensure ${target.uri}`);
+      if (options.upstreamFails) throw new BrokerError("BACKEND_UNAVAILABLE", "down");
+    },
+    release: async (ref) => {
+      calls.push(`release ${ref.uri}`);
+      held.get(ref.sessionId)?.delete(ref.uri);
+    },
+  };
   const releaseAll = fromPromise(async ({ input }: { input: { principal: string; sessionId: string } }) => {
     calls.push("releaseAll");
     held.delete(input.sessionId);
@@ -43,26 +42,28 @@ function world(options: { maxPerSession?: number; upstreamFails?: boolean } = {}
   return {
     held,
     calls,
-    legacy: legacySessionMachine.provide({
-      actors: {
-        subscribe: flow,
-        unsubscribe: fromPromise(async ({ input }) => {
-          calls.push(`unsubscribe ${input.target.uri}`);
-          held.get(input.sessionId)?.delete(input.target.uri);
-        }),
-        releaseAll,
-      },
-    }),
+    legacy: legacySessionMachine.provide({ actors: { releaseAll } }),
+    /** The host's part of a legacy session: runs the subscribes and unsubscribes its actor asks for. */
+    host(actor: Actor<typeof legacySessionMachine>, stopped: () => boolean = () => false) {
+      actor.on("subscribe.run", ({ uri, replyTo }) => {
+        void runSubscriptionFlow(steps, { principal: "p", sessionId: actor.getSnapshot().context.id, uri }, stopped).then((output) => actor.send({ type: "subscribe.done", replyTo, output }));
+      });
+      actor.on("unsubscribe.run", ({ target, replyTo }) => {
+        calls.push(`unsubscribe ${target.uri}`);
+        held.get(actor.getSnapshot().context.id)?.delete(target.uri);
+        queueMicrotask(() => actor.send({ type: "unsubscribe.done", replyTo }));
+      });
+    },
     listen: listenMachine.provide({
       actors: {
         validateAll: fromPromise(async ({ input }) => {
           for (const uri of input.uris) if (uri.startsWith("bad")) throw new BrokerError("UNKNOWN_RESOURCE", "unknown", { uri });
         }),
-        subscribeAll: fromPromise(async ({ input, signal }) => subscribeMany(flow, input, { concurrency: 4, maxPerSession: options.maxPerSession ?? 10, signal })),
+        subscribeAll: fromPromise(async ({ input, signal }) => subscribeMany(steps, input, { concurrency: 4, maxPerSession: options.maxPerSession ?? 10, signal })),
         releaseAll,
       },
     }),
-    flow,
+    steps,
   };
 }
 
@@ -81,6 +82,7 @@ describe("legacy session actor", () => {
   function start(w: ReturnType<typeof world>, idleTimeoutMs = 60_000) {
     const actor = createActor(w.legacy, { input: { id: "s1", principal: "p", idleTimeoutMs } });
     const events = record<LegacySessionEmitted>(actor);
+    w.host(actor, () => actor.getSnapshot().status !== "active" || actor.getSnapshot().matches("closing"));
     // The host's part: the idle timer the actor arms and disarms, on the simulated clock.
     let idle = -1;
     actor.on("idle.arm", ({ ms }) => {
@@ -186,6 +188,22 @@ describe("legacy session actor", () => {
     await waitFor(actor, (s) => s.status === "done");
   });
 
+  it("releases a reservation that lands after the session closed, and answers the subscribe as closing", async () => {
+    let land = () => {};
+    const w = world({ reserveWaits: new Promise<void>((resolve) => (land = resolve)) });
+    const { actor, events } = start(w);
+    actor.send({ type: "subscription.add", uri: "u1", replyTo: 1 });
+    await vi.waitFor(() => expect(w.calls).toContain("reserve u1"));
+    actor.send({ type: "session.close", reason: "DELETE" });
+    await waitFor(actor, (s) => s.status === "done");
+    expect(replies(events)).toEqual([[1, "BAD_PARAMS"]]);
+    land();
+    await vi.waitFor(() => expect(w.calls.at(-1)).toBe("release u1"));
+    expect(w.calls).not.toContain("ensure u1");
+    expect(w.held.get("s1")?.size ?? 0).toBe(0);
+    expect(events.some((e) => e.type === "interest.add")).toBe(false);
+  });
+
   it("releases everything on close and rejects operations while closing", async () => {
     const w = world();
     const { actor, events } = start(w);
@@ -226,7 +244,7 @@ describe("listen actor", () => {
   it("refuses URIs past the session limit without trying them, keeping request order", async () => {
     const w = world({ maxPerSession: 3 });
     const uris = Array.from({ length: 50 }, (_, i) => `u${i}`);
-    const out = await subscribeMany(w.flow, { principal: "p", sessionId: "s", uris }, { concurrency: 4, maxPerSession: 3 });
+    const out = await subscribeMany(w.steps, { principal: "p", sessionId: "s", uris }, { concurrency: 4, maxPerSession: 3 });
     expect(out.honored.map((h) => h.uri)).toEqual(["u0", "u1", "u2"]);
     expect(out.refused.map((r) => r.uri)).toEqual(uris.slice(3));
     expect(out.refused.every((r) => r.error.code === "SUBSCRIPTION_LIMIT")).toBe(true);
@@ -237,7 +255,7 @@ describe("listen actor", () => {
     const w = world({ maxPerSession: 100 });
     const abort = new AbortController();
     abort.abort();
-    const out = await subscribeMany(w.flow, { principal: "p", sessionId: "s", uris: ["a", "b"] }, { concurrency: 2, maxPerSession: 100, signal: abort.signal });
+    const out = await subscribeMany(w.steps, { principal: "p", sessionId: "s", uris: ["a", "b"] }, { concurrency: 2, maxPerSession: 100, signal: abort.signal });
     expect(out.honored).toEqual([]);
     expect(out.refused.map((r) => r.uri)).toEqual(["a", "b"]);
     expect(w.calls).toEqual([]);
