@@ -23,6 +23,9 @@ import { SessionHost } from "./session/session-host.js";
 import { SessionResume } from "./session/session-resume.js";
 import { ResumeCursors } from "./session/resume-cursor.js";
 
+/** The accept queue the HTTP server asks for (see `listen`). */
+const LISTEN_BACKLOG = 65_535;
+
 export type BrokerDeps = MemberDeps;
 
 export interface Broker {
@@ -185,7 +188,10 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     });
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);
-      server.listen(config.server.port, config.server.host, () => {
+      // A crowd reconnecting at once (an instance died, a load balancer restarted) overflowed
+      // Node's default accept queue (511): the connects beyond it wait for a SYN retransmit, 1 s
+      // and more. The kernel caps this at net.core.somaxconn (4096 on current Linux).
+      server.listen({ port: config.server.port, host: config.server.host, backlog: LISTEN_BACKLOG }, () => {
         server.off("error", reject);
         resolve();
       });

@@ -248,7 +248,7 @@ export class McpEndpoint {
     }
     const session = await this.sessionFor(req, res, principal, null);
     if (session === undefined || res.destroyed) return;
-    session.touch();
+    session.touch(true);
     const stream = new SseStream(res, { keepAlive: this.keepAlive, headers: { [SESSION_HEADER]: session.id }, retryMs: reconnectDelayMs() });
     void session.attachStream(new LegacyStreamWriter(stream), header(req, "last-event-id"));
   }
@@ -463,6 +463,10 @@ class LegacyStreamWriter implements NotificationWriter {
 
   close(retryMs?: number): void {
     this.stream.close(retryMs);
+  }
+
+  prime(eventId: string): void {
+    this.stream.write(Buffer.from(`id: ${eventId}\ndata: \n\n`));
   }
 }
 

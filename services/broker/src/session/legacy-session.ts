@@ -3,7 +3,7 @@ import type { BrokerError, ListName } from "@mcp-broker/shared";
 import type { Actor } from "xstate";
 import type { LogLevel } from "../routing/request-context.js";
 import type { LegacySessionPort } from "../routing/dispatcher.js";
-import { isAfter, parseEventId, resumeOrder, type EventClock, type EventId } from "../fanout/event-ids.js";
+import { formatEventId, isAfter, parseEventId, resumeOrder, type EventClock, type EventId } from "../fanout/event-ids.js";
 import type { NotificationSink, SubscriptionTarget } from "../fanout/interest-table.js";
 import { closedError, type legacySessionMachine } from "./legacy-session-machine.js";
 import { movedError } from "./subscription-flow.js";
@@ -23,7 +23,12 @@ export interface NotificationWriter {
   onClose(listener: () => void): void;
   /** Ends the stream; with `retryMs`, tells the client to reconnect after that long (SSE `retry`). */
   close(retryMs?: number): void;
+  /** Writes a priming event: this event id and empty data (SSE streams only; see `attachStream`). */
+  prime?(eventId: string): void;
 }
+
+/** The first protocol revision whose clients take an SSE event with empty data (SEP-1699 priming events). */
+const PRIMING_SINCE = "2025-11-25";
 
 /** How soon a client whose session left this member reconnects (the session waits for it elsewhere). */
 /** The SSE `retry` (ms) of a stream ended because its session left this member: the client reconnects soon, to the session's holder. */
@@ -197,10 +202,14 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     return this.stream !== undefined && !this.stream.closed;
   }
 
-  /** Any request on the session: restarts the idle timer. */
-  touch(): void {
+  /**
+   * Any request on the session: restarts the idle timer, which runs only while no stream is
+   * attached (an event to the actor is a macrostep: a session whose stream is open, or a GET that
+   * attaches one next, skips it). The record's last-seen time is renewed either way.
+   */
+  touch(attaching = false): void {
     this.lastActive = Date.now();
-    this.actor.send({ type: "session.touch" });
+    if (!attaching && !this.streaming) this.actor.send({ type: "session.touch" });
     this.env.touched(this);
   }
 
@@ -255,11 +264,17 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
       this.actor.send({ type: "stream.closed" });
     });
     const given = lastEventId === undefined || lastEventId.trim() === "" ? undefined : lastEventId.trim();
+    const parsed = given === undefined ? undefined : parseEventId(given);
+    // The stream starts with an event id (SEP-1699): a client that loses it before any event
+    // arrives can still resume with Last-Event-ID, instead of the broker taking what it wrote onto
+    // the dead connection as received. The id is where this stream starts from: what the client
+    // said it had seen, else what went onto its earlier stream.
+    if (stream.prime !== undefined && this.protocolVersion >= PRIMING_SINCE) stream.prime(formatEventId(parsed ?? this.written));
     if (given === undefined && replacesOpen) {
       this.renotify(stream);
       return Promise.resolve();
     }
-    const last = given === undefined ? this.written : parseEventId(given);
+    const last = given === undefined ? this.written : parsed;
     if (last === undefined) {
       this.renotify(stream);
       return Promise.resolve();

@@ -35,7 +35,7 @@ export async function openSse(
   url: string,
   headers: Record<string, string>,
   body?: unknown,
-): Promise<{ events: { id?: string; data: unknown }[]; ended: Promise<void>; close(): void; status: number; retry?: number }> {
+): Promise<{ events: { id?: string; data: unknown }[]; ended: Promise<void>; close(): void; status: number; retry?: number; primedId?: string }> {
   return new Promise((resolve, reject) => {
     const events: { id?: string; data: unknown }[] = [];
     const method = body === undefined ? "GET" : "POST";
@@ -53,10 +53,12 @@ export async function openSse(
           buffer = buffer.slice(end + 2);
           const fields = Object.fromEntries(block.split("\n").filter((l) => !l.startsWith(":")).map((l) => [l.slice(0, l.indexOf(":")), l.slice(l.indexOf(":") + 1).trim()]));
           if (fields.retry !== undefined) stream.retry = Number(fields.retry);
-          if (fields.data !== undefined) events.push({ ...(fields.id !== undefined && { id: fields.id }), data: JSON.parse(fields.data) });
+          // An event with empty data primes the client's Last-Event-ID and is not dispatched (SSE; SEP-1699).
+          if (fields.data === "") stream.primedId = fields.id;
+          else if (fields.data !== undefined) events.push({ ...(fields.id !== undefined && { id: fields.id }), data: JSON.parse(fields.data) });
         }
       });
-      const stream: { events: typeof events; ended: Promise<void>; close(): void; status: number; retry?: number } = { events, ended, close: () => req.destroy(), status: res.statusCode ?? 0 };
+      const stream: { events: typeof events; ended: Promise<void>; close(): void; status: number; retry?: number; primedId?: string } = { events, ended, close: () => req.destroy(), status: res.statusCode ?? 0 };
       resolve(stream);
     });
     req.on("error", reject);

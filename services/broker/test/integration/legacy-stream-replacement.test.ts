@@ -43,6 +43,42 @@ describe("a replaced legacy GET stream", () => {
     expect(new Set(retries).size).toBeGreaterThan(1);
   });
 
+  it("starts each stream with a priming event (an id, empty data): a client cut off before any event arrives resumes from it and gets exactly what it missed", async () => {
+    const init = await post(running.url, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
+    const sessionId = init.headers.get("mcp-session-id") ?? "";
+    const headers = { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-11-25" };
+    await post(running.url, { jsonrpc: "2.0", method: "notifications/initialized" }, headers);
+    const uri = "fixture+test://static/b";
+    expect((await post(running.url, { jsonrpc: "2.0", id: 2, method: "resources/subscribe", params: { uri } }, headers)).json).toMatchObject({ result: {} });
+
+    const first = await openSse(running.url, { ...headers, accept: "text/event-stream" });
+    await eventually(() => first.primedId !== undefined, "the priming event");
+    const primed = first.primedId ?? "";
+    first.close(); // gone before any event: all the client has is the primed id
+    const delivered = () => running.broker.fanout.deliveries().resourceUpdated;
+    const before = delivered();
+    for (let i = 0; i < 2; i++) server.emitUpdate("test://static/b");
+    await eventually(() => delivered() === before + 2, "two updates delivered to the session");
+
+    const resumed = await openSse(running.url, { ...headers, accept: "text/event-stream", "last-event-id": primed });
+    await eventually(() => resumed.events.length >= 2, "the two updates replayed");
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(resumed.events.map((e) => (e.data as { params?: { uri?: string } }).params?.uri)).toEqual([uri, uri]);
+    // Primed again, with where this stream starts from.
+    expect(resumed.primedId).toBe(primed);
+    resumed.close();
+  });
+
+  it("sends no priming event to a client of a revision before 2025-11-25 (its SSE handling may not take empty data)", async () => {
+    const init = await post(running.url, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
+    const headers = { "mcp-session-id": init.headers.get("mcp-session-id") ?? "", "mcp-protocol-version": "2025-06-18", accept: "text/event-stream" };
+    const stream = await openSse(running.url, headers);
+    await eventually(() => stream.retry !== undefined, "the stream's retry");
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(stream.primedId).toBeUndefined();
+    stream.close();
+  });
+
   it("re-announces every subscription and the three lists on the replacement stream", async () => {
     const init = await post(running.url, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
     const sessionId = init.headers.get("mcp-session-id") ?? "";

@@ -15,9 +15,10 @@ export class MemorySessionStore implements SessionStore {
     this.records.set(keyOf(session), { ...structuredClone(session), owner, epoch, lastSeen: now });
   }
 
+  /** A copy of the record (its client info and capabilities are shared: they never change after create, which cloned them). */
   async get(key: SessionKey): Promise<SessionRecord | undefined> {
     const record = this.live(key);
-    return record === undefined ? undefined : structuredClone(record);
+    return record === undefined ? undefined : { ...record };
   }
 
   async adopt(key: SessionKey, owner: string, now: number): Promise<{ record: SessionRecord; previous: string | undefined } | undefined> {
