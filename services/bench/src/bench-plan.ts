@@ -13,7 +13,8 @@ export interface BenchPlan {
    * `sampleFresh`: also sample the server before any session, to report what the first sessions cost once.
    */
   memory: { counts: number[]; uriPool: number; settleMs: number; sampleFresh: boolean };
-  subscribe: { workers: number; opsPerWorker: number };
+  /** `listens`: listen streams each worker opens per listen phase. */
+  subscribe: { workers: number; opsPerWorker: number; listens: number };
   listStorm: { sessionsPerEra: number; changes: number; durationMs: number };
   /** Scenario 7: `brokers` brokers (jobs.process false) and one worker; `changes` list_changed in `durationMs`, the last after the one real change. */
   clusterListStorm: { brokers: number; sessionsPerEra: number; changes: number; durationMs: number };
@@ -22,6 +23,10 @@ export interface BenchPlan {
    * `listDelayMs` (the worker is killed while its reload waits for the answer).
    */
   workerKill: { brokers: number; sessionsPerEra: number; lockMs: number; listDelayMs: number };
+  /** Scenario 9: `sessions` legacy sessions × `subsPerSession` subscriptions reconnect at once; `rate` updates/s for `emitSeconds` around a re-attach storm. */
+  storm: { sessions: number; subsPerSession: number; rate: number; emitSeconds: number };
+  /** Scenario 10: idle sessions per instance at these counts (past the machine's open-file limit: the largest it allows), and a broadcast to them. */
+  scale: { counts: number[]; broadcastUpdates: number; intervalMs: number; slices: number };
   /** Longest wait for stragglers after an emission ends. */
   drainMs: number;
 }
@@ -31,14 +36,16 @@ export function benchPlan(quick: boolean): BenchPlan {
     return {
       mode: "quick",
       generators: 2,
-      unicast: { sessions: 1_000, rates: [1_000, 5_000], stepSeconds: 1.2, slices: 2, warmupSeconds: 1, target: { stepSeconds: 1.2, slices: 2 } },
-      hotUri: { sessions: 1_000, rates: [100, 200, 400], stepSeconds: 1.2, slices: 2, p99LimitMs: 100 },
-      broadcast: { sessions: 10_000, updates: 8, slices: 2, intervalMs: 250 },
-      memory: { counts: [1_000, 10_000], uriPool: 100, settleMs: 1_000, sampleFresh: false },
-      subscribe: { workers: 16, opsPerWorker: 60 },
+      unicast: { sessions: 1_000, rates: [5_000], stepSeconds: 1.2, slices: 2, warmupSeconds: 1, target: { stepSeconds: 1.2, slices: 2 } },
+      hotUri: { sessions: 1_000, rates: [400], stepSeconds: 1.2, slices: 2, p99LimitMs: 100 },
+      broadcast: { sessions: 2_000, updates: 8, slices: 2, intervalMs: 250 },
+      memory: { counts: [1_000], uriPool: 100, settleMs: 1_000, sampleFresh: false },
+      subscribe: { workers: 12, opsPerWorker: 40, listens: 6 },
       listStorm: { sessionsPerEra: 200, changes: 1_000, durationMs: 1_000 },
       clusterListStorm: { brokers: 3, sessionsPerEra: 200, changes: 1_000, durationMs: 1_000 },
       workerKill: { brokers: 3, sessionsPerEra: 200, lockMs: 1_000, listDelayMs: 5_000 },
+      storm: { sessions: 300, subsPerSession: 10, rate: 300, emitSeconds: 2 },
+      scale: { counts: [1_000], broadcastUpdates: 4, intervalMs: 300, slices: 2 },
       drainMs: 3_000,
     };
   }
@@ -49,10 +56,12 @@ export function benchPlan(quick: boolean): BenchPlan {
     hotUri: { sessions: 1_000, rates: [10, 25, 50, 100, 150, 200, 300, 400, 600, 800, 1_200], stepSeconds: 5, slices: 5, p99LimitMs: 100 },
     broadcast: { sessions: 10_000, updates: 60, slices: 5, intervalMs: 300 },
     memory: { counts: [1_000, 10_000], uriPool: 100, settleMs: 8_000, sampleFresh: true },
-    subscribe: { workers: 32, opsPerWorker: 250 },
+    subscribe: { workers: 32, opsPerWorker: 250, listens: 40 },
     listStorm: { sessionsPerEra: 500, changes: 1_000, durationMs: 1_000 },
     clusterListStorm: { brokers: 3, sessionsPerEra: 500, changes: 1_000, durationMs: 1_000 },
     workerKill: { brokers: 3, sessionsPerEra: 500, lockMs: 1_000, listDelayMs: 5_000 },
+    storm: { sessions: 10_000, subsPerSession: 10, rate: 2_000, emitSeconds: 8 },
+    scale: { counts: [50_000, 100_000], broadcastUpdates: 30, intervalMs: 1_000, slices: 3 },
     drainMs: 5_000,
   };
 }

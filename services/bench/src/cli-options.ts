@@ -9,7 +9,7 @@ export interface CliOptions {
   help: boolean;
 }
 
-export const SCENARIO_IDS = ["unicast", "hot-uri", "broadcast", "memory", "subscribe", "list-storm", "cluster-list-storm", "worker-kill"] as const;
+export const SCENARIO_IDS = ["unicast", "hot-uri", "broadcast", "memory", "subscribe", "list-storm", "cluster-list-storm", "worker-kill", "storm", "scale"] as const;
 
 export const USAGE = `Usage: npm run bench -- [--quick] [--cpu-prof] [--heap-snapshot] [--only <ids>]
 

@@ -17,6 +17,8 @@ export type BrokerChildApi = {
   start(params: { config: BrokerConfigInput }): Promise<{ url: string }>;
   usage(params: { gc: boolean }): ProcessUsage | Promise<ProcessUsage>;
   census(params: Record<string, never>): BrokerCensus;
+  /** The event loop's delay since the last reset (or start), ms; with `reset`, measuring starts again. */
+  loopDelay(params: { reset: boolean }): LoopDelay;
   /** Starts an in-process CPU profile (V8 inspector), for one measured step. */
   profileStart(params: { intervalMicros: number }): Promise<void>;
   /** Stops the step profile and writes it as a .cpuprofile to `file`. */
@@ -26,3 +28,8 @@ export type BrokerChildApi = {
   /** Closes the broker, then the process exits (writing its CPU profile when profiled). */
   stop(params: Record<string, never>): Promise<void>;
 };
+
+export interface LoopDelay {
+  maxMs: number;
+  p99Ms: number;
+}

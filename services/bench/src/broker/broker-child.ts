@@ -5,6 +5,7 @@
  */
 import { writeFileSync } from "node:fs";
 import { Session } from "node:inspector/promises";
+import { monitorEventLoopDelay } from "node:perf_hooks";
 import { writeHeapSnapshot } from "node:v8";
 import { createBroker, createLogger, type Broker } from "@mcp-broker/broker";
 import { parseConfig } from "@mcp-broker/shared";
@@ -16,6 +17,9 @@ import { serveRpc } from "../core/rpc.js";
 import type { BrokerChildApi } from "./broker-child-api.js";
 
 let broker: Broker | undefined;
+/** The event loop's delay, sampled every 10 ms (what a request or delivery waits before it runs). */
+const loop = monitorEventLoopDelay({ resolution: 10 });
+loop.enable();
 let profiler: Session | undefined;
 
 const shutdown = async (): Promise<void> => {
@@ -44,6 +48,11 @@ const api: BrokerChildApi = {
     watched: broker?.upstream.watched(BACKEND_ID).length ?? 0,
     watching: broker?.watchers.holds(BACKEND_ID) ?? false,
   }),
+  loopDelay: ({ reset }) => {
+    const delay = { maxMs: loop.max / 1e6, p99Ms: loop.percentile(99) / 1e6 };
+    if (reset) loop.reset();
+    return delay;
+  },
   profileStart: async ({ intervalMicros }) => {
     if (profiler !== undefined) throw new Error("a step profile is already running");
     const session = new Session();

@@ -1,5 +1,6 @@
 import { getHeapSpaceStatistics } from "node:v8";
 import { nowMicros } from "./clock.js";
+import { openFileCount } from "./open-files.js";
 
 /** CPU and memory of one process, as a helper reports them. */
 export interface ProcessUsage {
@@ -14,6 +15,8 @@ export interface ProcessUsage {
   external: number;
   /** Physical size of V8's young generation (new space): it grows under allocation bursts; see settledUsage. */
   youngGen: number;
+  /** Open file descriptors (settled samples on Linux only). */
+  fds?: number;
 }
 
 /** This process's usage, as it is. */
@@ -48,12 +51,15 @@ export async function settledUsage(): Promise<ProcessUsage> {
     collect();
     collect();
   }
-  return sampleUsage();
+  const fds = openFileCount();
+  return { ...sampleUsage(), ...(fds !== undefined && { fds }) };
 }
 
 /** The `usage` RPC of every helper: with `gc`, settled (see settledUsage). */
 export function reportUsage({ gc }: { gc: boolean }): ProcessUsage | Promise<ProcessUsage> {
-  return gc ? settledUsage() : sampleUsage();
+  if (gc) return settledUsage();
+  const fds = openFileCount();
+  return { ...sampleUsage(), ...(fds !== undefined && { fds }) };
 }
 
 /** CPU use between two samples of one process, in % of one core. */

@@ -26,7 +26,7 @@ export interface BenchBrokerOptions {
 
 /**
  * The broker config every scenario uses: one backend, the bench backend (legacy era). Limits are
- * raised because every bench session is the same anonymous principal (the default 10 000
+ * raised (subscriptions, and sessions per principal) because every bench session is the same anonymous principal (the default 10 000
  * subscriptions per principal would cap the 10k-session scenarios). The upstream release grace is
  * 1 s instead of 5 s so the subscribe-cost scenario can count upstream unsubscribes sooner (it only
  * delays releases; nothing measured depends on it otherwise). Logging at `warn`: per-session
@@ -35,7 +35,7 @@ export interface BenchBrokerOptions {
 export function benchBrokerConfig(backend: BenchBackendTarget, options: BenchBrokerOptions = {}): BrokerConfigInput {
   const common = { id: BACKEND_ID, era: "legacy", timeoutMs: 60_000 } as const;
   return {
-    server: { host: "127.0.0.1", port: 0 },
+    server: { host: "127.0.0.1", port: 0, maxSessionsPerPrincipal: 1_000_000 },
     backends: [
       "url" in backend
         ? { ...common, url: backend.url }

@@ -1,5 +1,5 @@
 import type { BackendApi } from "../backend/backend-api.js";
-import type { BrokerCensus } from "../broker/broker-child-api.js";
+import type { BrokerCensus, LoopDelay } from "../broker/broker-child-api.js";
 import type { ProcessUsage } from "../core/process-usage.js";
 import type { RpcClient } from "../core/rpc.js";
 
@@ -25,6 +25,8 @@ export interface BrokerDeployment {
   /** One sample per broker process; with `gc`, after full collections. */
   usage(gc: boolean): Promise<ProcessUsage[]>;
   census(): Promise<BrokerCensus[]>;
+  /** Each broker process's event-loop delay since the last reset (see BrokerChildApi.loopDelay). */
+  loopDelay(reset: boolean): Promise<LoopDelay[]>;
   /**
    * Runs `run`; under --cpu-prof also records a CPU profile of every broker process for exactly
    * that span, to results/broker-<label>-<name>.cpuprofile (whole-process profiles mix in setup).

@@ -71,6 +71,7 @@ export function brokerDeployment(
     backend,
     usage: (gc) => each((child) => child.rpc.call("usage", { gc })),
     census: () => each((child) => child.rpc.call("census", {})),
+    loopDelay: (reset) => each((child) => child.rpc.call("loopDelay", { reset })),
     profiled: async (name, run) => {
       if (cpuProfDir === undefined) return run();
       await each((child) => child.rpc.call("profileStart", { intervalMicros: 250 }));

@@ -37,6 +37,17 @@ async function during<T>(step: string, work: Promise<T>): Promise<T> {
  */
 export class ClientSession {
   sessionId: string | undefined;
+  /** The id of the last event its stream carried (what a reconnecting client sends as Last-Event-ID). */
+  lastEventId: string | undefined;
+  /** What it subscribed to (broker form). */
+  uris: string[] = [];
+  /**
+   * With `trackIds`, what arrived per resource key: update seqs of the current step, and when a
+   * notification for the resource itself came (a resumption that could only say "it changed").
+   */
+  heard: Map<number, { seqs: number[]; bare: number[] }> | undefined;
+  /** Where its stream connects from (a loopback alias), when set. */
+  localAddress: string | undefined;
   private req: ClientRequest | undefined;
   private res: IncomingMessage | undefined;
   private nextId = 0;
@@ -44,12 +55,18 @@ export class ClientSession {
 
   constructor(
     readonly kind: TargetKind,
-    readonly url: URL,
+    public url: URL,
     private readonly agents: Agents,
     private readonly onData: (session: ClientSession, data: string) => void,
-  ) {}
+    /** Keep `lastEventId` (costs a string per event: only where a scenario re-attaches). */
+    private readonly trackIds = false,
+  ) {
+    if (trackIds) this.heard = new Map();
+  }
 
+  /** `uri`: one URI, several separated by spaces, or "" for none. */
   async open(uri: string, toolsListChanged: boolean): Promise<void> {
+    this.uris = uri === "" ? [] : uri.split(" ");
     if (this.kind === "raw") {
       await this.attachStream(new URL(`/sse?key=${encodeURIComponent(uri)}`, this.url), { method: "GET", headers: { accept: "text/event-stream" } });
       return;
@@ -62,10 +79,10 @@ export class ClientSession {
       const initialized = await during("notifications/initialized", this.post({ jsonrpc: "2.0", method: NOTIFICATION.initialized }));
       if (initialized.status !== 202) throw new Error(`notifications/initialized: HTTP ${initialized.status}`);
       await during("GET stream", this.attachStream(this.url, { method: "GET", headers: { accept: "text/event-stream", ...this.legacyHeaders() } }));
-      if (uri !== "") await during("resources/subscribe", this.call("resources/subscribe", { uri }));
+      for (const one of this.uris) await during("resources/subscribe", this.call("resources/subscribe", { uri: one }));
       return;
     }
-    const notifications = { ...(uri !== "" && { resourceSubscriptions: [uri] }), ...(toolsListChanged && { toolsListChanged: true }) };
+    const notifications = { ...(uri !== "" && { resourceSubscriptions: this.uris }), ...(toolsListChanged && { toolsListChanged: true }) };
     const body = JSON.stringify({ jsonrpc: "2.0", id: `listen-${++this.nextId}`, method: "subscriptions/listen", params: { notifications, _meta: ENVELOPE } });
     const ack = new Promise<void>((resolve) => (this.acknowledged = resolve));
     await this.attachStream(this.url, { method: "POST", headers: { ...this.modernHeaders("subscriptions/listen"), "content-type": "application/json" }, body });
@@ -92,6 +109,28 @@ export class ClientSession {
   close(): void {
     this.res?.destroy();
     this.req?.destroy();
+  }
+
+  /**
+   * A legacy client whose stream broke re-attaches to its session (at `url`, which may be another
+   * broker instance): GET with Last-Event-ID, as the Streamable HTTP transport resumes. Resolves
+   * once the new stream is open.
+   */
+  async reattach(url: URL): Promise<void> {
+    if (this.kind !== "legacy") throw new Error("only legacy sessions re-attach");
+    this.close();
+    this.url = url;
+    const headers = { accept: "text/event-stream", ...this.legacyHeaders(), ...(this.lastEventId !== undefined && { "last-event-id": this.lastEventId }) };
+    await during("GET stream (re-attach)", this.attachStream(this.url, { method: "GET", headers }));
+  }
+
+  /** A client whose broker lost its session (a restart) starts over at `url`: initialize, its stream, and every subscription again. */
+  async reinitialize(url: URL): Promise<void> {
+    this.close();
+    this.url = url;
+    this.sessionId = undefined;
+    this.lastEventId = undefined;
+    await this.open(this.uris.join(" "), false);
   }
 
   /** Ends the session as a client leaving does: a legacy session is deleted (DELETE), then the stream closed. */
@@ -124,14 +163,14 @@ export class ClientSession {
   }
 
   private async attachStream(url: URL, call: Parameters<typeof openStream>[2]): Promise<void> {
-    const { req, res } = await openStream(this.agents.streams, url, call);
+    const { req, res } = await openStream(this.agents.streams, url, this.localAddress === undefined ? call : { ...call, localAddress: this.localAddress });
     if (res.statusCode !== 200 || !(res.headers["content-type"] ?? "").startsWith("text/event-stream")) {
       const body = await drain(res);
       throw new Error(`${call.method} stream: HTTP ${res.statusCode ?? 0} ${body.slice(0, 200)}`);
     }
     this.req = req;
     this.res = res;
-    const parser = new SseParser((data) => this.onData(this, data));
+    const parser = new SseParser((data) => this.onData(this, data), this.trackIds ? (id) => (this.lastEventId = id) : undefined);
     res.on("data", (chunk: Buffer) => parser.push(chunk.toString("latin1")));
     res.on("error", () => undefined);
     req.on("error", () => undefined);

@@ -8,8 +8,12 @@ export interface OpenParams {
   kind: TargetKind;
   /** Endpoints; session i goes to urls[i % urls.length]. Broker: its /mcp URL; raw: the server's base URL. */
   urls: string[];
-  /** One session per entry, subscribed to that URI (broker) or key (raw); "" for no subscription. */
+  /** One session per entry, subscribed to that URI (broker) or key (raw), or to several separated by spaces; "" for no subscription. */
   uris: string[];
+  /** Keep each session's last event id (for `storm` re-attaches). */
+  trackEventIds?: boolean;
+  /** Session i's stream connects from localAddresses[i % n] (loopback aliases: each gives ~28k source ports per server port). */
+  localAddresses?: string[];
   /** Handshakes in flight at once. */
   concurrency: number;
   /** Also ask for tools/list_changed (modern listen flag; legacy sessions get it anyway). */
@@ -55,12 +59,63 @@ export interface ListWatchReport extends ListWatchCounts {
   byUrl: [string, ListWatchCounts][];
 }
 
+/**
+ * A reconnect storm over every legacy session of the generator: all streams are cut at once, then
+ * every client reconnects at once. `reattach`: GET with Last-Event-ID (the session lives on, or is
+ * adopted by the instance it reaches); `reinit`: initialize and subscribe again (its broker lost it).
+ * Session i reconnects to `urls[i % urls.length]`, or with `moveOn` to the endpoint after its own in `urls`.
+ */
+export interface StormParams {
+  mode: "reattach" | "reinit";
+  urls: string[];
+  moveOn: boolean;
+}
+
+export interface StormResult {
+  sessions: number;
+  failed: number;
+  errors: string[];
+  /** Per reconnected session: from the cut until it was receiving again (stream open; with reinit, every subscribe answered too), µs. */
+  readyMicros: number[];
+  /** Reconnects that failed and were tried again (after 0.25–1 s, at most 5 tries per client). */
+  retries: number;
+}
+
+/** For sessions opened with trackEventIds: which (session, resource, update) of a step's emission reached the session. */
+export interface CoverageParams {
+  step: number;
+  /** Update seq i went to resource key i % keys (an emission over keys 0…keys-1 from the start of its cycle). */
+  keys: number;
+  /** When each update was emitted, µs (the backend's emitLog). */
+  emitMicros: number[];
+}
+
+export interface CoverageResult {
+  /** (session, update) pairs: each update of a resource the session held. */
+  expected: number;
+  /** Reached it as itself. */
+  exact: number;
+  /** Not as itself, but a notification for its resource came after it was emitted (the client re-reads: nothing missed). */
+  renotified: number;
+  /** Neither: missed. */
+  lost: number;
+  /** (session, resource) pairs told about the resource itself during the step (at most one spurious each is the resumption's promise). */
+  renotifiedPairs: number;
+}
+
 export interface RpcLoadParams {
-  method: "resources/subscribe" | "resources/unsubscribe";
+  /**
+   * `subscriptions/listen`: each entry is one listen (its URIs separated by spaces), opened on
+   * `urls[w % urls.length]`, timed until its acknowledgement, then closed; on the raw server, one
+   * SSE stream opened (timed until its headers) and closed.
+   */
+  method: "resources/subscribe" | "resources/unsubscribe" | "subscriptions/listen";
   /** URIs per worker; worker w runs its list in order on legacy session w (or on the raw server). */
   perWorker: string[][];
-  /** Raw server base URL: POST /rpc there instead of the broker sessions. */
+  /** Raw server base URL: POST /rpc (or GET /sse) there instead of the broker sessions. */
   rawUrl?: string;
+  /** Broker endpoints for `subscriptions/listen`. */
+  urls?: string[];
 }
 
 export interface RpcLoadResult {
@@ -83,6 +138,10 @@ export type GeneratorApi = {
   /** Reports which sessions hold `marker` in their latest tools/list. */
   listReport(params: { marker: string }): ListWatchReport;
   rpcLoad(params: RpcLoadParams): Promise<RpcLoadResult>;
+  storm(params: StormParams): Promise<StormResult>;
+  /** Clears what tracked sessions heard; from now on updates of `step` count (see `coverage`). */
+  trackStep(params: { step: number }): void;
+  coverage(params: CoverageParams): CoverageResult;
   usage(params: { gc: boolean }): ProcessUsage | Promise<ProcessUsage>;
   /** Ends every session (legacy: DELETE, then the stream closed). */
   closeAll(params: Record<string, never>): Promise<void>;

@@ -12,6 +12,8 @@ export interface HttpCall {
   body?: string;
   /** Fails the request when no response (its headers) arrives within this long; a streaming body is not limited. */
   timeoutMs?: number;
+  /** The local address to connect from (a loopback alias such as 127.0.0.2: more source ports). */
+  localAddress?: string;
 }
 
 /** One request with the whole response body. A reset of a reused keep-alive socket is retried once. */
@@ -49,7 +51,7 @@ export function openStream(agent: Agent, url: URL, call: HttpCall): Promise<{ re
 function send(agent: Agent, url: URL, call: HttpCall): ClientRequest {
   const headers: Record<string, string | number> = { ...call.headers };
   if (call.body !== undefined) headers["content-length"] = Buffer.byteLength(call.body);
-  const req = request({ host: url.hostname, port: url.port, path: url.pathname + url.search, method: call.method, agent, headers });
+  const req = request({ host: url.hostname, port: url.port, path: url.pathname + url.search, method: call.method, agent, headers, ...(call.localAddress !== undefined && { localAddress: call.localAddress }) });
   if (call.timeoutMs !== undefined) {
     const timer = setTimeout(() => req.destroy(new Error(`no response within ${call.timeoutMs} ms`)), call.timeoutMs);
     req.once("response", () => clearTimeout(timer));

@@ -12,7 +12,7 @@ import { exitWithParent } from "../core/process-group.js";
 import { reportUsage, sampleUsage } from "../core/process-usage.js";
 import { serveRpc } from "../core/rpc.js";
 import { ClientSession, type Agents } from "./client-session.js";
-import type { GeneratorApi, ListWatchCounts, ListWatchReport, OpenParams, OpenResult, RpcLoadParams, RpcLoadResult } from "./generator-api.js";
+import type { GeneratorApi, ListWatchCounts, ListWatchReport, OpenParams, OpenResult, RpcLoadParams, RpcLoadResult, StormParams, StormResult, CoverageParams, CoverageResult } from "./generator-api.js";
 import { UpdateRecorder } from "./update-recorder.js";
 
 const URI_FIELD = '"uri":"';
@@ -30,7 +30,9 @@ interface ListWatch {
 }
 
 const agents: Agents = {
-  requests: new Agent({ keepAlive: true, maxSockets: 64, maxFreeSockets: 64 }),
+  // Idle sockets are dropped after 4 s, before the server's keep-alive timeout (5 s) closes them
+  // under a request that reuses one (a "socket hang up" that is the client's own race).
+  requests: new Agent({ keepAlive: true, maxSockets: 64, maxFreeSockets: 64, timeout: 4_000 }),
   streams: new Agent({ keepAlive: false, maxSockets: Number.POSITIVE_INFINITY }),
 };
 const sessions: ClientSession[] = [];
@@ -46,7 +48,9 @@ function onData(session: ClientSession, data: string): void {
   const uri = data.indexOf(URI_FIELD);
   if (uri >= 0) {
     const start = uri + URI_FIELD.length;
-    recorder.onUpdate(data, start, data.indexOf('"', start));
+    const end = data.indexOf('"', start);
+    recorder.onUpdate(data, start, end);
+    if (session.heard !== undefined) hear(session.heard, data.slice(start, end));
   } else if (data.includes(LIST_CHANGED)) onListChanged(session);
   else if (data.includes(ACKNOWLEDGED)) session.markAcknowledged();
 }
@@ -89,7 +93,9 @@ async function open(params: OpenParams): Promise<OpenResult> {
   const worker = async (): Promise<void> => {
     while (next < params.uris.length) {
       const index = next++;
-      const session = new ClientSession(params.kind, urls[index % urls.length] as URL, agents, onData);
+      const session = new ClientSession(params.kind, urls[index % urls.length] as URL, agents, onData, params.trackEventIds === true);
+      const from = params.localAddresses;
+      if (from !== undefined && from.length > 0) session.localAddress = from[index % from.length];
       try {
         await session.open(params.uris[index] ?? "", params.toolsListChanged);
         sessions.push(session);
@@ -104,22 +110,46 @@ async function open(params: OpenParams): Promise<OpenResult> {
   return { opened, failed: params.uris.length - opened, errors, ms: Date.now() - started };
 }
 
+/** One listen opened until acknowledged (raw: one stream until its headers), then closed. */
+async function listenOnce(url: URL, raw: boolean, uris: string): Promise<void> {
+  const session = new ClientSession(raw ? "raw" : "modern", url, agents, onData);
+  try {
+    await session.open(uris, false);
+  } finally {
+    session.close();
+  }
+}
+
 async function rpcLoad(params: RpcLoadParams): Promise<RpcLoadResult> {
+  if (params.method === "subscriptions/listen") {
+    const urls = (params.rawUrl !== undefined ? [params.rawUrl] : (params.urls ?? [])).map((u) => new URL(u));
+    if (urls.length === 0) throw new Error("subscriptions/listen load needs urls or rawUrl");
+    return timedWorkers(params.perWorker, (w) => (uris) => listenOnce(urls[w % urls.length] as URL, params.rawUrl !== undefined, uris));
+  }
   const legacy = sessions.filter((s) => s.kind === "legacy");
   const rawUrl = params.rawUrl === undefined ? undefined : new URL(params.rawUrl);
   if (rawUrl === undefined && legacy.length < params.perWorker.length) throw new Error(`rpcLoad needs ${params.perWorker.length} legacy sessions, has ${legacy.length}`);
+  const method = params.method;
+  return timedWorkers(params.perWorker, (w) => {
+    const session = rawUrl !== undefined ? new ClientSession("raw", rawUrl, agents, onData) : (legacy[w] as ClientSession);
+    return (uri) => session.call(method, { uri });
+  });
+}
+
+/** Worker w runs `op` on each item of its list in order, back to back; every op timed. */
+async function timedWorkers(perWorker: string[][], opFor: (w: number) => (item: string) => Promise<unknown>): Promise<RpcLoadResult> {
   const histogram = new Histogram();
   let ops = 0;
   let errors = 0;
   let firstError: string | undefined;
   const started = nowMicros();
   await Promise.all(
-    params.perWorker.map(async (uris, w) => {
-      const session = rawUrl !== undefined ? new ClientSession("raw", rawUrl, agents, onData) : (legacy[w] as ClientSession);
-      for (const uri of uris) {
+    perWorker.map(async (items, w) => {
+      const op = opFor(w);
+      for (const item of items) {
         const t0 = nowMicros();
         try {
-          await session.call(params.method, { uri });
+          await op(item);
           histogram.record(nowMicros() - t0);
           ops++;
         } catch (error) {
@@ -130,6 +160,90 @@ async function rpcLoad(params: RpcLoadParams): Promise<RpcLoadResult> {
     }),
   );
   return { ops, errors, firstError, ms: (nowMicros() - started) / 1000, histogram: histogram.toData() };
+}
+
+/** `…/r/<key>` (the resource itself) or `…/r/<key>/<step>.<seq>.<µs>` (one update of it). */
+const BENCH_RESOURCE = /\/r\/(\d+)(?:\/(\d+)\.(\d+)\.\d+)?$/;
+let coverageStep = -1;
+
+function hear(heard: NonNullable<ClientSession["heard"]>, uri: string): void {
+  const match = BENCH_RESOURCE.exec(uri);
+  if (match === null) return;
+  const key = Number(match[1]);
+  let entry = heard.get(key);
+  if (entry === undefined) heard.set(key, (entry = { seqs: [], bare: [] }));
+  if (match[2] === undefined) entry.bare.push(nowMicros());
+  else if (Number(match[2]) === coverageStep) entry.seqs.push(Number(match[3]));
+}
+
+function coverage(params: CoverageParams): CoverageResult {
+  const result: CoverageResult = { expected: 0, exact: 0, renotified: 0, lost: 0, renotifiedPairs: 0 };
+  for (const session of sessions) {
+    if (session.heard === undefined) continue;
+    for (const uri of session.uris) {
+      const key = Number(BENCH_RESOURCE.exec(uri)?.[1] ?? -1);
+      const entry = session.heard.get(key);
+      const seqs = new Set(entry?.seqs ?? []);
+      const lastBare = Math.max(0, ...(entry?.bare ?? []));
+      if ((entry?.bare.length ?? 0) > 0) result.renotifiedPairs++;
+      for (let seq = key; seq < params.emitMicros.length; seq += params.keys) {
+        result.expected++;
+        if (seqs.has(seq)) result.exact++;
+        else if (lastBare >= (params.emitMicros[seq] ?? Number.POSITIVE_INFINITY)) result.renotified++;
+        else result.lost++;
+      }
+    }
+  }
+  return result;
+}
+
+/** From now on, what the tracked sessions hear counts for `step` (see coverage). */
+function trackStep(step: number): void {
+  coverageStep = step;
+  for (const session of sessions) session.heard?.clear();
+}
+
+/** Tries of one client's reconnect in a storm. */
+const STORM_ATTEMPTS = 5;
+
+async function storm(params: StormParams): Promise<StormResult> {
+  const legacy = sessions.filter((s) => s.kind === "legacy");
+  const urls = params.urls.map((u) => new URL(u));
+  const target = (session: ClientSession, i: number): URL => {
+    if (!params.moveOn) return urls[i % urls.length] as URL;
+    const at = urls.findIndex((u) => u.href === session.url.href);
+    return urls[(at + 1) % urls.length] as URL;
+  };
+  const started = nowMicros();
+  // Every stream is cut before any client reconnects: the storm hits all at once.
+  for (const session of legacy) session.close();
+  const readyMicros: number[] = [];
+  const errors: string[] = [];
+  let failed = 0;
+  let retries = 0;
+  await Promise.all(
+    legacy.map(async (session, i) => {
+      const url = target(session, i);
+      // As a client's transport does, a reconnect that fails is tried again after a short, jittered wait.
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await (params.mode === "reattach" ? session.reattach(url) : session.reinitialize(url));
+          readyMicros.push(nowMicros() - started);
+          return;
+        } catch (error) {
+          if (attempt < STORM_ATTEMPTS) {
+            retries++;
+            await new Promise((resolve) => setTimeout(resolve, 250 + Math.random() * 750));
+            continue;
+          }
+          failed++;
+          if (errors.length < 5) errors.push((error as Error).message);
+          return;
+        }
+      }
+    }),
+  );
+  return { sessions: legacy.length, failed, errors, readyMicros, retries };
 }
 
 function listCounts(watches: Iterable<ListWatch>, marker: string): ListWatchCounts {
@@ -177,6 +291,9 @@ const api: GeneratorApi = {
   },
   listReport: ({ marker }) => listReport(marker),
   rpcLoad,
+  storm,
+  coverage,
+  trackStep: ({ step }) => trackStep(step),
   usage: reportUsage,
   closeAll: async () => {
     await Promise.all(sessions.splice(0).map((session) => session.end()));

@@ -39,8 +39,10 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "Between runs the RSS per session at 10 000 moves by ±2 KB, so figures near 30 KB can land on either side.",
   ],
   subscribe: [
-    "Why (~1 ms of broker CPU per subscribe): every subscribe runs an XState subscription-flow machine with 3–4 promise actors (session/subscription-flow.ts); " +
-      "XState's transition work is ~40 % of the broker's CPU per operation; the rest is the HTTP request and its answer. " +
-      "(Copying the session's subscription set on every operation used to take 60 % at 250 subscriptions per session; it is now updated in place.)",
+    "Why (step profiles): in the later-subscriber phase about a fifth of the broker's busy time is the kernel's `writev` of the answers (the raw server pays it too), " +
+      "about a quarter the session actor's two events per operation (`subscription.add`, then `subscribe.done` from the host that ran it), and the rest the HTTP request, " +
+      "the URI's match against the backend's template and the registry. The first subscriber also waits for the backend's answer to the upstream subscribe (a stdio round trip the baseline does not make). " +
+      "Until this version each subscribe also ran an XState child actor for the flow and one per step (validate, reserve, ensure): 255 µs of CPU per subscribe in a micro-benchmark, 50 µs without them; " +
+      "before that, copying the session's subscription set on every operation took 60 % at 250 subscriptions per session.",
   ],
 };

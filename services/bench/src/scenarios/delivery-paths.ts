@@ -26,9 +26,9 @@ export interface RawPath extends RunningPath {
 }
 
 /** Brokers of `engine` fed by the bench backend, with one session per URI in `uris`. */
-export async function startBrokerPath(ctx: BenchContext, engine: BrokerEngine, label: string, kind: Exclude<TargetKind, "raw">, uris: string[]): Promise<BrokerPath> {
+export async function startBrokerPath(ctx: BenchContext, engine: BrokerEngine, label: string, kind: Exclude<TargetKind, "raw">, uris: string[], options: { generators?: number } = {}): Promise<BrokerPath> {
   const deployment = await engine.deploy(label);
-  const fleet = LoadFleet.start(ctx.group, label, ctx.plan.generators);
+  const fleet = LoadFleet.start(ctx.group, label, options.generators ?? ctx.plan.generators);
   const stop = async (): Promise<void> => {
     await fleet.stop();
     await deployment.stop();
@@ -78,10 +78,10 @@ export function describeEngines(ctx: BenchContext): string {
 }
 
 /** The baseline server, optionally fed from Redis by the raw publisher, with one stream per key. */
-export async function startRawPath(ctx: BenchContext, label: string, keys: string[], options: { redis: boolean } = { redis: true }): Promise<RawPath> {
+export async function startRawPath(ctx: BenchContext, label: string, keys: string[], options: { redis: boolean; generators?: number } = { redis: true }): Promise<RawPath> {
   const server = ctx.group.fork<RawServerApi>(new URL("../baseline/raw-sse-server.js", import.meta.url), `raw-server-${label}`, { execArgv: ["--expose-gc"] });
   const publisher = options.redis ? ctx.group.fork<RawPublisherApi>(new URL("../baseline/raw-publisher.js", import.meta.url), `raw-publisher-${label}`) : undefined;
-  const fleet = LoadFleet.start(ctx.group, label, ctx.plan.generators);
+  const fleet = LoadFleet.start(ctx.group, label, options.generators ?? ctx.plan.generators);
   const stop = async (): Promise<void> => {
     await fleet.stop();
     await Promise.all([server.stop(() => server.rpc.call("stop", {})), publisher?.stop(() => publisher.rpc.call("stop", {}))]);

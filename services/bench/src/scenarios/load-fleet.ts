@@ -2,7 +2,7 @@ import { sleep } from "../core/clock.js";
 import { Histogram } from "../core/histogram.js";
 import type { ManagedChild, ProcessGroup } from "../core/process-group.js";
 import type { ProcessUsage } from "../core/process-usage.js";
-import type { GeneratorApi, ListWatchCounts, ListWatchReport, OpenParams, RpcLoadParams, RpcLoadResult, TargetKind } from "../load/generator-api.js";
+import type { GeneratorApi, ListWatchCounts, ListWatchReport, OpenParams, RpcLoadParams, RpcLoadResult, StormParams, StormResult, TargetKind, CoverageParams, CoverageResult } from "../load/generator-api.js";
 
 /** Updates received by the whole fleet in one step. */
 export interface FleetSnapshot {
@@ -32,12 +32,12 @@ export class LoadFleet {
   }
 
   /** Opens one session per URI; throws when any fails (a benchmark needs all of them). */
-  async open(kind: TargetKind, urls: string[], uris: string[], options: { concurrency?: number; toolsListChanged?: boolean } = {}): Promise<number> {
+  async open(kind: TargetKind, urls: string[], uris: string[], options: { concurrency?: number; toolsListChanged?: boolean; trackEventIds?: boolean; localAddresses?: string[] } = {}): Promise<number> {
     const started = Date.now();
     const slices = split(uris, this.generators.length);
     const results = await Promise.all(
       this.generators.map((g, i) => {
-        const params: OpenParams = { kind, urls, uris: slices[i] ?? [], concurrency: options.concurrency ?? 48, toolsListChanged: options.toolsListChanged ?? false };
+        const params: OpenParams = { kind, urls, uris: slices[i] ?? [], concurrency: options.concurrency ?? 48, toolsListChanged: options.toolsListChanged ?? false, trackEventIds: options.trackEventIds ?? false, ...(options.localAddresses !== undefined && { localAddresses: options.localAddresses }) };
         return g.rpc.call("open", params);
       }),
     );
@@ -139,6 +139,29 @@ export class LoadFleet {
       histogram: merged.toData(),
       merged,
     };
+  }
+
+  /** A reconnect storm on every generator at once (see StormParams); the sessions' ready times merged. */
+  async storm(params: StormParams): Promise<StormResult> {
+    const parts = await Promise.all(this.generators.map((g) => g.rpc.call("storm", params)));
+    return {
+      sessions: parts.reduce((n, p) => n + p.sessions, 0),
+      failed: parts.reduce((n, p) => n + p.failed, 0),
+      errors: parts.flatMap((p) => p.errors).slice(0, 5),
+      readyMicros: parts.flatMap((p) => p.readyMicros),
+      retries: parts.reduce((n, p) => n + p.retries, 0),
+    };
+  }
+
+  async trackStep(step: number): Promise<void> {
+    await Promise.all(this.generators.map((g) => g.rpc.call("trackStep", { step })));
+  }
+
+  /** What the tracked sessions of every generator heard of a step's emission (see CoverageParams). */
+  async coverage(params: CoverageParams): Promise<CoverageResult> {
+    const parts = await Promise.all(this.generators.map((g) => g.rpc.call("coverage", params)));
+    const sum = (field: keyof CoverageResult): number => parts.reduce((n, p) => n + p[field], 0);
+    return { expected: sum("expected"), exact: sum("exact"), renotified: sum("renotified"), lost: sum("lost"), renotifiedPairs: sum("renotifiedPairs") };
   }
 
   /** Ends every session of the fleet, as leaving clients do (legacy: DELETE). */

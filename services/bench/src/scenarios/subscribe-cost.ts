@@ -2,7 +2,7 @@ import { exposedUri } from "../core/bench-uris.js";
 import { sleep } from "../core/clock.js";
 import type { Histogram } from "../core/histogram.js";
 import { fmt, range } from "../report/format.js";
-import { ratio, type ResultRow, type ScenarioResult } from "../report/result-model.js";
+import { notRun, ratio, type ResultRow, type ScenarioResult } from "../report/result-model.js";
 import type { BenchContext } from "./bench-context.js";
 import { RELEASE_GRACE_MS } from "../engines/bench-broker-config.js";
 import { startBrokerPath, startRawPath } from "./delivery-paths.js";
@@ -12,6 +12,11 @@ import type { LoadFleet } from "./load-fleet.js";
 const SCENARIO = "5. Subscribe cost";
 /** Resource keys of this scenario start here (fresh URIs: no upstream subscription yet). */
 const FIRST_KEY = 1_000_000;
+/** The warm-up subscribes these (and they stay held: the listen phases use them). */
+const WARM_KEY = 500_000;
+const WARM_KEYS = 1_024;
+const OPS_TARGET = 0.8;
+const P99_TARGET = 1.5;
 
 interface Phase {
   name: string;
@@ -32,91 +37,100 @@ interface Phase {
  * server answering JSON-RPC `{}` (the floor of an HTTP request/response on this machine).
  */
 export async function runSubscribeCost(ctx: BenchContext): Promise<ScenarioResult> {
-  const { workers, opsPerWorker } = ctx.plan.subscribe;
+  const { workers, opsPerWorker, listens } = ctx.plan.subscribe;
   const own = (w: number): string[] => range(opsPerWorker, FIRST_KEY + w * opsPerWorker).map(exposedUri);
   const neighbour = (w: number): string[] => own((w + 1) % workers);
-  const phases: Phase[] = [];
+  /** Listens of `size` URIs for worker w: resources the warm-up made held already (later-subscriber work per URI). */
+  const listenLists = (size: number) => range(workers).map((w) => range(listens, 0).map((i) => range(size, (w * listens + i) * size).map((k) => exposedUri(WARM_KEY + (k % WARM_KEYS))).join(" ")));
+  const rows: ResultRow[] = [];
+  const table: (string | number)[][] = [];
 
   ctx.log(`subscribe cost: raw request baseline, ${workers} workers × ${opsPerWorker}`);
   const raw = await startRawPath(ctx, "subscribe-raw", [], { redis: false });
-  let rawPhase: Phase;
+  let rawPost: Phase;
+  let rawStream: Phase;
   try {
     const perWorker = range(workers).map(own);
     await raw.fleet.rpcLoad({ method: "resources/subscribe", perWorker: perWorker.map((l) => l.slice(0, 20)), rawUrl: raw.rawUrl });
-    rawPhase = await runPhase("raw JSON-RPC POST", raw.fleet, { method: "resources/subscribe", perWorker, rawUrl: raw.rawUrl }, async () => 0);
+    rawPost = await runPhase("raw JSON-RPC POST", raw.fleet, { method: "resources/subscribe", perWorker, rawUrl: raw.rawUrl }, async () => 0);
+    rawStream = await runPhase("raw SSE stream opened", raw.fleet, { method: "subscriptions/listen", perWorker: range(workers).map((w) => range(listens, w * listens).map(String)), rawUrl: raw.rawUrl }, async () => 0);
   } finally {
     await raw.stop();
   }
+  table.push(phaseRow("—", rawPost), phaseRow("—", rawStream));
 
-  ctx.log(`subscribe cost: ${ctx.memory.name} broker, ${workers} legacy sessions`);
-  const path = await startBrokerPath(ctx, ctx.memory, "subscribe", "legacy", range(workers).map(() => ""));
-  try {
-    const backend = path.deployment.backend;
-    const upstream = async (): Promise<number> => {
-      const counters = await backend.call("counters", {});
-      return counters.subscribe + counters.unsubscribe;
-    };
-    // Warm-up on other keys, then the four phases.
-    await path.fleet.rpcLoad({ method: "resources/subscribe", perWorker: range(workers).map((w) => range(10, FIRST_KEY / 2 + w * 10).map(exposedUri)) });
-    await backend.call("resetCounters", {});
-    const phase = (name: string, slug: string, params: RpcLoadParams): Promise<Phase> => path.deployment.profiled(slug, () => runPhase(name, path.fleet, params, upstream));
-    phases.push(await phase("subscribe, first subscriber", "subscribe-first", { method: "resources/subscribe", perWorker: range(workers).map(own) }));
-    phases.push(await phase("subscribe, later subscriber", "subscribe-later", { method: "resources/subscribe", perWorker: range(workers).map(neighbour) }));
-    phases.push(await phase("unsubscribe, not last", "unsubscribe-not-last", { method: "resources/unsubscribe", perWorker: range(workers).map(neighbour) }));
-    phases.push(await phase("unsubscribe, last", "unsubscribe-last", { method: "resources/unsubscribe", perWorker: range(workers).map(own) }));
-    // The upstream release follows after the grace delay: count it too.
-    await sleep(RELEASE_GRACE_MS + 500);
-    const last = phases.at(-1);
-    if (last !== undefined) last.upstreamCalls = (await upstream()) - phases.reduce((n, p) => n + p.upstreamCalls, 0) + last.upstreamCalls;
-  } finally {
-    await path.stop();
+  for (const engine of [ctx.memory, ctx.redis]) {
+    const baselineOf = (phase: string): Phase => (phase.startsWith("listen") ? rawStream : rawPost);
+    const phaseNames = ["subscribe, first subscriber", "subscribe, later subscriber", "unsubscribe, not last", "unsubscribe, last", `listen, 10 URIs`, `listen, 100 URIs`];
+    if (engine.unavailableReason !== undefined) {
+      for (const name of phaseNames) rows.push(notRun(SCENARIO, engine.name, `${name}: ops/s`, "/s", `≥ ${OPS_TARGET}× raw`, engine.unavailableReason));
+      continue;
+    }
+    ctx.log(`subscribe cost: ${engine.name} broker, ${workers} legacy sessions`);
+    const path = await startBrokerPath(ctx, engine, `subscribe-${engine.name}`, "legacy", range(workers).map(() => ""));
+    const phases: Phase[] = [];
+    try {
+      const backend = path.deployment.backend;
+      const upstream = async (): Promise<number> => {
+        const counters = await backend.call("counters", {});
+        return counters.subscribe + counters.unsubscribe;
+      };
+      // Warm-up on other keys (which stay held: the listens below subscribe to them), then the phases.
+      await path.fleet.rpcLoad({ method: "resources/subscribe", perWorker: range(workers).map((w) => range(Math.ceil(WARM_KEYS / workers), WARM_KEY + w * Math.ceil(WARM_KEYS / workers)).map(exposedUri)) });
+      await backend.call("resetCounters", {});
+      const phase = (name: string, slug: string, params: RpcLoadParams): Promise<Phase> => path.deployment.profiled(slug, () => runPhase(name, path.fleet, params, upstream));
+      phases.push(await phase("subscribe, first subscriber", "subscribe-first", { method: "resources/subscribe", perWorker: range(workers).map(own) }));
+      phases.push(await phase("subscribe, later subscriber", "subscribe-later", { method: "resources/subscribe", perWorker: range(workers).map(neighbour) }));
+      phases.push(await phase("unsubscribe, not last", "unsubscribe-not-last", { method: "resources/unsubscribe", perWorker: range(workers).map(neighbour) }));
+      phases.push(await phase("unsubscribe, last", "unsubscribe-last", { method: "resources/unsubscribe", perWorker: range(workers).map(own) }));
+      // The upstream release follows after the grace delay: count it too.
+      await sleep(RELEASE_GRACE_MS + 500);
+      const last = phases.at(-1);
+      if (last !== undefined) last.upstreamCalls = (await upstream()) - phases.reduce((n, p) => n + p.upstreamCalls, 0) + last.upstreamCalls;
+      for (const size of [10, 100]) {
+        phases.push(await phase(`listen, ${size} URIs`, `listen-${size}`, { method: "subscriptions/listen", perWorker: listenLists(size), urls: path.deployment.urls }));
+      }
+    } finally {
+      await path.stop();
+    }
+    for (const phase of phases) {
+      const baseline = baselineOf(phase.name);
+      table.push(phaseRow(engine.name, phase));
+      const opsRatio = ratio(phase.opsPerSec, baseline.opsPerSec);
+      const p99Ratio = ratio(phase.p99Ms, baseline.p99Ms);
+      const failed = phase.errors > 0 ? { note: `${phase.errors} requests failed` } : {};
+      rows.push({ scenario: SCENARIO, engine: engine.name, measure: `${phase.name}: ops/s`, unit: "/s", broker: phase.opsPerSec, baseline: baseline.opsPerSec, ratio: opsRatio, target: `≥ ${OPS_TARGET}× raw`, met: opsRatio === null ? null : opsRatio >= OPS_TARGET && phase.errors === 0, status: "measured", ...failed });
+      rows.push({ scenario: SCENARIO, engine: engine.name, measure: `${phase.name}: p99`, unit: "ms", broker: phase.p99Ms, baseline: baseline.p99Ms, ratio: p99Ratio, target: `≤ ${P99_TARGET}× raw`, met: p99Ratio === null ? null : p99Ratio <= P99_TARGET, status: "measured" });
+    }
   }
 
-  const rows: ResultRow[] = [];
-  for (const phase of phases) {
-    rows.push({
-      scenario: SCENARIO,
-      engine: ctx.memory.name,
-      measure: `${phase.name}: p99`,
-      unit: "ms",
-      broker: phase.p99Ms,
-      baseline: rawPhase.p99Ms,
-      ratio: ratio(phase.p99Ms, rawPhase.p99Ms),
-      target: null,
-      met: null,
-      status: "measured",
-    });
-    rows.push({
-      scenario: SCENARIO,
-      engine: ctx.memory.name,
-      measure: `${phase.name}: ops/s`,
-      unit: "/s",
-      broker: phase.opsPerSec,
-      baseline: rawPhase.opsPerSec,
-      ratio: ratio(phase.opsPerSec, rawPhase.opsPerSec),
-      target: null,
-      met: null,
-      status: "measured",
-      ...(phase.errors > 0 && { note: `${phase.errors} requests failed` }),
-    });
-  }
+  const findings = rows
+    .filter((r) => r.met === false)
+    .map((r) => `${r.engine} · ${r.measure}: ${fmt(r.broker)} vs raw ${fmt(r.baseline)} (${r.ratio?.toFixed(2) ?? "?"}×; target ${r.target ?? ""}).`);
   return {
     id: "subscribe",
     title: SCENARIO,
     method:
       `${workers} concurrent workers, each on its own legacy session, ${opsPerWorker} requests each per phase, back to back. ` +
       "Upstream calls are the resources/subscribe and resources/unsubscribe requests the bench backend received during the phase (the last-unsubscribe releases are counted after the release grace, 1 s in the bench config). " +
-      `Baseline: ${workers} workers POSTing the same JSON-RPC requests to a plain Node HTTP server that answers {}.`,
+      `Listen phases: ${workers} workers each open ${listens} modern subscriptions/listen streams in a row, timed until the acknowledgement, then close them; their URIs are held by the legacy sessions already (no upstream call). ` +
+      `Baselines, measured first in the same run: for subscribe and unsubscribe, ${workers} workers POSTing the same JSON-RPC requests to a plain Node HTTP server that answers {} (the floor of a request/response on this machine); ` +
+      "for listens, the same workers opening an SSE stream on the plain server (GET, timed until its headers) and closing it (the floor of opening a stream). " +
+      `Redis engine: ${ctx.redis.description}; the workers' sessions spread over both brokers.`,
     rows,
     details: [
       {
         title: "Phases",
-        columns: ["phase", "requests", "errors", "ops/s", "p50 ms", "p99 ms", "upstream calls"],
-        rows: [rawPhase, ...phases].map((p) => [p.name, p.ops, p.errors, fmt(p.opsPerSec), fmt(p.p50Ms), fmt(p.p99Ms), p.upstreamCalls]),
+        columns: ["engine", "phase", "requests", "errors", "ops/s", "p50 ms", "p99 ms", "upstream calls"],
+        rows: table,
       },
     ],
-    findings: [],
+    findings,
   };
+}
+
+function phaseRow(engine: string, p: Phase): (string | number)[] {
+  return [engine, p.name, p.ops, p.errors, fmt(p.opsPerSec), fmt(p.p50Ms), fmt(p.p99Ms), p.upstreamCalls];
 }
 
 async function runPhase(name: string, fleet: LoadFleet, params: RpcLoadParams, upstreamCount: () => Promise<number>): Promise<Phase> {

@@ -1,0 +1,200 @@
+import { exposedUri } from "../core/bench-uris.js";
+import { sleep } from "../core/clock.js";
+import { raiseOpenFileLimit } from "../core/open-files.js";
+import type { ProcessUsage } from "../core/process-usage.js";
+import { fmt, kb, quantileOf } from "../report/format.js";
+import { notRun, ratio, type ResultRow, type ScenarioResult } from "../report/result-model.js";
+import type { BenchContext } from "./bench-context.js";
+import { startBrokerPath, startRawPath, type BrokerPath, type RawPath } from "./delivery-paths.js";
+import { runInterleaved, type StepOutcome } from "./rate-step.js";
+
+const SCENARIO = "10. Sessions at scale";
+const RSS_TARGET_KB = 20;
+const BROADCAST_TARGET = 1.5;
+/** Descriptors a process needs beside its sessions' streams (modules, pipes, keep-alive pools, Redis). */
+const FD_RESERVE = 1_000;
+/** Streams per source address and server port: the ephemeral port range (32768–60999) is ~28k. */
+const STREAMS_PER_SOURCE = 25_000;
+
+interface Point {
+  era: "legacy" | "modern" | "raw";
+  sessions: number;
+  acceptMs: number;
+  held: number;
+  empty: ProcessUsage;
+  full: ProcessUsage;
+}
+
+const perSession = (p: Point, field: "rss" | "heapUsed"): number => (p.full[field] - p.empty[field]) / p.sessions;
+const fdsPerSession = (p: Point): number | null => (p.full.fds === undefined || p.empty.fds === undefined ? null : (p.full.fds - p.empty.fds) / p.sessions);
+
+/**
+ * Scenario 10: one memory-engine broker holding `counts` idle subscribed sessions (legacy: session,
+ * GET stream, one subscription; modern: one listen stream with one resource), all on one resource.
+ * Per session: RSS, heap and file descriptors over the empty process; the time to accept them all;
+ * sessions lost while they were set up (the broker's census against the count). Then, legacy
+ * sessions, a broadcast: single updates to all of them, time until the last has it, against the
+ * raw SSE server holding as many streams (measured in turns). Counts past what this machine's
+ * open-file limit allows are reported as not run, with the limit; the largest count it allows is
+ * measured instead.
+ */
+export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
+  const { counts, broadcastUpdates, intervalMs, slices } = ctx.plan.scale;
+  // The settled sample (GC, 6 s, GC) only in the full run: --quick checks that it all runs.
+  const settled = ctx.plan.mode === "full";
+  const rows: ResultRow[] = [];
+  const findings: string[] = [];
+  const table: (string | number)[][] = [];
+  const broadcastTable: (string | number)[][] = [];
+  const largest = Math.max(...counts);
+  const limit = raiseOpenFileLimit(largest + FD_RESERVE);
+  const capacity = Math.floor(Math.max(0, limit.soft - FD_RESERVE) / 1_000) * 1_000;
+  const reachable = counts.filter((n) => n + FD_RESERVE <= limit.soft);
+  const measured = [...reachable];
+  if (reachable.length < counts.length && capacity >= 1_000 && !measured.includes(capacity)) measured.push(capacity);
+  const why = (n: number): string =>
+    `not reached: ${n.toLocaleString("en-US")} sessions need ${(n + FD_RESERVE).toLocaleString("en-US")} open files in the broker process (one per session stream), and this machine's limit is ${limit.soft.toLocaleString("en-US")} (hard ${limit.hard.toLocaleString("en-US")}; ${limit.refused ?? "raising it failed"})`;
+  for (const n of counts.filter((c) => !reachable.includes(c))) {
+    const at = n.toLocaleString("en-US");
+    for (const era of ["legacy", "modern"] as const) rows.push(notRun(SCENARIO, "memory", `RSS per idle ${era} session @ ${at}`, "KB", n === largest ? `≤ ${RSS_TARGET_KB} KB` : null, why(n)));
+    rows.push(notRun(SCENARIO, "memory", `broadcast to ${at}: time to last, p99`, "ms", `≤ ${BROADCAST_TARGET}× raw`, why(n)));
+    findings.push(`${at} sessions: ${why(n)}.`);
+  }
+
+  for (const count of measured) {
+    const at = count.toLocaleString("en-US");
+    const stand = count === capacity && !counts.includes(count) ? ` (the most this machine's open-file limit allows; targets stated for ${largest.toLocaleString("en-US")})` : "";
+    // Each generator holds its share of the streams; more sources than one loopback address give more source ports.
+    const generators = Math.max(ctx.plan.generators, Math.ceil(count / Math.max(1, limit.soft - FD_RESERVE)));
+    const sources = Array.from({ length: Math.max(1, Math.ceil(count / STREAMS_PER_SOURCE)) }, (_, i) => `127.0.0.${2 + i}`);
+    const open = { localAddresses: sources, concurrency: 96 };
+    const uris = Array.from({ length: count }, () => exposedUri(0));
+    ctx.log(`scale: ${at} idle sessions (${generators} generators, streams from ${sources.join(", ")})`);
+
+    const climb = async (era: Point["era"], start: () => Promise<RawPath | BrokerPath>, openAll: (path: RawPath | BrokerPath) => Promise<number>, held: (path: RawPath | BrokerPath) => Promise<number>, sample: (path: RawPath | BrokerPath) => Promise<ProcessUsage>, keep: boolean) => {
+      const path = await start();
+      try {
+        await sleep(ctx.plan.memory.settleMs);
+        const empty = await sample(path);
+        const acceptMs = await openAll(path);
+        await sleep(ctx.plan.memory.settleMs);
+        const point: Point = { era, sessions: count, acceptMs, held: await held(path), empty, full: await sample(path) };
+        ctx.log(`  ${era}: accepted in ${fmt(acceptMs / 1000)} s, RSS ${fmt(kb(perSession(point, "rss")))} KB/session, heap ${fmt(kb(perSession(point, "heapUsed")))} KB, fds ${fmt(fdsPerSession(point))}`);
+        return { point, path: keep ? path : undefined, stop: () => path.stop() };
+      } catch (error) {
+        await path.stop();
+        throw error;
+      }
+    };
+    const raw = await climb(
+      "raw",
+      () => startRawPath(ctx, `scale-raw-${count}`, [], { redis: ctx.redisUnavailable === undefined, generators }),
+      (path) => path.fleet.open("raw", [(path as RawPath).rawUrl], uris.map(() => "0"), open),
+      async () => count,
+      (path) => (path as RawPath).memory(settled),
+      true,
+    );
+    let legacy: Awaited<ReturnType<typeof climb>> | undefined;
+    try {
+      const brokerSample = async (path: RawPath | BrokerPath): Promise<ProcessUsage> => {
+        const [usage] = await (path as BrokerPath).deployment.usage(settled);
+        if (usage === undefined) throw new Error("no broker usage");
+        return usage;
+      };
+      const census = async (path: RawPath | BrokerPath, era: "legacy" | "modern"): Promise<number> => {
+        const [c] = await (path as BrokerPath).deployment.census();
+        return (era === "legacy" ? c?.legacySessions : c?.listens) ?? 0;
+      };
+      legacy = await climb(
+        "legacy",
+        () => startBrokerPath(ctx, ctx.memory, `scale-legacy-${count}`, "legacy", [], { generators }),
+        (path) => path.fleet.open("legacy", (path as BrokerPath).deployment.urls, uris, open),
+        (path) => census(path, "legacy"),
+        brokerSample,
+        true,
+      );
+      // Broadcast to all of them, broker and raw taking turns.
+      let step = 1_000 + count / 1_000;
+      const plan = { rate: 1000 / intervalMs, count: broadcastUpdates, uriCount: 1, uriOffset: 0 };
+      const paths = raw.path !== undefined && ctx.redisUnavailable === undefined ? [raw.path, legacy.path as BrokerPath] : [legacy.path as BrokerPath];
+      await runInterleaved(paths, { ...plan, count: 2 }, 1, () => ++step, () => ({ fanout: count, drainMs: ctx.plan.drainMs, trackSeq: true }));
+      const outcomes = await runInterleaved(paths, plan, slices, () => ++step, (p) => ({ fanout: count, drainMs: ctx.plan.drainMs, trackSeq: true, ...(p === legacy?.path && { profileAs: `broadcast-${count}` }) }));
+      const b = outcomes.at(-1) as StepOutcome;
+      const r = paths.length === 2 ? outcomes[0] : undefined;
+      const p99 = quantileOf(b.lastReceiverMs, 0.99);
+      const rawP99 = r === undefined ? null : quantileOf(r.lastReceiverMs, 0.99);
+      const rt = ratio(p99, rawP99);
+      for (const [label, o] of [["raw", r], ["broker (legacy)", b]] as const) {
+        if (o !== undefined) broadcastTable.push([at, label, o.emitted, o.incomplete, fmt(quantileOf(o.lastReceiverMs, 0.5)), fmt(quantileOf(o.lastReceiverMs, 0.99)), fmt(Math.max(...o.lastReceiverMs))]);
+      }
+      rows.push({
+        scenario: SCENARIO,
+        engine: "memory",
+        measure: `broadcast to ${at}: time to last, p99${stand}`,
+        unit: "ms",
+        broker: p99,
+        baseline: rawP99,
+        ratio: rt,
+        target: `≤ ${BROADCAST_TARGET}× raw`,
+        met: rt === null ? null : rt <= BROADCAST_TARGET && b.incomplete === 0,
+        status: "measured",
+        ...(ctx.redisUnavailable !== undefined && { note: `baseline not run: ${ctx.redisUnavailable}` }),
+        ...(b.incomplete > 0 && { note: `${b.incomplete} of ${b.emitted} updates did not reach every session` }),
+      });
+      if (rt !== null && rt > BROADCAST_TARGET) findings.push(`broadcast to ${at}: p99 ${fmt(p99)} ms vs raw ${fmt(rawP99)} ms (${rt.toFixed(2)}×, target ≤ ${BROADCAST_TARGET}×).`);
+    } finally {
+      await legacy?.stop();
+      await raw.stop();
+    }
+    const modern = await climb(
+      "modern",
+      () => startBrokerPath(ctx, ctx.memory, `scale-modern-${count}`, "modern", [], { generators }),
+      (path) => path.fleet.open("modern", (path as BrokerPath).deployment.urls, uris, open),
+      async (path) => {
+        const [c] = await (path as BrokerPath).deployment.census();
+        return c?.listens ?? 0;
+      },
+      async (path) => {
+        const [usage] = await (path as BrokerPath).deployment.usage(settled);
+        if (usage === undefined) throw new Error("no broker usage");
+        return usage;
+      },
+      false,
+    );
+    await modern.stop();
+
+    if (legacy === undefined) throw new Error("the legacy climb did not finish");
+    for (const point of [raw.point, legacy.point, modern.point]) {
+      table.push([point.era, at, fmt(point.acceptMs / 1000), point.held, fmt(kb(perSession(point, "rss"))), fmt(kb(perSession(point, "heapUsed"))), fmt(fdsPerSession(point)), fmt(point.full.rss / 1024 / 1024)]);
+      if (point.era === "raw") continue;
+      const rss = kb(perSession(point, "rss"));
+      const rawRss = kb(perSession(raw.point, "rss"));
+      const lost = count - point.held;
+      const base = { scenario: SCENARIO, engine: "memory" as const, status: "measured" as const };
+      rows.push({ ...base, measure: `RSS per idle ${point.era} session @ ${at}${stand}`, unit: "KB", broker: rss, baseline: rawRss, ratio: ratio(rss, rawRss), target: `≤ ${RSS_TARGET_KB} KB`, met: rss <= RSS_TARGET_KB });
+      rows.push({ ...base, measure: `heap per idle ${point.era} session @ ${at}`, unit: "KB", broker: kb(perSession(point, "heapUsed")), baseline: kb(perSession(raw.point, "heapUsed")), ratio: ratio(perSession(point, "heapUsed"), perSession(raw.point, "heapUsed")), target: null, met: null });
+      rows.push({ ...base, measure: `file descriptors per idle ${point.era} session @ ${at}`, unit: "", broker: fdsPerSession(point), baseline: fdsPerSession(raw.point), ratio: ratio(fdsPerSession(point), fdsPerSession(raw.point)), target: null, met: null });
+      rows.push({ ...base, measure: `time to accept ${at} ${point.era} sessions`, unit: "ms", broker: point.acceptMs, baseline: raw.point.acceptMs, ratio: ratio(point.acceptMs, raw.point.acceptMs), target: null, met: null });
+      rows.push({ ...base, measure: `${point.era} sessions lost while ${at} were set up`, unit: "", broker: lost, baseline: null, ratio: null, target: "0", met: lost === 0 });
+      if (rss > RSS_TARGET_KB) findings.push(`${point.era} @ ${at}: ${fmt(rss)} KB RSS per session, over the ${RSS_TARGET_KB} KB target.`);
+    }
+  }
+
+  return {
+    id: "scale",
+    title: SCENARIO,
+    method:
+      `Counts ${counts.map((n) => n.toLocaleString("en-US")).join(" and ")} (and, when the machine cannot reach them, the largest it can). One memory-engine broker process per era; all sessions subscribed to bench+bench://r/0. ` +
+      `Each server is sampled ${settled ? "settled (as in scenario 4)" : "as it is (quick run: not settled, so RSS figures are rough)"}, after ${ctx.plan.memory.settleMs / 1000} s idle, before any session and again with all of them: per session = growth ÷ sessions (file descriptors from /proc/<pid>/fd). ` +
+      "Time to accept = from the first handshake until every session is open (the generators open 96 at a time each). Lost = sessions the broker's census does not hold once all opened. " +
+      `Broadcast: ${broadcastUpdates} single updates ${intervalMs} ms apart to all legacy sessions, in ${slices} slices alternating with the raw SSE server holding as many streams (fed from Redis), time until the last session has each; p99 over the updates. ` +
+      `Setup the bench does itself: the open-file limit is raised with prlimit before any process starts (children inherit it; this machine: soft ${limit.soft}, hard ${limit.hard}${limit.refused === undefined ? "" : `; ${limit.refused}`}); ` +
+      `streams connect from loopback aliases 127.0.0.2 and up (Linux routes all of 127/8 to lo), one per ${STREAMS_PER_SOURCE.toLocaleString("en-US")} streams, since one source address has ~28k ports per server port; more generator processes when one cannot hold its share.`,
+    rows,
+    details: [
+      { title: "Idle sessions", columns: ["server", "sessions", "accepted in s", "held", "RSS/session KB", "heap/session KB", "fds/session", "RSS MB"], rows: table },
+      { title: "Broadcast", columns: ["sessions", "path", "updates", "incomplete", "last-receiver p50 ms", "last-receiver p99 ms", "worst ms"], rows: broadcastTable },
+    ],
+    findings,
+  };
+}
