@@ -13,8 +13,14 @@ const RSS_TARGET_KB = 20;
 const BROADCAST_TARGET = 1.5;
 /** Descriptors a process needs beside its sessions' streams (modules, pipes, keep-alive pools, Redis). */
 const FD_RESERVE = 1_000;
-/** Streams per source address and server port: the ephemeral port range (32768–60999) is ~28k. */
-const STREAMS_PER_SOURCE = 25_000;
+/**
+ * Streams per source address: a socket bound to a local address takes its port at bind time, from
+ * the ephemeral range (32768–60999, ~28k) less the ports still in TIME_WAIT on that address, so a
+ * source serves at most this many, and each server's climb has sources of its own.
+ */
+const STREAMS_PER_SOURCE = 10_000;
+/** The third octet of each climb's loopback sources (127.0.<block>.1 and up). */
+const SOURCE_BLOCK = { raw: 1, legacy: 2, modern: 3 } as const;
 
 interface Point {
   era: "legacy" | "modern" | "raw";
@@ -66,10 +72,10 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
     const stand = count === capacity && !counts.includes(count) ? ` (the most this machine's open-file limit allows; targets stated for ${largest.toLocaleString("en-US")})` : "";
     // Each generator holds its share of the streams; more sources than one loopback address give more source ports.
     const generators = Math.max(ctx.plan.generators, Math.ceil(count / Math.max(1, limit.soft - FD_RESERVE)));
-    const sources = Array.from({ length: Math.max(1, Math.ceil(count / STREAMS_PER_SOURCE)) }, (_, i) => `127.0.0.${2 + i}`);
-    const open = { localAddresses: sources, concurrency: 96 };
+    const sources = (era: keyof typeof SOURCE_BLOCK): string[] => Array.from({ length: Math.max(1, Math.ceil(count / STREAMS_PER_SOURCE)) }, (_, i) => `127.0.${SOURCE_BLOCK[era]}.${1 + i}`);
+    const open = (era: keyof typeof SOURCE_BLOCK) => ({ localAddresses: sources(era), concurrency: 96 });
     const uris = Array.from({ length: count }, () => exposedUri(0));
-    ctx.log(`scale: ${at} idle sessions (${generators} generators, streams from ${sources.join(", ")})`);
+    ctx.log(`scale: ${at} idle sessions (${generators} generators, streams from ${sources("legacy").length} loopback addresses per server)`);
 
     const climb = async (era: Point["era"], start: () => Promise<RawPath | BrokerPath>, openAll: (path: RawPath | BrokerPath) => Promise<number>, held: (path: RawPath | BrokerPath) => Promise<number>, sample: (path: RawPath | BrokerPath) => Promise<ProcessUsage>, keep: boolean) => {
       const path = await start();
@@ -89,7 +95,7 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
     const raw = await climb(
       "raw",
       () => startRawPath(ctx, `scale-raw-${count}`, [], { redis: ctx.redisUnavailable === undefined, generators }),
-      (path) => path.fleet.open("raw", [(path as RawPath).rawUrl], uris.map(() => "0"), open),
+      (path) => path.fleet.open("raw", [(path as RawPath).rawUrl], uris.map(() => "0"), open("raw")),
       async () => count,
       (path) => (path as RawPath).memory(settled),
       true,
@@ -108,7 +114,7 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
       legacy = await climb(
         "legacy",
         () => startBrokerPath(ctx, ctx.memory, `scale-legacy-${count}`, "legacy", [], { generators }),
-        (path) => path.fleet.open("legacy", (path as BrokerPath).deployment.urls, uris, open),
+        (path) => path.fleet.open("legacy", (path as BrokerPath).deployment.urls, uris, open("legacy")),
         (path) => census(path, "legacy"),
         brokerSample,
         true,
@@ -149,7 +155,7 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
     const modern = await climb(
       "modern",
       () => startBrokerPath(ctx, ctx.memory, `scale-modern-${count}`, "modern", [], { generators }),
-      (path) => path.fleet.open("modern", (path as BrokerPath).deployment.urls, uris, open),
+      (path) => path.fleet.open("modern", (path as BrokerPath).deployment.urls, uris, open("modern")),
       async (path) => {
         const [c] = await (path as BrokerPath).deployment.census();
         return c?.listens ?? 0;
@@ -189,7 +195,7 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
       "Time to accept = from the first handshake until every session is open (the generators open 96 at a time each). Lost = sessions the broker's census does not hold once all opened. " +
       `Broadcast: ${broadcastUpdates} single updates ${intervalMs} ms apart to all legacy sessions, in ${slices} slices alternating with the raw SSE server holding as many streams (fed from Redis), time until the last session has each; p99 over the updates. ` +
       `Setup the bench does itself: the open-file limit is raised with prlimit before any process starts (children inherit it; this machine: soft ${limit.soft}, hard ${limit.hard}${limit.refused === undefined ? "" : `; ${limit.refused}`}); ` +
-      `streams connect from loopback aliases 127.0.0.2 and up (Linux routes all of 127/8 to lo), one per ${STREAMS_PER_SOURCE.toLocaleString("en-US")} streams, since one source address has ~28k ports per server port; more generator processes when one cannot hold its share.`,
+      `streams connect from loopback aliases (127.0.1.1 and up for the raw server, 127.0.2.x legacy, 127.0.3.x modern; Linux routes all of 127/8 to lo), one per ${STREAMS_PER_SOURCE.toLocaleString("en-US")} streams: a socket bound to a source address takes its port from that address's ~28k ephemeral ports, less those still in TIME_WAIT; more generator processes when one cannot hold its share.`,
     rows,
     details: [
       { title: "Idle sessions", columns: ["server", "sessions", "accepted in s", "held", "RSS/session KB", "heap/session KB", "fds/session", "RSS MB"], rows: table },
