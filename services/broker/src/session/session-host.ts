@@ -154,14 +154,14 @@ export class SessionHost {
     };
     this.steps = {
       validate: (uri) => this.validate(uri),
+      fence: (ref) => this.fenced(ref),
       reserve: async (ref) => {
-        const fenced = this.fenced(ref);
-        const outcome = await deps.registry.add(fenced, deps.limits);
-        if (outcome.status === "moved") this.stale(fenced);
+        const outcome = await deps.registry.add(ref, deps.limits);
+        if (outcome.status === "moved") this.stale(ref);
         return outcome;
       },
       ensureUpstream: (target) => deps.upstream.ensure(target.backendId, target.uri),
-      release: (ref) => this.release(this.fenced(ref)),
+      release: (ref) => this.release(ref),
     };
     const releaseAll = fromPromise<void, { principal: string; sessionId: string }>(async ({ input }) => this.releaseAll(input.principal, input.sessionId));
     this.legacyMachine = legacySessionMachine.provide({ actors: { releaseAll } });

@@ -36,6 +36,11 @@ export function movedError(): BrokerError {
 export interface FlowSteps {
   /** The backend resource a client URI names; throws the error to answer (unknown URI, backend down). */
   validate(uri: string): SubscriptionTarget;
+  /**
+   * The ref as the registry is to see it (a legacy session's carries the epoch its member holds it
+   * at): taken once, so a release after the session left this member is fenced as the reservation was.
+   */
+  fence(ref: SubscriptionRef): SubscriptionRef;
   /** Reserves the subscription against the limits, atomically. */
   reserve(ref: SubscriptionRef): Promise<AddOutcome>;
   /** Makes sure the backend resource is subscribed upstream for the cluster. */
@@ -64,7 +69,7 @@ export async function runSubscriptionFlow(steps: FlowSteps, input: FlowInput, st
   } catch (error) {
     return { ok: false, error: asBrokerError(error) };
   }
-  const ref: SubscriptionRef = { principal: input.principal, sessionId: input.sessionId, backendId: target.backendId, uri: target.uri };
+  const ref = steps.fence({ principal: input.principal, sessionId: input.sessionId, backendId: target.backendId, uri: target.uri });
   let outcome: AddOutcome;
   try {
     outcome = await steps.reserve(ref);

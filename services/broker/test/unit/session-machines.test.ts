@@ -11,6 +11,7 @@ function world(options: { maxPerSession?: number; upstreamFails?: boolean; reser
   const held = new Map<string, Set<string>>();
   const calls: string[] = [];
   const steps: FlowSteps = {
+    fence: (ref) => ref,
     validate: (uri) => {
       calls.push(`validate ${uri}`);
       if (uri.startsWith("bad")) throw new BrokerError("UNKNOWN_RESOURCE", "unknown", { uri });
