@@ -83,8 +83,10 @@ export async function runSubscribeCost(ctx: BenchContext): Promise<ScenarioResul
       phases.push(await phase("subscribe, later subscriber", "subscribe-later", { method: "resources/subscribe", perWorker: range(workers).map(neighbour) }));
       phases.push(await phase("unsubscribe, not last", "unsubscribe-not-last", { method: "resources/unsubscribe", perWorker: range(workers).map(neighbour) }));
       phases.push(await phase("unsubscribe, last", "unsubscribe-last", { method: "resources/unsubscribe", perWorker: range(workers).map(own) }));
-      // The upstream release follows after the grace delay: count it too.
+      // The upstream release follows after the grace delay: count it too, once it is over (on Redis
+      // the watcher releases thousands for a while; a phase measured meanwhile would carry them).
       await sleep(RELEASE_GRACE_MS + 500);
+      await settled(upstream);
       const last = phases.at(-1);
       if (last !== undefined) last.upstreamCalls = (await upstream()) - phases.reduce((n, p) => n + p.upstreamCalls, 0) + last.upstreamCalls;
       for (const size of [10, 100]) {
@@ -131,6 +133,18 @@ export async function runSubscribeCost(ctx: BenchContext): Promise<ScenarioResul
 
 function phaseRow(engine: string, p: Phase): (string | number)[] {
   return [engine, p.name, p.ops, p.errors, fmt(p.opsPerSec), fmt(p.p50Ms), fmt(p.p99Ms), p.upstreamCalls];
+}
+
+/** Waits until the backend's subscribe/unsubscribe count holds still for 1 s (at most 30 s). */
+async function settled(count: () => Promise<number>): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  let seen = await count();
+  while (Date.now() < deadline) {
+    await sleep(1_000);
+    const now = await count();
+    if (now === seen) return;
+    seen = now;
+  }
 }
 
 async function runPhase(name: string, fleet: LoadFleet, params: RpcLoadParams, upstreamCount: () => Promise<number>): Promise<Phase> {
