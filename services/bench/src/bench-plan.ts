@@ -36,16 +36,16 @@ export function benchPlan(quick: boolean): BenchPlan {
     return {
       mode: "quick",
       generators: 2,
-      unicast: { sessions: 1_000, rates: [5_000], stepSeconds: 1.2, slices: 2, warmupSeconds: 1, target: { stepSeconds: 1.2, slices: 2 } },
-      hotUri: { sessions: 1_000, rates: [400], stepSeconds: 1.2, slices: 2, p99LimitMs: 100 },
-      broadcast: { sessions: 2_000, updates: 8, slices: 2, intervalMs: 250 },
+      unicast: { sessions: 500, rates: [5_000], stepSeconds: 1.2, slices: 2, warmupSeconds: 1, target: { stepSeconds: 1.2, slices: 2 } },
+      hotUri: { sessions: 500, rates: [400], stepSeconds: 1.2, slices: 2, p99LimitMs: 100 },
+      broadcast: { sessions: 1_000, updates: 8, slices: 2, intervalMs: 250 },
       memory: { counts: [1_000], uriPool: 100, settleMs: 1_000, sampleFresh: false },
       subscribe: { workers: 12, opsPerWorker: 40, listens: 6 },
       listStorm: { sessionsPerEra: 200, changes: 1_000, durationMs: 1_000 },
       clusterListStorm: { brokers: 3, sessionsPerEra: 200, changes: 1_000, durationMs: 1_000 },
       workerKill: { brokers: 3, sessionsPerEra: 200, lockMs: 1_000, listDelayMs: 5_000 },
-      storm: { sessions: 300, subsPerSession: 10, rate: 300, emitSeconds: 2 },
-      scale: { counts: [1_000], broadcastUpdates: 4, intervalMs: 300, slices: 2 },
+      storm: { sessions: 200, subsPerSession: 10, rate: 200, emitSeconds: 2 },
+      scale: { counts: [500], broadcastUpdates: 4, intervalMs: 300, slices: 2 },
       drainMs: 3_000,
     };
   }

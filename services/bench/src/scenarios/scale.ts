@@ -120,7 +120,8 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
         true,
       );
       // Broadcast to all of them, broker and raw taking turns.
-      let step = 1_000 + count / 1_000;
+      // Step numbers are integers (the update URI carries them): 100 per measured count.
+      let step = 1_000 + measured.indexOf(count) * 100;
       const plan = { rate: 1000 / intervalMs, count: broadcastUpdates, uriCount: 1, uriOffset: 0 };
       const paths = raw.path !== undefined && ctx.redisUnavailable === undefined ? [raw.path, legacy.path as BrokerPath] : [legacy.path as BrokerPath];
       await runInterleaved(paths, { ...plan, count: 2 }, 1, () => ++step, () => ({ fanout: count, drainMs: ctx.plan.drainMs, trackSeq: true }));
