@@ -15,7 +15,7 @@ export interface ProcessUsage {
   external: number;
   /** Physical size of V8's young generation (new space): it grows under allocation bursts; see settledUsage. */
   youngGen: number;
-  /** Open file descriptors (settled samples on Linux only). */
+  /** Open file descriptors (samples of the `usage` RPC, on Linux only). */
   fds?: number;
 }
 
@@ -51,15 +51,17 @@ export async function settledUsage(): Promise<ProcessUsage> {
     collect();
     collect();
   }
-  const fds = openFileCount();
-  return { ...sampleUsage(), ...(fds !== undefined && { fds }) };
+  return sampleUsage();
 }
 
 /** The `usage` RPC of every helper: with `gc`, settled (see settledUsage). */
 export function reportUsage({ gc }: { gc: boolean }): ProcessUsage | Promise<ProcessUsage> {
-  if (gc) return settledUsage();
+  return gc ? settledUsage().then(withOpenFiles) : withOpenFiles(sampleUsage());
+}
+
+function withOpenFiles(usage: ProcessUsage): ProcessUsage {
   const fds = openFileCount();
-  return { ...sampleUsage(), ...(fds !== undefined && { fds }) };
+  return fds === undefined ? usage : { ...usage, fds };
 }
 
 /** CPU use between two samples of one process, in % of one core. */

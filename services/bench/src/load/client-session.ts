@@ -42,10 +42,10 @@ export class ClientSession {
   /** What it subscribed to (broker form). */
   uris: string[] = [];
   /**
-   * With `trackIds`, what arrived per resource key: update seqs of the current step, and when a
-   * notification for the resource itself came (a resumption that could only say "it changed").
+   * With `trackIds`, what arrived per resource key: update seqs of the current step, and when the
+   * last notification for the resource itself came (a resumption that could only say "it changed"; 0: none).
    */
-  heard: Map<number, { seqs: number[]; bare: number[] }> | undefined;
+  heard: Map<number, { seqs: Set<number>; lastBare: number }> | undefined;
   /** Where its stream connects from (a loopback alias), when set. */
   localAddress: string | undefined;
   private req: ClientRequest | undefined;

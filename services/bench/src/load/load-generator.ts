@@ -171,9 +171,9 @@ function hear(heard: NonNullable<ClientSession["heard"]>, uri: string): void {
   if (match === null) return;
   const key = Number(match[1]);
   let entry = heard.get(key);
-  if (entry === undefined) heard.set(key, (entry = { seqs: [], bare: [] }));
-  if (match[2] === undefined) entry.bare.push(nowMicros());
-  else if (Number(match[2]) === coverageStep) entry.seqs.push(Number(match[3]));
+  if (entry === undefined) heard.set(key, (entry = { seqs: new Set(), lastBare: 0 }));
+  if (match[2] === undefined) entry.lastBare = nowMicros();
+  else if (Number(match[2]) === coverageStep) entry.seqs.add(Number(match[3]));
 }
 
 function coverage(params: CoverageParams): CoverageResult {
@@ -183,12 +183,11 @@ function coverage(params: CoverageParams): CoverageResult {
     for (const uri of session.uris) {
       const key = Number(BENCH_RESOURCE.exec(uri)?.[1] ?? -1);
       const entry = session.heard.get(key);
-      const seqs = new Set(entry?.seqs ?? []);
-      const lastBare = Math.max(0, ...(entry?.bare ?? []));
-      if ((entry?.bare.length ?? 0) > 0) result.renotifiedPairs++;
+      const lastBare = entry?.lastBare ?? 0;
+      if (lastBare > 0) result.renotifiedPairs++;
       for (let seq = key; seq < params.emitMicros.length; seq += params.keys) {
         result.expected++;
-        if (seqs.has(seq)) result.exact++;
+        if (entry?.seqs.has(seq) === true) result.exact++;
         else if (lastBare >= (params.emitMicros[seq] ?? Number.POSITIVE_INFINITY)) result.renotified++;
         else result.lost++;
       }

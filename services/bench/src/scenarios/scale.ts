@@ -77,7 +77,7 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
     const uris = Array.from({ length: count }, () => exposedUri(0));
     ctx.log(`scale: ${at} idle sessions (${generators} generators, streams from ${sources("legacy").length} loopback addresses per server)`);
 
-    const climb = async (era: Point["era"], start: () => Promise<RawPath | BrokerPath>, openAll: (path: RawPath | BrokerPath) => Promise<number>, held: (path: RawPath | BrokerPath) => Promise<number>, sample: (path: RawPath | BrokerPath) => Promise<ProcessUsage>, keep: boolean) => {
+    const climb = async <P extends RawPath | BrokerPath>(era: Point["era"], start: () => Promise<P>, openAll: (path: P) => Promise<number>, held: (path: P) => Promise<number>, sample: (path: P) => Promise<ProcessUsage>) => {
       const path = await start();
       try {
         await sleep(ctx.plan.memory.settleMs);
@@ -86,46 +86,47 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
         await sleep(ctx.plan.memory.settleMs);
         const point: Point = { era, sessions: count, acceptMs, held: await held(path), empty, full: await sample(path) };
         ctx.log(`  ${era}: accepted in ${fmt(acceptMs / 1000)} s, RSS ${fmt(kb(perSession(point, "rss")))} KB/session, heap ${fmt(kb(perSession(point, "heapUsed")))} KB, fds ${fmt(fdsPerSession(point))}`);
-        return { point, path: keep ? path : undefined, stop: () => path.stop() };
+        return { point, path };
       } catch (error) {
         await path.stop();
         throw error;
       }
     };
+    const brokerSample = async (path: BrokerPath): Promise<ProcessUsage> => {
+      const [usage] = await path.deployment.usage(settled);
+      if (usage === undefined) throw new Error("no broker usage");
+      return usage;
+    };
+    const census = async (path: BrokerPath, era: "legacy" | "modern"): Promise<number> => {
+      const [c] = await path.deployment.census();
+      return (era === "legacy" ? c?.legacySessions : c?.listens) ?? 0;
+    };
+    const brokerClimb = (era: "legacy" | "modern") =>
+      climb(
+        era,
+        () => startBrokerPath(ctx, ctx.memory, `scale-${era}-${count}`, era, [], { generators }),
+        (path) => path.fleet.open(era, path.deployment.urls, uris, open(era)),
+        (path) => census(path, era),
+        brokerSample,
+      );
     const raw = await climb(
       "raw",
       () => startRawPath(ctx, `scale-raw-${count}`, [], { redis: ctx.redisUnavailable === undefined, generators }),
-      (path) => path.fleet.open("raw", [(path as RawPath).rawUrl], uris.map(() => "0"), open("raw")),
+      (path) => path.fleet.open("raw", [path.rawUrl], uris.map(() => "0"), open("raw")),
       async () => count,
-      (path) => (path as RawPath).memory(settled),
-      true,
+      (path) => path.memory(settled),
     );
-    let legacy: Awaited<ReturnType<typeof climb>> | undefined;
+    let legacy: Awaited<ReturnType<typeof brokerClimb>> | undefined;
     try {
-      const brokerSample = async (path: RawPath | BrokerPath): Promise<ProcessUsage> => {
-        const [usage] = await (path as BrokerPath).deployment.usage(settled);
-        if (usage === undefined) throw new Error("no broker usage");
-        return usage;
-      };
-      const census = async (path: RawPath | BrokerPath, era: "legacy" | "modern"): Promise<number> => {
-        const [c] = await (path as BrokerPath).deployment.census();
-        return (era === "legacy" ? c?.legacySessions : c?.listens) ?? 0;
-      };
-      legacy = await climb(
-        "legacy",
-        () => startBrokerPath(ctx, ctx.memory, `scale-legacy-${count}`, "legacy", [], { generators }),
-        (path) => path.fleet.open("legacy", (path as BrokerPath).deployment.urls, uris, open("legacy")),
-        (path) => census(path, "legacy"),
-        brokerSample,
-        true,
-      );
+      legacy = await brokerClimb("legacy");
+      const legacyPath = legacy.path;
       // Broadcast to all of them, broker and raw taking turns.
       // Step numbers are integers (the update URI carries them): 100 per measured count.
       let step = 1_000 + measured.indexOf(count) * 100;
       const plan = { rate: 1000 / intervalMs, count: broadcastUpdates, uriCount: 1, uriOffset: 0 };
-      const paths = raw.path !== undefined && ctx.redisUnavailable === undefined ? [raw.path, legacy.path as BrokerPath] : [legacy.path as BrokerPath];
+      const paths = ctx.redisUnavailable === undefined ? [raw.path, legacyPath] : [legacyPath];
       await runInterleaved(paths, { ...plan, count: 2 }, 1, () => ++step, () => ({ fanout: count, drainMs: ctx.plan.drainMs, trackSeq: true }));
-      const outcomes = await runInterleaved(paths, plan, slices, () => ++step, (p) => ({ fanout: count, drainMs: ctx.plan.drainMs, trackSeq: true, ...(p === legacy?.path && { profileAs: `broadcast-${count}` }) }));
+      const outcomes = await runInterleaved(paths, plan, slices, () => ++step, (p) => ({ fanout: count, drainMs: ctx.plan.drainMs, trackSeq: true, ...(p === legacyPath && { profileAs: `broadcast-${count}` }) }));
       const b = outcomes.at(-1) as StepOutcome;
       const r = paths.length === 2 ? outcomes[0] : undefined;
       const p99 = quantileOf(b.lastReceiverMs, 0.99);
@@ -150,25 +151,11 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
       });
       if (rt !== null && rt > BROADCAST_TARGET) findings.push(`broadcast to ${at}: p99 ${fmt(p99)} ms vs raw ${fmt(rawP99)} ms (${rt.toFixed(2)}×, target ≤ ${BROADCAST_TARGET}×).`);
     } finally {
-      await legacy?.stop();
-      await raw.stop();
+      await legacy?.path.stop();
+      await raw.path.stop();
     }
-    const modern = await climb(
-      "modern",
-      () => startBrokerPath(ctx, ctx.memory, `scale-modern-${count}`, "modern", [], { generators }),
-      (path) => path.fleet.open("modern", (path as BrokerPath).deployment.urls, uris, open("modern")),
-      async (path) => {
-        const [c] = await (path as BrokerPath).deployment.census();
-        return c?.listens ?? 0;
-      },
-      async (path) => {
-        const [usage] = await (path as BrokerPath).deployment.usage(settled);
-        if (usage === undefined) throw new Error("no broker usage");
-        return usage;
-      },
-      false,
-    );
-    await modern.stop();
+    const modern = await brokerClimb("modern");
+    await modern.path.stop();
 
     if (legacy === undefined) throw new Error("the legacy climb did not finish");
     for (const point of [raw.point, legacy.point, modern.point]) {
