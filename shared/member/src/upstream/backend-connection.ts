@@ -18,7 +18,8 @@ import { INTERACTION_METHODS, InteractionRouter, askClient, type ClientInteracti
 import { isConnectionFailure } from "./connection-failure.js";
 import { summarizeFailure } from "./failure-summary.js";
 import { NotificationStreamWatch } from "./notification-stream-watch.js";
-import { updateFilteringFetch, type UpdatedParams } from "./sse-update-filter.js";
+import { updatedEventTap, type UpdatedParams } from "./sse-update-filter.js";
+import { BackendHttp, closeAgents, keepAliveAgents } from "./backend-http.js";
 import { passedOnParams } from "./update-params.js";
 import { UpstreamListen, type ListenFlags, type ListenGap } from "./upstream-listen.js";
 
@@ -97,6 +98,8 @@ export class BackendConnection {
   private timeoutsInARow = 0;
   /** Ties the backend's requests to the client calls they belong to. */
   private readonly interactions = new InteractionRouter();
+  /** An HTTP backend's connection pools, kept across reconnects. */
+  private readonly agents = keepAliveAgents();
 
   constructor(
     readonly config: BackendConfig,
@@ -173,6 +176,7 @@ export class BackendConnection {
       await Promise.race([transport.terminateSession().catch(() => undefined), new Promise((resolve) => setTimeout(resolve, TERMINATE_TIMEOUT_MS).unref())]);
     }
     await client?.close().catch(() => undefined);
+    closeAgents(this.agents);
   }
 
   /**
@@ -422,6 +426,24 @@ export class BackendConnection {
       });
       return transport;
     }
+    const updates = updatedEventTap(onUpdate);
+    const http = new BackendHttp({
+      agents: this.agents,
+      prepare: (init) => {
+        const call = this.interactions.prepare(init);
+        const ties = call.tap;
+        return {
+          init: call.init,
+          tap:
+            ties === undefined
+              ? updates
+              : (event) => {
+                  ties(event);
+                  return updates(event);
+                },
+        };
+      },
+    });
     return new StreamableHTTPClientTransport(new URL(config.url), {
       requestInit: { headers: config.headers },
       reconnectionOptions: {
@@ -432,7 +454,7 @@ export class BackendConnection {
         maxRetries: NOTIFICATION_STREAM_ATTEMPTS + 1,
       },
       ...(watch !== undefined && { reconnectionScheduler: watch.scheduler }),
-      fetch: this.interactions.fetch(updateFilteringFetch(watch?.fetch ?? ((url, init) => fetch(url, init)), onUpdate)),
+      fetch: watch?.wrap(http.fetch) ?? http.fetch,
     });
   }
 

@@ -1,4 +1,4 @@
-import { ProtocolError, type FetchLike } from "@modelcontextprotocol/client";
+import { ProtocolError } from "@modelcontextprotocol/client";
 import { isJsonObject } from "@mcp-broker/shared";
 
 /** The server→client requests a backend may make of the client behind a call. */
@@ -71,7 +71,7 @@ export class InteractionRouter {
    */
   async run<T>(interaction: ClientInteraction | undefined, timeoutMs: number, send: (headers: Record<string, string>) => Promise<T>): Promise<T> {
     const number = ++this.nextCall;
-    const call: Call = { interaction, ended: new AbortController() };
+    const call: Call = { interaction, ended: undefined, over: false };
     this.calls.set(number, call);
     if (interaction !== undefined) this.clientCalls++;
     let early = true;
@@ -86,7 +86,8 @@ export class InteractionRouter {
         if (early) this.endedEarly.push({ principal: interaction.principal, until: Date.now() + timeoutMs });
       }
       // A question of a call that is over can no longer change its answer: it ends with it.
-      call.ended.abort(new Error("the call it belongs to ended"));
+      call.over = true;
+      call.ended?.abort(new Error("the call it belongs to ended"));
       for (const [id, tied] of this.tied) if (tied === call) this.tied.delete(id);
     }
   }
@@ -96,18 +97,27 @@ export class InteractionRouter {
     this.tied.clear();
   }
 
-  /** Wraps the transport's fetch: takes the call header off a POST and taps its event stream for the backend's request ids. */
-  fetch(inner: FetchLike): FetchLike {
-    return async (url, init) => {
-      const headers = new Headers(init?.headers);
-      const number = headers.get(CALL_HEADER);
-      if (number === null) return inner(url, init);
-      headers.delete(CALL_HEADER);
-      const response = await inner(url, { ...init, headers });
-      const call = this.calls.get(Number(number));
-      if (call === undefined || response.body === null || response.headers.get("content-type")?.startsWith("text/event-stream") !== true) return response;
-      const tap = requestIdTap((id) => this.tied.set(id, call));
-      return new Response(response.body.pipeThrough(tap), { status: response.status, statusText: response.statusText, headers: response.headers });
+  /**
+   * For the backend's fetch (see `BackendHttp`), before a request goes out: takes the call header
+   * off a POST, and gives the tap that ties the requests the backend sends on that POST's event
+   * stream to its call.
+   */
+  prepare(init: RequestInit | undefined): { init: RequestInit | undefined; tap?: (event: string) => void } {
+    if (init?.headers === undefined) return { init };
+    const headers = new Headers(init.headers);
+    const number = headers.get(CALL_HEADER);
+    if (number === null) return { init };
+    headers.delete(CALL_HEADER);
+    const key = Number(number);
+    const call = this.calls.get(key);
+    if (call === undefined) return { init: { ...init, headers } };
+    return {
+      init: { ...init, headers },
+      tap: (event) => {
+        // Told before the event goes on to the SDK, which then handles the request in it.
+        const id = requestIdOf(event);
+        if (id !== undefined && this.calls.get(key) === call) this.tied.set(id, call);
+      },
     };
   }
 
@@ -125,7 +135,7 @@ export class InteractionRouter {
       const why = this.clientCalls === 0 ? "no client call is in flight" : "it came on no call's stream, and more than one client call, or another principal's, may be waiting for it";
       throw new ProtocolError(INVALID_REQUEST, `${method} cannot be tied to a client's call (${why}): send it on the response stream of the call it belongs to (related to that request).`);
     }
-    return askClient(call.interaction, method, params, AbortSignal.any([signal, call.ended.signal]), timeoutMs);
+    return askClient(call.interaction, method, params, AbortSignal.any([signal, endedSignal(call)]), timeoutMs);
   }
 
   /**
@@ -185,44 +195,25 @@ export async function askClient(
 /** One request to the backend in flight, and the client behind it (none: one that cannot be asked, or the broker itself). */
 interface Call {
   readonly interaction: ClientInteraction | undefined;
-  /** Aborted when the request is answered or fails. */
-  readonly ended: AbortController;
+  /** Aborted when the request is answered or fails; made only when a question of the backend needs it (most calls have none). */
+  ended: AbortController | undefined;
+  /** The request was answered or failed. */
+  over: boolean;
 }
 
-/** An event ends at a blank line; lines end with CRLF, LF or CR (the SSE spec). */
-const EVENT_END = /\r\n\r\n|\n\n|\r\r/;
+/** A signal aborted once the call is over. */
+function endedSignal(call: Call): AbortSignal {
+  if (call.ended === undefined) {
+    call.ended = new AbortController();
+    if (call.over) call.ended.abort(new Error("the call it belongs to ended"));
+  }
+  return call.ended.signal;
+}
+
+/** Lines end with CRLF, LF or CR (the SSE spec). */
 const LINE_END = /\r\n|\n|\r/;
 
-/** Passes an event stream through unchanged, telling `onRequest` the id of each JSON-RPC request in it. */
-export function requestIdTap(onRequest: (id: string | number) => void): TransformStream<Uint8Array, Uint8Array> {
-  const decoder = new TextDecoder();
-  /** The event under way, in pieces (joined once it ends: a large event costs linear time). */
-  let parts: string[] = [];
-  /** The last characters of the text under way, which an event end may continue. */
-  let tail = "";
-  return new TransformStream({
-    transform(chunk, controller) {
-      const text = decoder.decode(chunk, { stream: true });
-      // Only the new text (and the few characters before it) can hold the end of the event under way.
-      if (EVENT_END.test(tail + text)) {
-        let pending = parts.join("") + text;
-        for (let match = EVENT_END.exec(pending); match !== null; match = EVENT_END.exec(pending)) {
-          const id = requestIdOf(pending.slice(0, match.index));
-          if (id !== undefined) onRequest(id);
-          pending = pending.slice(match.index + match[0].length);
-        }
-        parts = pending === "" ? [] : [pending];
-        tail = pending.slice(-3);
-      } else {
-        parts.push(text);
-        tail = (tail + text).slice(-3);
-      }
-      // Told before the chunk that completes the request goes on to the SDK, which then handles it.
-      controller.enqueue(chunk);
-    },
-  });
-}
-
+/** The id of the JSON-RPC request an event of a call's stream carries, if it carries one. */
 function requestIdOf(event: string): string | number | undefined {
   const data = event
     .split(LINE_END)

@@ -57,12 +57,17 @@ export class NotificationStreamWatch {
     };
   };
 
-  /** For the transport's `fetch` option: every request passes through unchanged; a GET that opens an event stream ends a gap. */
-  readonly fetch: FetchLike = async (url, init) => {
-    const response = await (this.deps.fetch ?? fetch)(url, init);
-    if (init?.method === "GET" && response.ok && response.headers.get("content-type")?.startsWith("text/event-stream") === true) this.opened();
-    return response;
-  };
+  /** For the transport's `fetch` option: `inner`, through which every request passes unchanged; a GET that opens an event stream ends a gap. */
+  wrap(inner: FetchLike): FetchLike {
+    return async (url, init) => {
+      const response = await inner(url, init);
+      if (init?.method === "GET" && response.ok && response.headers.get("content-type")?.startsWith("text/event-stream") === true) this.opened();
+      return response;
+    };
+  }
+
+  /** `wrap` of the `fetch` given at construction (the platform's by default). */
+  readonly fetch: FetchLike = this.wrap((url, init) => (this.deps.fetch ?? fetch)(url, init));
 
   /** Feed every transport error here (`client.onerror`). */
   observe(error: Error): void {

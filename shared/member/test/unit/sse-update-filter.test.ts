@@ -1,21 +1,18 @@
 import { describe, expect, it } from "vitest";
-import { updateFilter, updateFilteringFetch } from "../../src/upstream/sse-update-filter.js";
+import { EventSplitter } from "../../src/upstream/backend-http.js";
+import { updatedEventTap, type UpdatedParams } from "../../src/upstream/sse-update-filter.js";
 
 const updated = (uri: string) => JSON.stringify({ jsonrpc: "2.0", method: "notifications/resources/updated", params: { uri } });
 const listChanged = JSON.stringify({ jsonrpc: "2.0", method: "notifications/tools/list_changed" });
 
-/** Runs `chunks` (strings, or bytes) through the filter: what passes, and the URIs taken out. */
+/** Runs `chunks` (strings, or bytes) through the splitter with the filter's tap: what passes, and the URIs taken out. */
 async function run(chunks: (string | Uint8Array)[]): Promise<{ passed: string; uris: string[] }> {
   const uris: string[] = [];
-  const encoder = new TextEncoder();
-  const input = new ReadableStream<Uint8Array>({
-    start(controller) {
-      for (const chunk of chunks) controller.enqueue(typeof chunk === "string" ? encoder.encode(chunk) : chunk);
-      controller.close();
-    },
-  });
-  const passed = await new Response(input.pipeThrough(updateFilter((params) => uris.push(params.uri)))).text();
-  return { passed, uris };
+  const splitter = new EventSplitter(updatedEventTap((params: UpdatedParams) => uris.push(params.uri)));
+  const out: Buffer[] = [];
+  for (const chunk of chunks) out.push(splitter.push(Buffer.from(chunk)) ?? Buffer.alloc(0));
+  out.push(splitter.end() ?? Buffer.alloc(0));
+  return { passed: Buffer.concat(out).toString("utf8"), uris };
 }
 
 describe("SSE resources/updated filter", () => {
@@ -56,18 +53,6 @@ describe("SSE resources/updated filter", () => {
     const spaced = JSON.stringify({ jsonrpc: "2.0", method: "notifications/resources/updated", params: { uri: "a://lines" } }, null, 1).split("\n");
     const second = await run([`${spaced.map((line) => `data: ${line}`).join("\n")}\n\n`]);
     expect(second.uris).toEqual(["a://lines"]);
-  });
-
-  it("wraps only event-stream responses", async () => {
-    const uris: string[] = [];
-    const inner = async (url: string | URL) =>
-      String(url).endsWith("sse")
-        ? new Response(`data: ${updated("a://1")}\n\ndata: ${listChanged}\n\n`, { headers: { "content-type": "text/event-stream" } })
-        : new Response(`data: ${updated("a://json")}\n\n`, { headers: { "content-type": "application/json" } });
-    const fetchLike = updateFilteringFetch(inner, (params) => uris.push(params.uri));
-    expect(await (await fetchLike("http://x/sse")).text()).toBe(`data: ${listChanged}\n\n`);
-    expect(await (await fetchLike("http://x/json")).text()).toBe(`data: ${updated("a://json")}\n\n`);
-    expect(uris).toEqual(["a://1"]);
   });
 });
 

@@ -1,0 +1,175 @@
+import { getEventListeners } from "node:events";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import { afterEach, describe, expect, it } from "vitest";
+import { BackendHttp, closeAgents, keepAliveAgents, type EventTap, type HttpAgents } from "../../src/upstream/backend-http.js";
+
+type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void;
+
+let server: Server | undefined;
+let agents: HttpAgents | undefined;
+const sockets = new Set<Socket>();
+
+async function serve(handler: Handler): Promise<string> {
+  server = createServer((req, res) => {
+    let body = "";
+    req.setEncoding("utf8");
+    req.on("data", (chunk: string) => (body += chunk));
+    req.on("end", () => handler(req, res, body));
+  });
+  server.on("connection", (socket: Socket) => {
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+  });
+  await new Promise<void>((resolve) => server?.listen(0, "127.0.0.1", resolve));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`;
+}
+
+function client(options: { tap?: EventTap; headersTimeoutMs?: number } = {}): BackendHttp {
+  agents = keepAliveAgents();
+  return new BackendHttp({ agents, ...(options.tap !== undefined && { prepare: (init) => ({ init, tap: options.tap }) }), ...(options.headersTimeoutMs !== undefined && { headersTimeoutMs: options.headersTimeoutMs }) });
+}
+
+afterEach(async () => {
+  if (agents !== undefined) closeAgents(agents);
+  agents = undefined;
+  for (const socket of sockets) socket.destroy();
+  await new Promise<void>((resolve) => (server === undefined ? resolve() : server.close(() => resolve())));
+  server = undefined;
+});
+
+describe("BackendHttp (the fetch of an HTTP backend connection)", () => {
+  it("sends method, headers and body, and answers status, headers and body like fetch", async () => {
+    const url = await serve((req, res, body) => {
+      res.writeHead(202, { "content-type": "application/json", "mcp-session-id": "s-1" });
+      res.end(JSON.stringify({ method: req.method, accept: req.headers.accept, session: req.headers["mcp-session-id"], body }));
+    });
+    const response = await client().fetch(url, { method: "POST", headers: new Headers({ accept: "application/json, text/event-stream", "mcp-session-id": "abc" }), body: '{"x":"ü"}' });
+    expect(response.status).toBe(202);
+    expect(response.headers.get("mcp-session-id")).toBe("s-1");
+    expect(await response.json()).toEqual({ method: "POST", accept: "application/json, text/event-stream", session: "abc", body: '{"x":"ü"}' });
+  });
+
+  it("keeps connections alive: requests in a row share one socket", async () => {
+    const url = await serve((_req, res) => res.end("{}"));
+    const http = client();
+    for (let i = 0; i < 5; i++) await (await http.fetch(url, { method: "POST", body: "{}" })).text();
+    expect(sockets.size).toBe(1);
+  });
+
+  it("leaves no abort listener on the transport's signal once each response has ended", async () => {
+    const url = await serve((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.end('data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n');
+    });
+    const http = client({ tap: () => true });
+    const transport = new AbortController();
+    for (let i = 0; i < 50; i++) await (await http.fetch(url, { method: "POST", body: "{}", signal: transport.signal })).text();
+    expect(getEventListeners(transport.signal, "abort")).toHaveLength(0);
+  });
+
+  it("aborts a request waiting for its answer, and a body being read, with the signal's reason", async () => {
+    const url = await serve((req, res) => {
+      if (req.method === "GET") {
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.write(": open\n\n");
+      }
+      // POST: never answered.
+    });
+    const http = client();
+    const waiting = new AbortController();
+    const pending = http.fetch(url, { method: "POST", body: "{}", signal: waiting.signal });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    waiting.abort(new Error("closed by the transport"));
+    await expect(pending).rejects.toThrow("closed by the transport");
+    const reading = new AbortController();
+    const stream = await http.fetch(url, { method: "GET", signal: reading.signal });
+    const reader = stream.body?.getReader();
+    expect(new TextDecoder().decode((await reader?.read())?.value)).toBe(": open\n\n");
+    reading.abort(new Error("stream closed"));
+    await expect(reader?.read()).rejects.toThrow("stream closed");
+    expect(getEventListeners(reading.signal, "abort")).toHaveLength(0);
+  });
+
+  it("taps event-stream responses event by event and leaves other responses alone", async () => {
+    const url = await serve((req, res) => {
+      if (req.url?.endsWith("json") === true) {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end("data: drop\n\n");
+        return;
+      }
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write("data: keep 1\n\nda");
+      setTimeout(() => res.end("ta: drop\n\ndata: keep 2\n\n"), 20);
+    });
+    const seen: string[] = [];
+    const http = client({
+      tap: (event) => {
+        seen.push(event);
+        return !event.includes("drop");
+      },
+    });
+    expect(await (await http.fetch(url, { method: "POST", body: "{}" })).text()).toBe("data: keep 1\n\ndata: keep 2\n\n");
+    expect(seen).toEqual(["data: keep 1", "data: drop", "data: keep 2"]);
+    expect(await (await http.fetch(`${url}json`, { method: "POST", body: "{}" })).text()).toBe("data: drop\n\n");
+  });
+
+  it("answers a 204 with no body, and returns a redirect as it is (the transport decides)", async () => {
+    const url = await serve((req, res) => {
+      if (req.method === "DELETE") res.writeHead(204).end();
+      else res.writeHead(307, { location: "/elsewhere" }).end();
+    });
+    const http = client();
+    const deleted = await http.fetch(url, { method: "DELETE" });
+    expect(deleted.status).toBe(204);
+    expect(deleted.body).toBeNull();
+    const redirect = await http.fetch(url, { method: "POST", body: "{}", redirect: "manual" });
+    expect(redirect.status).toBe(307);
+    expect(redirect.headers.get("location")).toBe("/elsewhere");
+  });
+
+  it("rejects a network failure like fetch: a TypeError with the socket error and its code as cause", async () => {
+    const url = await serve((_req, res) => res.end());
+    await new Promise<void>((resolve) => server?.close(() => resolve()));
+    server = undefined;
+    const failure = await client()
+      .fetch(url, { method: "POST", body: "{}" })
+      .catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(TypeError);
+    expect((failure as TypeError & { cause: { code: string } }).cause.code).toBe("ECONNREFUSED");
+  });
+
+  it("gives up waiting for response headers after the headers timeout", async () => {
+    const url = await serve(() => undefined);
+    const failure = await client({ headersTimeoutMs: 100 })
+      .fetch(url, { method: "POST", body: "{}" })
+      .catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(TypeError);
+    expect((failure as TypeError & { cause: { code: string } }).cause.code).toBe("UND_ERR_HEADERS_TIMEOUT");
+  });
+
+  it("a body cut off before its end errors its stream instead of ending it quietly", async () => {
+    const url = await serve((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write("data: 1\n\n");
+      setTimeout(() => res.socket?.destroy(), 20);
+    });
+    const response = await client({ tap: () => true }).fetch(url, { method: "POST", body: "{}" });
+    await expect(response.text()).rejects.toThrow();
+  });
+
+  it("sends a request again on a fresh connection when the server had closed the kept-alive one", async () => {
+    let requests = 0;
+    const url = await serve((_req, res) => {
+      requests++;
+      res.end("{}");
+    });
+    const http = client();
+    await (await http.fetch(url, { method: "POST", body: "{}" })).text();
+    // The server drops its idle connection without the client hearing of it first.
+    for (const socket of sockets) socket.resetAndDestroy();
+    const response = await http.fetch(url, { method: "POST", body: "{}" });
+    expect(await response.text()).toBe("{}");
+    expect(requests).toBe(2);
+  });
+});
