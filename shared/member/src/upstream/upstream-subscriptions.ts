@@ -97,6 +97,13 @@ export interface UpstreamPort {
 const MIN_POLL_MS = 1_000;
 /** Subscribe requests (or first polls) one re-subscribe after a reconnect keeps in flight. */
 const RESUBSCRIBE_CONCURRENCY = 64;
+/**
+ * Releases (the subscriber-count check and the upstream unsubscribe) one backend runs at a time.
+ * Releases come due together when many clients leave at once (their grace periods end together):
+ * unbounded, 8 000 of them saturated a broker long enough for it to miss renewing its watcher lease
+ * (bench scenario 5), and the takeover that followed re-subscribed everything on another member.
+ */
+const RELEASE_CONCURRENCY = 64;
 
 /**
  * The watcher role: one upstream subscription per (backend, URI) while anyone wants it.
@@ -114,6 +121,8 @@ export class UpstreamSubscriptions implements UpstreamPort {
   /** Bumped on every disconnect: an operation that spans one must not record its result. */
   private readonly epochs = new Map<string, number>();
   private readonly retries = new Map<string, RetryState>();
+  /** Each backend's releases, `RELEASE_CONCURRENCY` at a time. */
+  private readonly releases = new Map<string, Limiter>();
   private backends: WatchedBackends | undefined;
   private closed = false;
 
@@ -239,7 +248,17 @@ export class UpstreamSubscriptions implements UpstreamPort {
       const slot = slots?.get(uri);
       return slot === undefined || (slot.watch === undefined && slot.ops === 0);
     });
-    if (missing.length > 0) await this.resubscribe(backendId, epoch, missing);
+    if (missing.length === 0) return;
+    // The wanted set was read a while ago on a busy member: what was released since (its slot is
+    // gone, so it looks missing) must not be subscribed again only to be released once more.
+    let still: string[];
+    try {
+      still = await this.stillWanted(backendId, missing);
+    } catch (error) {
+      this.deps.logger.warn({ backend: backendId, err: (error as Error).message }, "reconcile: cannot re-check the subscriber counts");
+      return;
+    }
+    if (still.length > 0) await this.resubscribe(backendId, epoch, still);
   }
 
   /**
@@ -357,7 +376,13 @@ export class UpstreamSubscriptions implements UpstreamPort {
   private unwatchInOrder(slot: Slot): void {
     // Whoever ensures from now on waits for this unwatch, then watches again.
     slot.joinable = undefined;
-    this.enqueue(slot, () => this.unwatchIfUnwanted(slot)).catch((error: unknown) => {
+    let releases = this.releases.get(slot.backendId);
+    if (releases === undefined) {
+      releases = new Limiter(RELEASE_CONCURRENCY);
+      this.releases.set(slot.backendId, releases);
+    }
+    const limiter = releases;
+    this.enqueue(slot, () => limiter.run(() => this.unwatchIfUnwanted(slot))).catch((error: unknown) => {
       this.deps.logger.warn({ backend: slot.backendId, uri: slot.uri, err: (error as Error).message }, "upstream release failed");
     });
   }
@@ -569,6 +594,27 @@ class SlotMap extends Map<string, Slot> {
 function modeOf(backend: WatchedBackend): Mode {
   if (backend.capabilities?.resources?.subscribe !== true) return "poll";
   return backend.era === "modern" ? "listen" : "subscribe";
+}
+
+/** Runs tasks at most `limit` at a time; the others wait their turn, in order. */
+class Limiter {
+  private running = 0;
+  private readonly waiting: (() => void)[] = [];
+
+  constructor(private readonly limit: number) {}
+
+  async run<T>(task: () => Promise<T>): Promise<T> {
+    if (this.running < this.limit) this.running++;
+    else await new Promise<void>((resolve) => this.waiting.push(resolve));
+    try {
+      return await task();
+    } finally {
+      // The turn passes straight to the next task waiting, if any.
+      const next = this.waiting.shift();
+      if (next === undefined) this.running--;
+      else next();
+    }
+  }
 }
 
 /** Runs `fn` over `items`, at most `limit` at a time. */

@@ -240,6 +240,53 @@ describe("upstream subscriptions", () => {
     expect(upstream.watched("b")).toEqual(["u://a"]);
   });
 
+  it("runs releases that come due together 64 at a time, and every one of them in the end", async () => {
+    const { registry, backend, upstream, ref } = world();
+    const uris = Array.from({ length: 200 }, (_, i) => `u://${i}`);
+    for (const uri of uris) await registry.add(ref(uri), limits);
+    await Promise.all(uris.map((uri) => upstream.ensure("b", uri)));
+    for (const uri of uris) await registry.remove(ref(uri));
+    backend.holding.add("resources/unsubscribe");
+    for (const uri of uris) upstream.release("b", uri);
+    await vi.advanceTimersByTimeAsync(GRACE_MS);
+    const unsubscribes = (): number => backend.calls.filter((call) => call.startsWith("resources/unsubscribe")).length;
+    expect(unsubscribes()).toBe(64);
+    for (let answered = 0; backend.held.length > 0; answered++) {
+      backend.held.shift()?.resolve();
+      await vi.advanceTimersByTimeAsync(0);
+      expect(backend.held.length).toBeLessThanOrEqual(64);
+    }
+    expect(unsubscribes()).toBe(200);
+    expect(backend.subscribed.size).toBe(0);
+    expect(upstream.watched("b")).toEqual([]);
+  });
+
+  it("a reconcile does not subscribe again what was released after it read the wanted set", async () => {
+    const { registry, backend, upstream, ref } = world();
+    await registry.add(ref("u://gone"), limits);
+    await upstream.ensure("b", "u://gone");
+    // The reconcile reads the wanted set (still holding u://gone); before it goes on, the holder
+    // leaves and the release completes (the member was busy: its read took longer than the grace).
+    const wanted = registry.wanted.bind(registry);
+    let readDone: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (readDone = resolve));
+    registry.wanted = async (backendId: string) => {
+      const uris = await wanted(backendId);
+      await gate;
+      return uris;
+    };
+    const reconciled = upstream.reconcile("b");
+    await vi.advanceTimersByTimeAsync(0);
+    await registry.remove(ref("u://gone"));
+    upstream.release("b", "u://gone");
+    await vi.advanceTimersByTimeAsync(GRACE_MS);
+    expect(upstream.watched("b")).toEqual([]);
+    readDone();
+    await reconciled;
+    await vi.advanceTimersByTimeAsync(GRACE_MS);
+    expect(backend.calls).toEqual(["resources/subscribe u://gone", "resources/unsubscribe u://gone"]);
+  });
+
   it("retries a failed re-subscribe after a reconnect with backoff until it succeeds", async () => {
     const { registry, backend, upstream, ref } = world();
     await registry.add(ref("u://a"), limits);
