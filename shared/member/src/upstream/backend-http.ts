@@ -68,10 +68,10 @@ export class BackendHttp {
     const prepared = this.options.prepare?.(init) ?? { init };
     const body = prepared.init?.body;
     if (body !== undefined && body !== null && typeof body !== "string" && !(body instanceof Uint8Array)) return fetch(url, prepared.init);
-    return this.send(new URL(url), prepared.init, body ?? undefined, prepared.tap, true);
+    return this.send(new URL(url), prepared.init, body ?? undefined, prepared.tap);
   };
 
-  private send(url: URL, init: RequestInit | undefined, body: string | Uint8Array | undefined, tap: EventTap | undefined, mayRetry: boolean): Promise<Response> {
+  private send(url: URL, init: RequestInit | undefined, body: string | Uint8Array | undefined, tap: EventTap | undefined): Promise<Response> {
     const signal = init?.signal ?? undefined;
     if (signal?.aborted === true) return Promise.reject(abortReason(signal));
     const headers: Record<string, string> = {};
@@ -90,7 +90,7 @@ export class BackendHttp {
         if (!settled) fail(reason);
         else bodyController?.error(reason);
       };
-      const done = (): void => signal?.removeEventListener("abort", onAbort);
+      const done = signal === undefined ? () => undefined : whenAborted(signal, onAbort);
       const fail = (error: Error): void => {
         if (settled) return;
         settled = true;
@@ -133,21 +133,50 @@ export class BackendHttp {
       timer.unref();
       request.on("error", (error: NodeJS.ErrnoException) => {
         if (settled) return;
-        // A kept-alive socket the server closed just as it was reused (the server's idle timeout):
-        // nothing reached the server, so the request goes once more on a fresh connection.
-        if (mayRetry && request.reusedSocket && (error.code === "ECONNRESET" || error.code === "EPIPE")) {
+        // A kept-alive socket the server had closed (its idle timeout) before this member, busy,
+        // noticed: nothing reached the server, so the request goes again. Each such socket is
+        // destroyed as it fails, so this ends at the latest on a fresh connection.
+        if (request.reusedSocket && (error.code === "ECONNRESET" || error.code === "EPIPE")) {
           settled = true;
           clearTimeout(timer);
           done();
-          this.send(url, init, body, tap, false).then(resolve, reject);
+          this.send(url, init, body, tap).then(resolve, reject);
           return;
         }
         fail(new TypeError("fetch failed", { cause: error }));
       });
-      signal?.addEventListener("abort", onAbort, { once: true });
       request.end(body);
     });
   }
+}
+
+/** Per signal, what to do when it aborts: one listener on the signal however many requests share it. */
+const abortHandlers = new WeakMap<AbortSignal, Set<() => void>>();
+
+/**
+ * Calls `handler` when `signal` aborts, until the function returned is called. A transport passes
+ * its one signal to every request; each adding a listener of its own would set off Node's
+ * MaxListenersExceededWarning with more than 10 requests in flight.
+ */
+function whenAborted(signal: AbortSignal, handler: () => void): () => void {
+  let handlers = abortHandlers.get(signal);
+  if (handlers === undefined) {
+    const added = new Set<() => void>();
+    handlers = added;
+    abortHandlers.set(signal, added);
+    signal.addEventListener(
+      "abort",
+      () => {
+        const due = [...added];
+        added.clear();
+        for (const handle of due) handle();
+      },
+      { once: true },
+    );
+  }
+  handlers.add(handler);
+  const own = handlers;
+  return () => own.delete(handler);
 }
 
 /** Why `signal` aborted, as `fetch` rejects with it (an abort without a reason is an AbortError). */

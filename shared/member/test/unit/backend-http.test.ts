@@ -57,15 +57,28 @@ describe("BackendHttp (the fetch of an HTTP backend connection)", () => {
     expect(sockets.size).toBe(1);
   });
 
-  it("leaves no abort listener on the transport's signal once each response has ended", async () => {
+  it("puts one abort listener on the transport's signal however many requests share it, none per request", async () => {
     const url = await serve((_req, res) => {
       res.writeHead(200, { "content-type": "text/event-stream" });
-      res.end('data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n');
+      setTimeout(() => res.end('data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n'), 20);
     });
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error): number => warnings.push(warning);
+    process.on("warning", onWarning);
     const http = client({ tap: () => true });
     const transport = new AbortController();
-    for (let i = 0; i < 50; i++) await (await http.fetch(url, { method: "POST", body: "{}", signal: transport.signal })).text();
-    expect(getEventListeners(transport.signal, "abort")).toHaveLength(0);
+    const inFlight = Array.from({ length: 30 }, () => http.fetch(url, { method: "POST", body: "{}", signal: transport.signal }));
+    expect(getEventListeners(transport.signal, "abort").length).toBeLessThanOrEqual(1);
+    await Promise.all((await Promise.all(inFlight)).map((response) => response.text()));
+    for (let i = 0; i < 30; i++) await (await http.fetch(url, { method: "POST", body: "{}", signal: transport.signal })).text();
+    expect(getEventListeners(transport.signal, "abort").length).toBeLessThanOrEqual(1);
+    await new Promise((resolve) => setImmediate(resolve));
+    process.off("warning", onWarning);
+    expect(warnings.filter((warning) => warning.name === "MaxListenersExceededWarning")).toEqual([]);
+    // The requests that ended are not aborted with the signal: only those in flight are.
+    const pending = http.fetch(url, { method: "POST", body: "{}", signal: transport.signal });
+    transport.abort(new Error("transport closed"));
+    await expect(pending).rejects.toThrow("transport closed");
   });
 
   it("aborts a request waiting for its answer, and a body being read, with the signal's reason", async () => {
@@ -165,11 +178,13 @@ describe("BackendHttp (the fetch of an HTTP backend connection)", () => {
       res.end("{}");
     });
     const http = client();
-    await (await http.fetch(url, { method: "POST", body: "{}" })).text();
-    // The server drops its idle connection without the client hearing of it first.
+    // Three kept-alive connections in the pool...
+    await Promise.all(Array.from({ length: 3 }, async () => (await http.fetch(url, { method: "POST", body: "{}" })).text()));
+    expect(sockets.size).toBe(3);
+    // ...all dropped by the server without the client hearing of it first (it was busy, say).
     for (const socket of sockets) socket.resetAndDestroy();
     const response = await http.fetch(url, { method: "POST", body: "{}" });
     expect(await response.text()).toBe("{}");
-    expect(requests).toBe(2);
+    expect(requests).toBe(4);
   });
 });
