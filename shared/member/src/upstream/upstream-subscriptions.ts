@@ -98,7 +98,8 @@ const MIN_POLL_MS = 1_000;
 /** Subscribe requests (or first polls) one re-subscribe after a reconnect keeps in flight. */
 const RESUBSCRIBE_CONCURRENCY = 64;
 /**
- * Releases (the subscriber-count check and the upstream unsubscribe) one backend runs at a time.
+ * Releases (the subscriber-count check and the upstream unsubscribe) one backend runs at a time,
+ * and the unsubscribes of a member that stops watching it.
  * Releases come due together when many clients leave at once (their grace periods end together):
  * unbounded, 8 000 of them saturated a broker long enough for it to miss renewing its watcher lease
  * (bench scenario 5), and the takeover that followed re-subscribed everything on another member.
@@ -215,12 +216,16 @@ export class UpstreamSubscriptions implements UpstreamPort {
     this.backendDisconnected({ id: backendId });
     const backend = this.backends?.get(backendId);
     if (backend?.state !== "connected") return;
+    const releases = this.releasesOf(backendId);
     for (const { uri, mode } of dropped) {
       if (mode === "listen") backend.unwatchListen(uri);
       if (mode !== "subscribe") continue;
-      void backend.request("resources/unsubscribe", { uri }).catch((error: unknown) => {
-        this.deps.logger.warn({ backend: backendId, uri, err: (error as Error).message }, "upstream unsubscribe failed");
-      });
+      // As many as were watched, all at once: they take their turns like releases.
+      void releases
+        .run(() => backend.request("resources/unsubscribe", { uri }))
+        .catch((error: unknown) => {
+          this.deps.logger.warn({ backend: backendId, uri, err: (error as Error).message }, "upstream unsubscribe failed");
+        });
     }
   }
 
@@ -376,15 +381,19 @@ export class UpstreamSubscriptions implements UpstreamPort {
   private unwatchInOrder(slot: Slot): void {
     // Whoever ensures from now on waits for this unwatch, then watches again.
     slot.joinable = undefined;
-    let releases = this.releases.get(slot.backendId);
-    if (releases === undefined) {
-      releases = new Limiter(RELEASE_CONCURRENCY);
-      this.releases.set(slot.backendId, releases);
-    }
-    const limiter = releases;
-    this.enqueue(slot, () => limiter.run(() => this.unwatchIfUnwanted(slot))).catch((error: unknown) => {
+    const releases = this.releasesOf(slot.backendId);
+    this.enqueue(slot, () => releases.run(() => this.unwatchIfUnwanted(slot))).catch((error: unknown) => {
       this.deps.logger.warn({ backend: slot.backendId, uri: slot.uri, err: (error as Error).message }, "upstream release failed");
     });
+  }
+
+  private releasesOf(backendId: string): Limiter {
+    let releases = this.releases.get(backendId);
+    if (releases === undefined) {
+      releases = new Limiter(RELEASE_CONCURRENCY);
+      this.releases.set(backendId, releases);
+    }
+    return releases;
   }
 
   private connectedBackend(backendId: string): WatchedBackend {

@@ -261,6 +261,24 @@ describe("upstream subscriptions", () => {
     expect(upstream.watched("b")).toEqual([]);
   });
 
+  it("a member that stops watching unsubscribes what it watched 64 at a time too", async () => {
+    const { registry, backend, upstream, ref } = world();
+    const uris = Array.from({ length: 150 }, (_, i) => `u://${i}`);
+    for (const uri of uris) await registry.add(ref(uri), limits);
+    await Promise.all(uris.map((uri) => upstream.ensure("b", uri)));
+    backend.holding.add("resources/unsubscribe");
+    upstream.relinquish("b");
+    await vi.advanceTimersByTimeAsync(0);
+    expect(upstream.watched("b")).toEqual([]);
+    expect(backend.held).toHaveLength(64);
+    while (backend.held.length > 0) {
+      backend.held.shift()?.resolve();
+      await vi.advanceTimersByTimeAsync(0);
+      expect(backend.held.length).toBeLessThanOrEqual(64);
+    }
+    expect(backend.subscribed.size).toBe(0);
+  });
+
   it("a reconcile does not subscribe again what was released after it read the wanted set", async () => {
     const { registry, backend, upstream, ref } = world();
     await registry.add(ref("u://gone"), limits);
