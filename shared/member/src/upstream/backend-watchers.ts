@@ -57,6 +57,8 @@ export const RECONCILE_INTERVAL_MS = 3_000;
 
 export class BackendWatchers implements UpstreamPort {
   private readonly held = new Set<string>();
+  /** Another member that watches each backend, as last looked up, and until when (clock ms) that lookup is trusted. */
+  private readonly watchers = new Map<string, { holder: string; until: number }>();
   private readonly pending = new Map<number, PendingEnsure>();
   /** Backends whose lease is being acquired, renewed or given up right now (one at a time each). */
   private readonly busy = new Map<string, Promise<void>>();
@@ -145,18 +147,35 @@ export class BackendWatchers implements UpstreamPort {
   async ensure(backendId: string, uri: string): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.ensureOnce(backendId, uri);
+        return await this.ensureOnce(backendId, uri, attempt > 1);
       } catch (error) {
+        this.watchers.delete(backendId);
         // The holder changed between the lookup and the request: look it up again.
         if (!(error instanceof BrokerError && error.data?.watcherChanged === true) || attempt >= WATCHER_ATTEMPTS) throw error;
       }
     }
   }
 
-  private async ensureOnce(backendId: string, uri: string): Promise<void> {
+  /**
+   * The backend's watcher: the one a lookup found less than a third of a lease TTL ago (a burst of
+   * subscribes on this member asks Redis once), or a fresh lookup. Asking a watcher that has just
+   * stopped costs a `watcherChanged` answer and a fresh lookup; one that died, the wait until the
+   * pending ensure is redirected, as with a lookup made just before it died.
+   */
+  private async holderOf(backendId: string, fresh: boolean): Promise<string | undefined> {
+    const known = this.watchers.get(backendId);
+    const now = this.deps.clock.now();
+    if (!fresh && known !== undefined && known.until > now) return known.holder;
+    const holder = await this.deps.leases.holder(watcherLease(backendId));
+    if (holder === undefined || holder === this.deps.instanceId) this.watchers.delete(backendId);
+    else this.watchers.set(backendId, { holder, until: now + this.deps.leaseTtlMs / 3 });
+    return holder;
+  }
+
+  private async ensureOnce(backendId: string, uri: string, fresh: boolean): Promise<void> {
     if (this.held.has(backendId)) return this.deps.local.ensure(backendId, uri);
     const name = watcherLease(backendId);
-    let holder = await this.deps.leases.holder(name);
+    let holder = await this.holderOf(backendId, fresh);
     // Redis came back empty a moment ago: its watcher is taking its lease back.
     for (let grace = this.vacantGraceUntil - this.deps.clock.now(); holder === undefined && grace > 0; grace = this.vacantGraceUntil - this.deps.clock.now()) {
       await new Promise<void>((resolve) => this.deps.clock.setTimeout(resolve, Math.min(grace, Math.max(50, this.deps.leaseTtlMs / 10))));

@@ -77,6 +77,47 @@ describe("backend watchers across members", () => {
     await Promise.all([stale.watchers.close(), holder.watchers.close(), asking.watchers.close()]);
   });
 
+  it("looks the watcher up once for a burst of ensures, and again once it no longer watches", async () => {
+    const hub = new MemoryBusHub();
+    const leases = new MemoryLeases();
+    const first = member(hub, leases, "first", true);
+    const second = member(hub, leases, "second", true);
+    await Promise.all([first.watchers.start(), second.watchers.start()]);
+    await first.watchers.backendConnected("x");
+    expect(first.watchers.holds("x")).toBe(true);
+    let lookups = 0;
+    const asking = member(
+      hub,
+      {
+        ...leases,
+        holder: async (name: string) => {
+          lookups++;
+          return leases.holder(name);
+        },
+        acquire: (...args) => leases.acquire(...args),
+        renew: (...args) => leases.renew(...args),
+        release: (...args) => leases.release(...args),
+        close: async () => undefined,
+      },
+      "asking",
+      false,
+    );
+    await asking.watchers.start();
+    for (let i = 0; i < 5; i++) await asking.watchers.ensure("x", `u://${i}`);
+    expect(lookups).toBe(1);
+    expect(first.local.ensured).toEqual(["u://0", "u://1", "u://2", "u://3", "u://4"]);
+
+    // The watcher gives its lease up and another member takes it: the next ensure is told so by the
+    // old one and looks the new one up.
+    await first.watchers.close();
+    await second.watchers.backendConnected("x");
+    expect(second.watchers.holds("x")).toBe(true);
+    await asking.watchers.ensure("x", "u://5");
+    expect(second.local.ensured).toEqual(["u://5"]);
+    expect(lookups).toBe(2);
+    await Promise.all([second.watchers.close(), asking.watchers.close()]);
+  });
+
   it("asks the new watcher when the one an ensure waits on died and another took its lease over", async () => {
     const hub = new MemoryBusHub();
     const leases = new MemoryLeases();
