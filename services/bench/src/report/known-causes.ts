@@ -15,7 +15,7 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
     "Why (Redis engine; step profiles, GC traces and event-loop lag of the watcher): the update crosses two process hops more than on the raw path: the backend's HTTP event stream to the broker that watches it, " +
       "and that broker's publish through Redis to the broker holding the session (the watcher serves its own sessions directly). " +
       "Slow updates come in bursts that hit the sessions of both brokers alike, so they start in the watcher, the busiest process on the path (~30 % of a core at 5k/s): " +
-      "over a third of its busy time is the kernel's `writev` (its own sessions' SSE writes, and one corked write of each tick's publishes to Redis), about a sixth the HTTP intake (undici's fetch body stream and the update filter), " +
+      "over a third of its busy time is the kernel's `writev` (its own sessions' SSE writes, and one corked write of each tick's publishes to Redis), about a sixth the HTTP intake (the backend's event stream and the update filter; undici's fetch until the backend connection got its own node:http fetch, see the subscribe scenario), " +
       "and when it stalls (a GC pause, or waiting for a core) the updates queue in the backend's stream and drain at its per-update cost. " +
       "Fixed so far: publishes as plain corked commands instead of ioredis pipelines (~1.6 MB surviving each young-generation GC, 3-8 ms pauses; shared/src/engine/redis/redis-bus.ts); " +
       "the watcher's own publishes, which Redis hands back, dropped before decoding; and the resume history keeping URIs instead of whole notifications, which V8 promoted to its old space and collected in full GCs of up to 17 ms every ~7 s (session/legacy-session.ts `remember`). " +
@@ -44,5 +44,17 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "the URI's match against the backend's template and the registry. The first subscriber also waits for the backend's answer to the upstream subscribe (a stdio round trip the baseline does not make). " +
       "Until this version each subscribe also ran an XState child actor for the flow and one per step (validate, reserve, ensure): 255 µs of CPU per subscribe in a micro-benchmark, 50 µs without them; " +
       "before that, copying the session's subscription set on every operation took 60 % at 250 subscriptions per session.",
+  ],
+  "subscribe:redis": [
+    "Why (Redis engine; step profiles of both brokers): the backend is behind Streamable HTTP here (stdio on the memory engine), and every first subscribe and last release is an HTTP request from the watcher to it, " +
+      "which the watcher alone makes for the cluster; that broker is the busiest process of these phases. Its profile was 100 % busy in the first-subscriber phase (~4 ms of CPU per upstream subscribe under the profiler), " +
+      "over 40 % of it in the platform fetch: undici's fetch algorithm, the web streams it builds per request (request body, its tee for a clone, response body; `makeTransferable`), " +
+      "and `getEventListeners` scanning the abort listeners it leaves on the transport's long-lived signal until GC (thousands, with MaxListenersExceededWarning). " +
+      "The backend connection now has its own fetch on node:http (upstream/backend-http.ts): one web stream per response, listeners removed when a response ends, and the update filter and the call ties of a backend's requests in one pass: " +
+      "1 192 → 680 µs of client CPU per request against the demo backend (SDK client, 8 000 pings, 32 at a time). What remains per request is mostly the SDK's own SSE parsing (two web TransformStreams) and schema validation. " +
+      "The last-unsubscribe phase released 8 000 resources at once when their grace periods ended together: the watcher stalled past its lease TTL, lost the lease, and the other broker re-subscribed everything (14 795 upstream calls for 8 000); " +
+      "releases now run 64 at a time per backend (as do the unsubscribes of a member that stops watching), and a reconcile re-checks the counts of what looks missing before subscribing it again. " +
+      "On a non-watcher broker every subscribe also asks the watcher over the bus (a lease read, a request and its reply) even when the resource is held upstream already: the next cost to cut. " +
+      "Concurrent registry scripts already go to Redis in one pipeline per event-loop turn (ioredis auto-pipelining on the commands connection).",
   ],
 };
