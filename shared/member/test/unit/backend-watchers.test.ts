@@ -43,6 +43,21 @@ function member(hub: MemoryBusHub, leases: Leases, instanceId: string, connected
   return { local, watchers };
 }
 
+/** `leases`, counting the lookups of a holder; `answer` may replace the answer to lookup n (1, 2, ...). */
+function lookupsOf(leases: MemoryLeases, answer: (lookup: number) => string | undefined = () => undefined): { leases: Leases; count: number } {
+  const counted: { leases: Leases; count: number } = {
+    count: 0,
+    leases: {
+      holder: async (name: string): Promise<string | undefined> => answer(++counted.count) ?? leases.holder(name),
+      acquire: (...args) => leases.acquire(...args),
+      renew: (...args) => leases.renew(...args),
+      release: (...args) => leases.release(...args),
+      close: async () => undefined,
+    } satisfies Leases,
+  };
+  return counted;
+}
+
 describe("backend watchers across members", () => {
   it("sends an ensure to the holder, and looks the holder up again when the one it found no longer watches", async () => {
     const hub = new MemoryBusHub();
@@ -54,23 +69,11 @@ describe("backend watchers across members", () => {
     expect(holder.watchers.holds("x")).toBe(true);
 
     // The asking member's first lookup still names the instance that watched before.
-    let lookups = 0;
-    const asking = member(
-      hub,
-      {
-        ...leases,
-        holder: async (name: string) => (lookups++ === 0 ? "stale" : leases.holder(name)),
-        acquire: (...args) => leases.acquire(...args),
-        renew: (...args) => leases.renew(...args),
-        release: (...args) => leases.release(...args),
-        close: async () => undefined,
-      },
-      "asking",
-      false,
-    );
+    const lookups = lookupsOf(leases, (lookup) => (lookup === 1 ? "stale" : undefined));
+    const asking = member(hub, lookups.leases, "asking", false);
     await asking.watchers.start();
     await asking.watchers.ensure("x", "u://1");
-    expect(lookups).toBe(2);
+    expect(lookups.count).toBe(2);
     expect(holder.local.ensured).toEqual(["u://1"]);
     expect(stale.local.ensured).toEqual([]);
     expect(await leases.holder(watcherLease("x"))).toBe("holder");
@@ -85,26 +88,11 @@ describe("backend watchers across members", () => {
     await Promise.all([first.watchers.start(), second.watchers.start()]);
     await first.watchers.backendConnected("x");
     expect(first.watchers.holds("x")).toBe(true);
-    let lookups = 0;
-    const asking = member(
-      hub,
-      {
-        ...leases,
-        holder: async (name: string) => {
-          lookups++;
-          return leases.holder(name);
-        },
-        acquire: (...args) => leases.acquire(...args),
-        renew: (...args) => leases.renew(...args),
-        release: (...args) => leases.release(...args),
-        close: async () => undefined,
-      },
-      "asking",
-      false,
-    );
+    const lookups = lookupsOf(leases);
+    const asking = member(hub, lookups.leases, "asking", false);
     await asking.watchers.start();
     for (let i = 0; i < 5; i++) await asking.watchers.ensure("x", `u://${i}`);
-    expect(lookups).toBe(1);
+    expect(lookups.count).toBe(1);
     expect(first.local.ensured).toEqual(["u://0", "u://1", "u://2", "u://3", "u://4"]);
 
     // The watcher gives its lease up and another member takes it: the next ensure is told so by the
@@ -114,7 +102,7 @@ describe("backend watchers across members", () => {
     expect(second.watchers.holds("x")).toBe(true);
     await asking.watchers.ensure("x", "u://5");
     expect(second.local.ensured).toEqual(["u://5"]);
-    expect(lookups).toBe(2);
+    expect(lookups.count).toBe(2);
     await Promise.all([second.watchers.close(), asking.watchers.close()]);
   });
 
