@@ -54,7 +54,7 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "1 192 → 680 µs of client CPU per request against the demo backend (SDK client, 8 000 pings, 32 at a time). What remains per request is mostly the SDK's own SSE parsing (two web TransformStreams) and schema validation. " +
       "The last-unsubscribe phase released 8 000 resources at once when their grace periods ended together: the watcher stalled past its lease TTL, lost the lease, and the other broker re-subscribed everything (14 795 upstream calls for 8 000); " +
       "releases now run 64 at a time per backend (as do the unsubscribes of a member that stops watching), and a reconcile re-checks the counts of what looks missing before subscribing it again. " +
-      "On a non-watcher broker every subscribe also asks the watcher over the bus (a lease read, a request and its reply) even when the resource is held upstream already: the next cost to cut. " +
+      "On a non-watcher broker every subscribe also asks the watcher over the bus (a request and its reply; the lease read that finds the watcher is reused for a third of a lease TTL) even when the resource is held upstream already: the next cost to cut. " +
       "Concurrent registry scripts already go to Redis in one pipeline per event-loop turn (ioredis auto-pipelining on the commands connection).",
   ],
 };
