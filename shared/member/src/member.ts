@@ -217,6 +217,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       listChanged: (backend, kind, gap) => listChanges.listChanged(backend.id, kind, gap === true ? "gap" : backend.capabilities?.[kind]?.listChanged === true ? "announced" : "undeclared"),
       updatesMissed: (backend, uris) => upstream.updatesMissed(backend.id, uris),
       log: (backend, params) => hooks.log?.(backend, params),
+      backlog: () => upstream.backlog(),
     },
   });
   upstream.attach(pool);

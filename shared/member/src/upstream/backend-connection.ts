@@ -43,6 +43,11 @@ export interface BackendListener {
    */
   updatesMissed(backend: BackendConnection, uris?: readonly string[]): void;
   log(backend: BackendConnection, params: Record<string, unknown>): void;
+  /**
+   * Updates taken in and not yet passed on: while this returns a promise, reading more of an HTTP
+   * backend's event streams waits for it (the backend waits on its socket).
+   */
+  backlog?(): Promise<void> | undefined;
 }
 
 export interface BackendRequestOptions {
@@ -429,6 +434,7 @@ export class BackendConnection {
     const updates = updatedEventTap(onUpdate);
     const http = new BackendHttp({
       agents: this.agents,
+      backlog: () => this.deps.listener.backlog?.(),
       prepare: (init) => {
         const call = this.interactions.prepare(init);
         const ties = call.tap;

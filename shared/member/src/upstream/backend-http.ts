@@ -35,6 +35,11 @@ export interface BackendHttpOptions {
    * tap for the events of its response, if that is an event stream.
    */
   prepare?(init: RequestInit | undefined): { init: RequestInit | undefined; tap?: EventTap };
+  /**
+   * After a tapped chunk: a promise while what the tap took in is still being handled (reading
+   * waits for it: TCP backpressure to the backend), undefined to read on.
+   */
+  backlog?(): Promise<void> | undefined;
   headersTimeoutMs?: number;
 }
 
@@ -116,7 +121,7 @@ export class BackendHttp {
           const eventStream = tap !== undefined && responseHeaders.get("content-type")?.startsWith("text/event-stream") === true;
           const stream = empty
             ? null
-            : bodyStream(response, eventStream ? tap : undefined, {
+            : bodyStream(response, eventStream ? tap : undefined, () => this.options.backlog?.(), {
                 started: (controller) => (bodyController = controller),
                 ended: done,
               });
@@ -188,16 +193,21 @@ function abortReason(signal: AbortSignal | undefined): Error {
 
 /**
  * The response body as one web stream, read from the socket as the reader asks (backpressure),
- * through `tap` event by event when given. An event not yet complete when the body ends is passed
+ * through `tap` event by event when given, and no faster than `backlog` allows. An event not yet complete when the body ends is passed
  * on as it is.
  */
 function bodyStream(
   response: IncomingMessage,
   tap: EventTap | undefined,
+  backlog: (() => Promise<void> | undefined) | undefined,
   hooks: { started(controller: ReadableStreamDefaultController<Uint8Array>): void; ended(): void },
 ): ReadableStream<Uint8Array> {
   const events = tap === undefined ? undefined : new EventSplitter(tap);
   let finished = false;
+  /** Paused until the reader asks for more (its queue is full). */
+  let full = false;
+  /** Paused until the tap's backlog is handled. */
+  let waiting = false;
   const finish = (): void => {
     if (finished) return;
     finished = true;
@@ -210,7 +220,19 @@ function bodyStream(
         response.on("data", (chunk: Buffer) => {
           const out = events === undefined ? chunk : events.push(chunk);
           if (out !== undefined && out.byteLength > 0) controller.enqueue(new Uint8Array(out.buffer, out.byteOffset, out.byteLength));
-          if ((controller.desiredSize ?? 1) <= 0) response.pause();
+          if ((controller.desiredSize ?? 1) <= 0) {
+            full = true;
+            response.pause();
+          }
+          const pending = events === undefined || waiting ? undefined : backlog?.();
+          if (pending !== undefined) {
+            waiting = true;
+            response.pause();
+            void pending.then(() => {
+              waiting = false;
+              if (!full && !finished) response.resume();
+            });
+          }
         });
         response.on("end", () => {
           const rest = events?.end();
@@ -230,7 +252,8 @@ function bodyStream(
         });
       },
       pull() {
-        response.resume();
+        full = false;
+        if (!waiting) response.resume();
       },
       cancel() {
         finish();

@@ -25,9 +25,14 @@ async function serve(handler: Handler): Promise<string> {
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`;
 }
 
-function client(options: { tap?: EventTap; headersTimeoutMs?: number } = {}): BackendHttp {
+function client(options: { tap?: EventTap; headersTimeoutMs?: number; backlog?: () => Promise<void> | undefined } = {}): BackendHttp {
   agents = keepAliveAgents();
-  return new BackendHttp({ agents, ...(options.tap !== undefined && { prepare: (init) => ({ init, tap: options.tap }) }), ...(options.headersTimeoutMs !== undefined && { headersTimeoutMs: options.headersTimeoutMs }) });
+  return new BackendHttp({
+    agents,
+    ...(options.tap !== undefined && { prepare: (init) => ({ init, tap: options.tap }) }),
+    ...(options.headersTimeoutMs !== undefined && { headersTimeoutMs: options.headersTimeoutMs }),
+    ...(options.backlog !== undefined && { backlog: options.backlog }),
+  });
 }
 
 afterEach(async () => {
@@ -125,6 +130,25 @@ describe("BackendHttp (the fetch of an HTTP backend connection)", () => {
     expect(await (await http.fetch(url, { method: "POST", body: "{}" })).text()).toBe("data: keep 1\n\ndata: keep 2\n\n");
     expect(seen).toEqual(["data: keep 1", "data: drop", "data: keep 2"]);
     expect(await (await http.fetch(`${url}json`, { method: "POST", body: "{}" })).text()).toBe("data: drop\n\n");
+  });
+
+  it("reads no more of a tapped stream while the tap's backlog is being handled", async () => {
+    const url = await serve((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write("data: 1\n\n");
+      setTimeout(() => res.write("data: 2\n\n"), 30);
+      setTimeout(() => res.end("data: 3\n\n"), 60);
+    });
+    const seen: string[] = [];
+    let handled: () => void = () => undefined;
+    const backlog = new Promise<void>((resolve) => (handled = resolve));
+    const http = client({ tap: (event) => seen.push(event) < 0, backlog: () => (seen.length === 1 ? backlog : undefined) });
+    const body = (await http.fetch(url, { method: "GET" })).text();
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    expect(seen).toEqual(["data: 1"]);
+    handled();
+    expect(await body).toBe("");
+    expect(seen).toEqual(["data: 1", "data: 2", "data: 3"]);
   });
 
   it("answers a 204 with no body, and returns a redirect as it is (the transport decides)", async () => {

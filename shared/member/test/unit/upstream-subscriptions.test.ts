@@ -261,6 +261,29 @@ describe("upstream subscriptions", () => {
     expect(upstream.watched("b")).toEqual([]);
   });
 
+  it("tells its backends' readers to wait while 2 000 updates are being published, until 500 are left", async () => {
+    const registry = new MemoryRegistry();
+    const backend = fakeBackend();
+    const updates = new MemoryUpdateLog(new MemoryBus(), new MemoryPositions());
+    const acknowledge: (() => void)[] = [];
+    updates.publish = () => new Promise<number>((resolve) => acknowledge.push(() => resolve(1)));
+    const upstream = new UpstreamSubscriptions({ registry, updates, clock, logger, instanceId: "i", releaseGraceMs: GRACE_MS, pollIntervalMs: 60_000 });
+    upstream.attach({ get: () => backend });
+    await registry.add({ principal: "p", sessionId: "s1", backendId: "b", uri: "u://a" }, limits);
+    await upstream.ensure("b", "u://a");
+    for (let i = 0; i < 1_999; i++) upstream.resourceUpdated("b", "u://a");
+    expect(upstream.backlog()).toBeUndefined();
+    upstream.resourceUpdated("b", "u://a");
+    const waiting = track(upstream.backlog() ?? Promise.reject(new Error("no backlog")));
+    acknowledge.splice(0, 1_499).forEach((ack) => ack());
+    await vi.advanceTimersByTimeAsync(0);
+    expect(waiting.state).toBe("pending");
+    acknowledge.shift()?.();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(waiting.state).toBe("resolved");
+    expect(upstream.backlog()).toBeUndefined();
+  });
+
   it("a member that stops watching unsubscribes what it watched 64 at a time too", async () => {
     const { registry, backend, upstream, ref } = world();
     const uris = Array.from({ length: 150 }, (_, i) => `u://${i}`);
