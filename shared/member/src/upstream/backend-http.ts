@@ -111,9 +111,15 @@ export class BackendHttp {
             response.destroy();
             return;
           }
+          const status = response.statusCode ?? 0;
+          if (status < 200 || status > 599) {
+            // fetch's Response cannot hold it (an informational or made-up status): a bad answer, not a crash.
+            response.destroy();
+            fail(new TypeError("fetch failed", { cause: Object.assign(new Error(`invalid response status ${status}`), { code: "UND_ERR_INVALID_STATUS" }) }));
+            return;
+          }
           settled = true;
           clearTimeout(timer);
-          const status = response.statusCode ?? 0;
           const responseHeaders = new Headers();
           const raw = response.rawHeaders;
           for (let i = 0; i + 1 < raw.length; i += 2) responseHeaders.append(raw[i] as string, raw[i + 1] as string);

@@ -1,6 +1,6 @@
 import { getEventListeners } from "node:events";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo, Socket } from "node:net";
+import { createServer as createNetServer, type AddressInfo, type Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { BackendHttp, closeAgents, keepAliveAgents, type EventTap, type HttpAgents } from "../../src/upstream/backend-http.js";
 
@@ -174,6 +174,25 @@ describe("BackendHttp (the fetch of an HTTP backend connection)", () => {
       .catch((error: unknown) => error);
     expect(failure).toBeInstanceOf(TypeError);
     expect((failure as TypeError & { cause: { code: string } }).cause.code).toBe("ECONNREFUSED");
+  });
+
+  it("rejects a response status fetch cannot represent, without throwing out of the socket's callback", async () => {
+    const rawSockets: Socket[] = [];
+    const raw = createNetServer((socket) => {
+      rawSockets.push(socket);
+      socket.end("HTTP/1.1 999 Made Up\r\ncontent-length: 0\r\n\r\n");
+    });
+    await new Promise<void>((resolve) => raw.listen(0, "127.0.0.1", resolve));
+    try {
+      const failure = await client()
+        .fetch(`http://127.0.0.1:${(raw.address() as AddressInfo).port}/mcp`, { method: "POST", body: "{}" })
+        .catch((error: unknown) => error);
+      expect(failure).toBeInstanceOf(TypeError);
+      expect((failure as TypeError & { cause: { message: string } }).cause.message).toBe("invalid response status 999");
+    } finally {
+      for (const socket of rawSockets) socket.destroy();
+      await new Promise<void>((resolve) => raw.close(() => resolve()));
+    }
   });
 
   it("gives up waiting for response headers after the headers timeout", async () => {
