@@ -13,7 +13,7 @@ import type { Clock, TimerHandle } from "@mcp-broker/shared";
  * `ClientHttpFailedToOpenStream` while no retry is under way).
  *
  * A reopen the SDK manages by itself is a gap all the same: the backend does not queue what it
- * could not send while no stream was open. The transport's `fetch` (this watch's `fetch`) sees the
+ * could not send while no stream was open. The transport's `fetch` (wrapped by this watch's `wrap`) sees the
  * GET that opens the stream again; once a retry was scheduled, that GET fires `onReopened`.
  *
  * Contract: `onLost` fires at most once per watch, on the clock's turn or synchronously from the
@@ -34,7 +34,7 @@ export class NotificationStreamWatch {
   private reopenedListener: (() => void) | undefined;
   private disposed = false;
 
-  constructor(private readonly deps: { clock: Clock; maxAttempts: number; fetch?: FetchLike }) {}
+  constructor(private readonly deps: { clock: Clock; maxAttempts: number }) {}
 
   /** For the transport's `reconnectionScheduler` option. */
   readonly scheduler: ReconnectionScheduler = (reconnect, delay, attemptCount) => {
@@ -65,9 +65,6 @@ export class NotificationStreamWatch {
       return response;
     };
   }
-
-  /** `wrap` of the `fetch` given at construction (the platform's by default). */
-  readonly fetch: FetchLike = this.wrap((url, init) => (this.deps.fetch ?? fetch)(url, init));
 
   /** Feed every transport error here (`client.onerror`). */
   observe(error: Error): void {

@@ -94,10 +94,11 @@ describe("the notification stream watch", () => {
   it("reports the stream open again once per gap, when a GET after a scheduled retry gets an event stream", async () => {
     let status = 200;
     const stream = (): Response => new Response(status === 200 ? "" : "down", { status, headers: { "content-type": status === 200 ? "text/event-stream" : "text/plain" } });
-    const watch = new NotificationStreamWatch({ clock, maxAttempts: 5, fetch: async () => stream() });
+    const watch = new NotificationStreamWatch({ clock, maxAttempts: 5 });
+    const fetch = watch.wrap(async () => stream());
     const reopened = vi.fn();
     watch.onReopened(reopened);
-    const get = (): Promise<Response> => watch.fetch("http://backend/mcp", { method: "GET" });
+    const get = (): Promise<Response> => fetch("http://backend/mcp", { method: "GET" });
 
     await get(); // the first GET: no gap before it
     expect(reopened).not.toHaveBeenCalled();
@@ -105,7 +106,7 @@ describe("the notification stream watch", () => {
     status = 503;
     watch.scheduler(() => void get(), 100, 0); // the stream dropped; the SDK retries...
     await vi.advanceTimersByTimeAsync(100);
-    await watch.fetch("http://backend/mcp", { method: "POST" }); // (requests go on meanwhile)
+    await fetch("http://backend/mcp", { method: "POST" }); // (requests go on meanwhile)
     expect(reopened).not.toHaveBeenCalled(); // ...and is refused
     status = 200;
     watch.scheduler(() => void get(), 200, 1);
