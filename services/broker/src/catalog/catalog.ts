@@ -49,10 +49,10 @@ export interface BackendNaming {
 
 /** Where a client-facing resource URI goes, and how sure we are that it exists. */
 export interface ResolvedResource {
-  backendId: string;
-  uri: string;
+  readonly backendId: string;
+  readonly uri: string;
   /** `listed`: an exact listed resource; `template`: matches a listed template; `sub-resource`: below a listed one; `prefix`: only the backend prefix is known. */
-  match: "listed" | "template" | "sub-resource" | "prefix";
+  readonly match: "listed" | "template" | "sub-resource" | "prefix";
 }
 
 /**
@@ -65,6 +65,12 @@ export const BROKER_TOOLS_ID = "_broker";
 export const MAX_TEMPLATE_LENGTH = 1_024;
 
 const NO_KEYS: ReadonlySet<string> = new Set();
+
+/** `resolveResource` answers kept (see `Catalog.resolved`), and the longest URI kept: at most ~4 MB of URIs. */
+const MAX_RESOLVED = 16_384;
+const MAX_RESOLVED_URI = 256;
+/** A URI that resolved to nothing, as kept. */
+const NOT_FOUND = "not found" as const;
 
 const KEY_FIELD: Record<CatalogKind, string> = { tools: "name", prompts: "name", resources: "uri", resourceTemplates: "uriTemplate" };
 
@@ -81,6 +87,12 @@ export class Catalog {
   private readonly collisionsByKind = new Map<CatalogKind, string[]>();
   /** The lengths of each backend's listed resource URIs (its own form), for the sub-resource walk. */
   private resourceLengths = new Map<string, Set<number>>();
+  /**
+   * `resolveResource`'s answers, until the resources or templates change: a subscribe resolves
+   * its URI, and a listen of 100 URIs resolved each by template matching spent a quarter of the
+   * broker's CPU there. Bounded: emptied when full.
+   */
+  private readonly resolved = new Map<string, ResolvedResource | typeof NOT_FOUND>();
 
   constructor(private readonly backends: readonly BackendNaming[]) {
     for (const kind of CATALOG_KINDS) {
@@ -176,6 +188,17 @@ export class Catalog {
    * a sub-resource of a listed resource, then (prefixed backends) the bare prefix.
    */
   resolveResource(exposedUri: string): ResolvedResource | undefined {
+    const cached = this.resolved.get(exposedUri);
+    if (cached !== undefined) return cached === NOT_FOUND ? undefined : cached;
+    const resolved = this.resolveUncached(exposedUri);
+    if (exposedUri.length <= MAX_RESOLVED_URI) {
+      if (this.resolved.size >= MAX_RESOLVED) this.resolved.clear();
+      this.resolved.set(exposedUri, resolved ?? NOT_FOUND);
+    }
+    return resolved;
+  }
+
+  private resolveUncached(exposedUri: string): ResolvedResource | undefined {
     const listed = this.get("resources", exposedUri);
     if (listed !== undefined) return { backendId: listed.backendId, uri: listed.key, match: "listed" };
     for (const candidate of this.candidates(exposedUri)) {
@@ -269,6 +292,7 @@ export class Catalog {
       }
     }
     this.views.set(kind, { list, byExposed });
+    if (kind === "resources" || kind === "resourceTemplates") this.resolved.clear();
     this.collisionsByKind.set(kind, collisions);
     if (kind === "resources") {
       this.resourceLengths = new Map();

@@ -248,7 +248,7 @@ export class McpEndpoint {
     }
     const session = await this.sessionFor(req, res, principal, null);
     if (session === undefined || res.destroyed) return;
-    session.touch(true);
+    session.touch();
     const stream = new SseStream(res, { keepAlive: this.keepAlive, headers: { [SESSION_HEADER]: session.id }, retryMs: reconnectDelayMs() });
     void session.attachStream(new LegacyStreamWriter(stream), header(req, "last-event-id"));
   }

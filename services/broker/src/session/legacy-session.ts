@@ -54,6 +54,8 @@ export interface SessionEnv {
   since(targets: readonly SubscriptionTarget[], position: number): Promise<SinceReport>;
   /** The client form of a subscribed target's URI. */
   exposeUri(target: SubscriptionTarget): string;
+  /** The host clock's time (ms). */
+  now(): number;
   /** A request came for the session (its record's last-seen time). */
   touched(session: LegacySession): void;
   /** The client set its log level (kept in its record). */
@@ -194,7 +196,7 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     this.env.logLevelSet(this, level);
   }
 
-  /** When a request last came for it here (epoch ms; 0: none since it came to this member). */
+  /** When a request last came for it here (the host clock's ms; 0: none since it came to this member). */
   lastActive = 0;
 
   /** Whether its standalone stream is open here. */
@@ -203,13 +205,14 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   }
 
   /**
-   * Any request on the session: restarts the idle timer, which runs only while no stream is
-   * attached (an event to the actor is a macrostep: a session whose stream is open, or a GET that
-   * attaches one next, skips it). The record's last-seen time is renewed either way.
+   * Any request on the session: it counts as active from now on. The idle timer (which runs only
+   * while no stream is attached) is not restarted here: when it runs out, the host arms it again
+   * for what is left since the last request (an event to the actor per request, to restart it,
+   * was a macrostep: a quarter of the actor's work per subscribe). The record's last-seen time is
+   * renewed too.
    */
-  touch(attaching = false): void {
-    this.lastActive = Date.now();
-    if (!attaching && !this.streaming) this.actor.send({ type: "session.touch" });
+  touch(): void {
+    this.lastActive = this.env.now();
     this.env.touched(this);
   }
 

@@ -144,6 +144,7 @@ export class SessionHost {
       events: deps.fanout.events,
       historyLimit: deps.resumeHistory,
       since: (targets, position) => deps.resume.since(targets, position),
+      now: () => deps.clock.now(),
       touched: (session) => {
         deps.sessions.touch({ principal: session.principal, sessionId: session.id }, deps.clock.now()).catch(() => undefined);
       },
@@ -327,7 +328,7 @@ export class SessionHost {
           this.deps.fanout.interest.remove(effect.target, session);
           break;
         case "idle.arm":
-          this.armIdle(id, effect.ms, () => actor.send({ type: "session.idle" }));
+          this.armIdle(session, effect.ms);
           break;
         case "idle.disarm":
           this.disarmIdle(id);
@@ -644,14 +645,21 @@ export class SessionHost {
     this.releaseSession(session.principal);
   }
 
-  private armIdle(sessionId: string, ms: number, expire: () => void): void {
-    this.disarmIdle(sessionId);
+  /**
+   * Starts a session's idle timer (its actor armed it: no stream is attached), to run out `ms`
+   * after `since`. When it does, a request that came meanwhile (`lastActive`) arms it again, to
+   * run out `ms` after that request; otherwise the actor hears `session.idle`.
+   */
+  private armIdle(session: LegacySession, ms: number, since = this.deps.clock.now()): void {
+    this.disarmIdle(session.id);
     const timer = this.deps.clock.setTimeout(() => {
-      this.idleTimers.delete(sessionId);
-      expire();
-    }, ms);
+      this.idleTimers.delete(session.id);
+      const active = Math.max(session.lastActive, since);
+      if (active + ms > this.deps.clock.now()) this.armIdle(session, ms, active);
+      else session.actor.send({ type: "session.idle" });
+    }, since + ms - this.deps.clock.now());
     timer.unref?.();
-    this.idleTimers.set(sessionId, timer);
+    this.idleTimers.set(session.id, timer);
   }
 
   private disarmIdle(sessionId: string): void {

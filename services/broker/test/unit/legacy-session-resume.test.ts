@@ -21,6 +21,7 @@ function session(options: { historyLimit?: number; since?: Since } = {}): { s: L
     historyLimit: options.historyLimit ?? 64,
     since: (_targets, position) => since(position),
     exposeUri: (target) => target.uri,
+    now: () => Date.now(),
     touched: () => undefined,
     logLevelSet: () => undefined,
   });

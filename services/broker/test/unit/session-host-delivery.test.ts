@@ -1,13 +1,14 @@
-import { CHANNEL, MemoryBus, MemoryRegistry, MemorySessionStore, systemClock, type AddOutcome, type BusMessage, type SubscriptionLimits, type SubscriptionRef } from "@mcp-broker/shared";
+import { CHANNEL, MemoryBus, MemoryRegistry, MemorySessionStore, systemClock, type AddOutcome, type BusMessage, type Clock, type SubscriptionLimits, type SubscriptionRef } from "@mcp-broker/shared";
 import { pino } from "pino";
 import { describe, expect, it, vi } from "vitest";
+import { SimulatedClock } from "xstate";
 import { Catalog } from "../../src/catalog/catalog.js";
 import { Fanout } from "../../src/fanout/fanout.js";
 import type { NotificationWriter } from "../../src/session/legacy-session.js";
 import { SessionHost } from "../../src/session/session-host.js";
 import { ResumeCursors } from "../../src/session/resume-cursor.js";
 
-function host(registry = new MemoryRegistry(), released: string[] = []) {
+function host(registry = new MemoryRegistry(), released: string[] = [], clock: Clock = systemClock) {
   const bus = new MemoryBus();
   const catalog = new Catalog([{ id: "b", prefix: true }]);
   const fanout = new Fanout({ bus, clock: systemClock, logger: pino({ level: "silent" }), names: catalog, releaseGraceMs: 0 });
@@ -20,7 +21,7 @@ function host(registry = new MemoryRegistry(), released: string[] = []) {
     sessions: new MemorySessionStore(systemClock),
     bus,
     instanceId: "me",
-    clock: systemClock,
+    clock,
     logger: pino({ level: "silent" }),
     limits: { perSession: 10, perPrincipal: 10, total: 10 },
     idleTimeoutMs: 60_000,
@@ -154,6 +155,55 @@ describe("session host: a legacy session closed while a subscribe is being made"
     registry.openAll();
     await vi.waitFor(() => expect(released).toEqual(["x://1"]));
     expect(await registry.count("b", "x://1")).toBe(0);
+    sessions.close();
+  });
+});
+
+describe("session host: the idle timeout of a legacy session", () => {
+  /** xstate's simulated clock, as the host's Clock (its timer handles are numbers). */
+  function simulated(): { clock: SimulatedClock; hostClock: Clock } {
+    const clock = new SimulatedClock();
+    const hostClock: Clock = {
+      now: () => clock.now(),
+      setTimeout: (callback, ms) => ({ id: clock.setTimeout(callback, ms), unref: () => undefined }),
+      clearTimeout: (handle) => clock.clearTimeout((handle as { id: number }).id),
+    };
+    return { clock, hostClock };
+  }
+
+  it("ends a session no request came for within the timeout while no stream was attached, counting from its last request", async () => {
+    const { clock, hostClock } = simulated();
+    const { sessions } = host(new MemoryRegistry(), [], hostClock);
+    const quiet = await sessions.createLegacySession("p");
+    const busy = await sessions.createLegacySession("p");
+    clock.increment(50_000);
+    busy.touch(); // a request: its 60 s start again from here
+    clock.increment(10_000);
+    expect(quiet.closed).toBe(true);
+    expect(busy.closed).toBe(false);
+    clock.increment(49_999);
+    expect(busy.closed).toBe(false);
+    busy.touch();
+    clock.increment(1);
+    expect(busy.closed).toBe(false); // the timer ran out, found the request and armed again
+    clock.increment(59_999);
+    expect(busy.closed).toBe(true);
+    sessions.close();
+  });
+
+  it("does not end a session while its stream is attached, and counts from the stream's close", async () => {
+    const { clock, hostClock } = simulated();
+    const { sessions } = host(new MemoryRegistry(), [], hostClock);
+    const session = await sessions.createLegacySession("p");
+    let closeStream = () => {};
+    await session.attachStream({ closed: false, write: () => undefined, onClose: (listener) => (closeStream = listener), close: () => undefined }, undefined);
+    clock.increment(120_000);
+    expect(session.closed).toBe(false);
+    closeStream();
+    clock.increment(59_999);
+    expect(session.closed).toBe(false);
+    clock.increment(1);
+    expect(session.closed).toBe(true);
     sessions.close();
   });
 });
