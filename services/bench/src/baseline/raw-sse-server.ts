@@ -3,7 +3,9 @@
  * MCP. `GET /sse?key=K` opens an SSE stream for key K; a message on Redis channel `bench:r:K` (its
  * payload is the update URI) is encoded once into the same JSON-RPC notification frame the broker
  * sends and written to every stream of K. `POST /rpc` answers any JSON-RPC request with `{}` (the
- * floor for request/response cost). One keep-alive comment goes to every stream every 15 s, like
+ * floor for request/response cost). `POST /listen` takes a `subscriptions/listen` request as the
+ * broker does: its response is an SSE stream of every URI it names (each a key), opened with an
+ * acknowledgement that echoes them (the floor of opening a listen stream for that request). One keep-alive comment goes to every stream every 15 s, like
  * the broker's default.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
@@ -27,38 +29,61 @@ function frameOf(uri: string): Buffer {
   return Buffer.from(`event: message\ndata: {"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":${JSON.stringify(uri)}}}\n\n`);
 }
 
-function openStream(key: string, res: ServerResponse): void {
+/** Opens `res` as an SSE stream of every key in `keys`; `first` is written with the headers. */
+function openStream(keys: readonly string[], res: ServerResponse, first?: string): void {
   res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache, no-transform", connection: "keep-alive", "x-accel-buffering": "no" });
-  res.flushHeaders();
-  const channel = CHANNEL_PREFIX + key;
-  let set = streams.get(channel);
-  if (set === undefined) {
-    set = new Set();
-    streams.set(channel, set);
-    void subscriber?.subscribe(channel);
+  if (first === undefined) res.flushHeaders();
+  else res.write(first);
+  const memberOf: Set<ServerResponse>[] = [];
+  for (const key of keys) {
+    const channel = CHANNEL_PREFIX + key;
+    let set = streams.get(channel);
+    if (set === undefined) {
+      set = new Set();
+      streams.set(channel, set);
+      void subscriber?.subscribe(channel);
+    }
+    set.add(res);
+    memberOf.push(set);
   }
-  set.add(res);
   connections++;
-  const members = set;
   res.once("close", () => {
     connections--;
-    members.delete(res);
+    for (const set of memberOf) set.delete(res);
+  });
+}
+
+/** Reads a JSON request body; undefined when it is not JSON. */
+function readJson(req: IncomingMessage, then: (message: Record<string, unknown> | undefined) => void): void {
+  const chunks: Buffer[] = [];
+  req.on("data", (chunk: Buffer) => chunks.push(chunk));
+  req.on("end", () => {
+    let message: Record<string, unknown> | undefined;
+    try {
+      message = JSON.parse(Buffer.concat(chunks).toString("utf8")) as Record<string, unknown>;
+    } catch {
+      message = undefined;
+    }
+    then(message);
   });
 }
 
 function answerRpc(req: IncomingMessage, res: ServerResponse): void {
-  const chunks: Buffer[] = [];
-  req.on("data", (chunk: Buffer) => chunks.push(chunk));
-  req.on("end", () => {
-    let id: unknown = null;
-    try {
-      id = (JSON.parse(Buffer.concat(chunks).toString("utf8")) as { id?: unknown }).id ?? null;
-    } catch {
-      id = null;
-    }
-    const body = JSON.stringify({ jsonrpc: "2.0", id, result: {} });
+  readJson(req, (message) => {
+    const body = JSON.stringify({ jsonrpc: "2.0", id: message?.id ?? null, result: {} });
     res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
     res.end(body);
+  });
+}
+
+/** A `subscriptions/listen` request: a stream of the URIs it names, acknowledged with them. */
+function openListen(req: IncomingMessage, res: ServerResponse): void {
+  readJson(req, (message) => {
+    const params = message?.params as { notifications?: { resourceSubscriptions?: unknown } } | undefined;
+    const asked = params?.notifications?.resourceSubscriptions;
+    const uris = Array.isArray(asked) ? asked.filter((uri): uri is string => typeof uri === "string") : [];
+    const ack = JSON.stringify({ jsonrpc: "2.0", method: "notifications/subscriptions/acknowledged", params: { notifications: { resourceSubscriptions: uris } } });
+    openStream(uris, res, `event: message\ndata: ${ack}\n\n`);
   });
 }
 
@@ -66,9 +91,11 @@ const server = createServer((req, res) => {
   const url = new URL(req.url ?? "/", "http://localhost");
   if (req.method === "GET" && url.pathname === "/sse") {
     req.resume();
-    openStream(url.searchParams.get("key") ?? "", res);
+    openStream([url.searchParams.get("key") ?? ""], res);
   } else if (req.method === "POST" && url.pathname === "/rpc") {
     answerRpc(req, res);
+  } else if (req.method === "POST" && url.pathname === "/listen") {
+    openListen(req, res);
   } else {
     req.resume();
     res.writeHead(404).end();

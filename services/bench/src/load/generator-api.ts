@@ -2,7 +2,8 @@ import type { HistogramData } from "../core/histogram.js";
 import type { ProcessUsage } from "../core/process-usage.js";
 
 /** What a load generator connects to: the broker in either era, or the raw SSE server. */
-export type TargetKind = "legacy" | "modern" | "raw";
+/** raw: a stream of one key on the baseline server; raw-listen: a `subscriptions/listen` request to the baseline server. */
+export type TargetKind = "legacy" | "modern" | "raw" | "raw-listen";
 
 export interface OpenParams {
   kind: TargetKind;

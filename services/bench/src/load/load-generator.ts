@@ -110,9 +110,9 @@ async function open(params: OpenParams): Promise<OpenResult> {
   return { opened, failed: params.uris.length - opened, errors, ms: Date.now() - started };
 }
 
-/** One listen opened until acknowledged (raw: one stream until its headers), then closed. */
+/** One listen opened until acknowledged (raw: the same request to the baseline server), then closed. */
 async function listenOnce(url: URL, raw: boolean, uris: string): Promise<void> {
-  const session = new ClientSession(raw ? "raw" : "modern", url, agents, onData);
+  const session = new ClientSession(raw ? "raw-listen" : "modern", url, agents, onData);
   try {
     await session.open(uris, false);
   } finally {

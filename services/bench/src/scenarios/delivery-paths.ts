@@ -26,7 +26,7 @@ export interface RawPath extends RunningPath {
 }
 
 /** Brokers of `engine` fed by the bench backend, with one session per URI in `uris`. */
-export async function startBrokerPath(ctx: BenchContext, engine: BrokerEngine, label: string, kind: Exclude<TargetKind, "raw">, uris: string[], options: { generators?: number } = {}): Promise<BrokerPath> {
+export async function startBrokerPath(ctx: BenchContext, engine: BrokerEngine, label: string, kind: Exclude<TargetKind, "raw" | "raw-listen">, uris: string[], options: { generators?: number } = {}): Promise<BrokerPath> {
   const deployment = await engine.deploy(label);
   const fleet = LoadFleet.start(ctx.group, label, options.generators ?? ctx.plan.generators);
   const stop = async (): Promise<void> => {

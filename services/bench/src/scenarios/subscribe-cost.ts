@@ -16,6 +16,8 @@ const FIRST_KEY = 1_000_000;
 const WARM_KEY = 500_000;
 const WARM_KEYS = 1_024;
 const OPS_TARGET = 0.8;
+/** URIs per listen request in the listen phases. */
+const LISTEN_SIZES = [10, 100] as const;
 const P99_TARGET = 1.5;
 
 interface Phase {
@@ -26,6 +28,8 @@ interface Phase {
   p50Ms: number;
   p99Ms: number;
   upstreamCalls: number;
+  /** A listen phase's URIs per request. */
+  listenSize?: number;
 }
 
 /**
@@ -48,20 +52,22 @@ export async function runSubscribeCost(ctx: BenchContext): Promise<ScenarioResul
   ctx.log(`subscribe cost: raw request baseline, ${workers} workers × ${opsPerWorker}`);
   const raw = await startRawPath(ctx, "subscribe-raw", [], { redis: false });
   let rawPost: Phase;
-  let rawStream: Phase;
+  const rawListens = new Map<number, Phase>();
   try {
     const perWorker = range(workers).map(own);
     await raw.fleet.rpcLoad({ method: "resources/subscribe", perWorker: perWorker.map((l) => l.slice(0, 20)), rawUrl: raw.rawUrl });
     rawPost = await runPhase("raw JSON-RPC POST", raw.fleet, { method: "resources/subscribe", perWorker, rawUrl: raw.rawUrl }, async () => 0);
-    rawStream = await runPhase("raw SSE stream opened", raw.fleet, { method: "subscriptions/listen", perWorker: range(workers).map((w) => range(listens, w * listens).map(String)), rawUrl: raw.rawUrl }, async () => 0);
+    for (const size of LISTEN_SIZES) {
+      rawListens.set(size, await runPhase(`raw listen stream, ${size} URIs`, raw.fleet, { method: "subscriptions/listen", perWorker: listenLists(size), rawUrl: raw.rawUrl }, async () => 0));
+    }
   } finally {
     await raw.stop();
   }
-  table.push(phaseRow("—", rawPost), phaseRow("—", rawStream));
+  table.push(phaseRow("—", rawPost), ...[...rawListens.values()].map((phase) => phaseRow("—", phase)));
 
   for (const engine of [ctx.memory, ctx.redis]) {
-    const baselineOf = (phase: string): Phase => (phase.startsWith("listen") ? rawStream : rawPost);
-    const phaseNames = ["subscribe, first subscriber", "subscribe, later subscriber", "unsubscribe, not last", "unsubscribe, last", `listen, 10 URIs`, `listen, 100 URIs`];
+    const baselineOf = (phase: Phase): Phase => (phase.listenSize !== undefined ? (rawListens.get(phase.listenSize) ?? rawPost) : rawPost);
+    const phaseNames = ["subscribe, first subscriber", "subscribe, later subscriber", "unsubscribe, not last", "unsubscribe, last", ...LISTEN_SIZES.map((size) => `listen, ${size} URIs`)];
     if (engine.unavailableReason !== undefined) {
       for (const name of phaseNames) rows.push(notRun(SCENARIO, engine.name, `${name}: ops/s`, "/s", `≥ ${OPS_TARGET}× raw`, engine.unavailableReason));
       continue;
@@ -89,14 +95,14 @@ export async function runSubscribeCost(ctx: BenchContext): Promise<ScenarioResul
       await settled(upstream);
       const last = phases.at(-1);
       if (last !== undefined) last.upstreamCalls = (await upstream()) - phases.reduce((n, p) => n + p.upstreamCalls, 0) + last.upstreamCalls;
-      for (const size of [10, 100]) {
-        phases.push(await phase(`listen, ${size} URIs`, `listen-${size}`, { method: "subscriptions/listen", perWorker: listenLists(size), urls: path.deployment.urls }));
+      for (const size of LISTEN_SIZES) {
+        phases.push({ ...(await phase(`listen, ${size} URIs`, `listen-${size}`, { method: "subscriptions/listen", perWorker: listenLists(size), urls: path.deployment.urls })), listenSize: size });
       }
     } finally {
       await path.stop();
     }
     for (const phase of phases) {
-      const baseline = baselineOf(phase.name);
+      const baseline = baselineOf(phase);
       table.push(phaseRow(engine.name, phase));
       const opsRatio = ratio(phase.opsPerSec, baseline.opsPerSec);
       const p99Ratio = ratio(phase.p99Ms, baseline.p99Ms);
@@ -117,7 +123,7 @@ export async function runSubscribeCost(ctx: BenchContext): Promise<ScenarioResul
       "Upstream calls are the resources/subscribe and resources/unsubscribe requests the bench backend received during the phase (the last-unsubscribe releases are counted after the release grace, 1 s in the bench config). " +
       `Listen phases: ${workers} workers each open ${listens} modern subscriptions/listen streams in a row, timed until the acknowledgement, then close them; their URIs are held by the legacy sessions already (no upstream call). ` +
       `Baselines, measured first in the same run: for subscribe and unsubscribe, ${workers} workers POSTing the same JSON-RPC requests to a plain Node HTTP server that answers {} (the floor of a request/response on this machine); ` +
-      "for listens, the same workers opening an SSE stream on the plain server (GET, timed until its headers) and closing it (the floor of opening a stream). " +
+      "for listens, the same workers sending the same subscriptions/listen requests (same URIs) to the plain server, which reads the JSON body, adds the stream to a set per URI and answers with an SSE stream whose first event acknowledges them all, timed until that acknowledgement, then closing it (the floor of opening a stream for that request; until 2026-11-26 the listen baseline was a bare GET stream of one key, whatever the request's size). " +
       `Redis engine: ${ctx.redis.description}; the workers' sessions spread over both brokers.`,
     rows,
     details: [
