@@ -27,6 +27,9 @@ export interface NotificationWriter {
   prime?(eventId: string): void;
 }
 
+/** How often at most a session's record gets its last-seen time written (ms). */
+const LAST_SEEN_RESOLUTION_MS = 1_000;
+
 /** The first protocol revision whose clients take an SSE event with empty data (SEP-1699 priming events). */
 const PRIMING_SINCE = "2025-11-25";
 
@@ -212,9 +215,17 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
    * renewed too.
    */
   touch(): void {
-    this.lastActive = this.env.now();
+    const now = this.env.now();
+    this.lastActive = now;
+    // The record's last-seen time (what the console shows) to the second: a write per request
+    // was a Redis command per request.
+    if (now - this.lastRecorded < LAST_SEEN_RESOLUTION_MS) return;
+    this.lastRecorded = now;
     this.env.touched(this);
   }
+
+  /** When its record's last-seen time was last written (the host clock's ms). */
+  private lastRecorded = -Infinity;
 
   close(reason: string): void {
     this.stream?.close();

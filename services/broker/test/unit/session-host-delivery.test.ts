@@ -12,13 +12,14 @@ function host(registry = new MemoryRegistry(), released: string[] = [], clock: C
   const bus = new MemoryBus();
   const catalog = new Catalog([{ id: "b", prefix: true }]);
   const fanout = new Fanout({ bus, clock: systemClock, logger: pino({ level: "silent" }), names: catalog, releaseGraceMs: 0 });
+  const store = new MemorySessionStore(systemClock);
   const sessions = new SessionHost({
     catalog,
     subscriptionTarget: (uri) => ({ backendId: "b", uri: uri.slice("b+".length) }),
     registry,
     upstream: { ensure: async () => undefined, release: (_backendId, uri) => void released.push(uri) },
     fanout,
-    sessions: new MemorySessionStore(systemClock),
+    sessions: store,
     bus,
     instanceId: "me",
     clock,
@@ -33,7 +34,7 @@ function host(registry = new MemoryRegistry(), released: string[] = [], clock: C
   bus.onMessage((channel, message) => {
     if (message.kind === "resource.updated") fanout.receive(channel, message);
   });
-  return { bus, sessions, fanout };
+  return { bus, sessions, fanout, store };
 }
 
 function writer(): NotificationWriter & { uris: string[] } {
@@ -188,6 +189,24 @@ describe("session host: the idle timeout of a legacy session", () => {
     expect(busy.closed).toBe(false); // the timer ran out, found the request and armed again
     clock.increment(59_999);
     expect(busy.closed).toBe(true);
+    sessions.close();
+  });
+
+  it("writes the record's last-seen time at most once a second, however many requests come", async () => {
+    const { clock, hostClock } = simulated();
+    clock.set(10_000);
+    const { sessions, store } = host(new MemoryRegistry(), [], hostClock);
+    const session = await sessions.createLegacySession("p");
+    const lastSeen = async () => (await store.get({ principal: "p", sessionId: session.id }))?.lastSeen;
+    session.touch();
+    expect(await lastSeen()).toBe(10_000);
+    clock.increment(600);
+    session.touch();
+    expect(await lastSeen()).toBe(10_000);
+    expect(session.lastActive).toBe(10_600);
+    clock.increment(400);
+    session.touch();
+    expect(await lastSeen()).toBe(11_000);
     sessions.close();
   });
 
