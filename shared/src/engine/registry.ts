@@ -23,7 +23,12 @@ export interface SubscriptionLimits {
 }
 
 export type AddOutcome =
-  | { status: "added"; first: boolean }
+  /**
+   * `watched`: not the first, and the cluster's watcher has the resource watched upstream already
+   * (it marked it so, and nobody released it since: see `markWatched`): the subscribe need not
+   * ask the watcher. Only engines whose watcher may be another member set it.
+   */
+  | { status: "added"; first: boolean; watched?: boolean }
   | { status: "exists" }
   /** The session is held at another epoch than the ref's, or ended (see `SubscriptionRef.epoch`). */
   | { status: "moved" }
@@ -50,6 +55,18 @@ export interface SubscriptionRegistry {
   /** URIs of a backend with at least one subscriber (the desired upstream set). */
   wanted(backendId: string): Promise<string[]>;
   count(backendId: string, uri: string): Promise<number>;
+  /**
+   * Whether nobody wants (backend, uri) any more (its watcher may unwatch it upstream). When so,
+   * in one step with that check, the mark that it is watched goes (see `AddOutcome.watched`):
+   * from then on the next subscribe is the first again, and asks the watcher.
+   */
+  unwatch(backendId: string, uri: string): Promise<boolean>;
+  /**
+   * The watcher has (backend, uri) watched upstream (it just watched it, or answered another
+   * member's ask for it): later subscribes need not ask (see `AddOutcome.watched`). The first
+   * subscribe after it removes the mark again: the watcher, asked, marks it again.
+   */
+  markWatched(backendId: string, uri: string): Promise<void>;
   /**
    * This process is alive for `ttlMs` more. Returns false when it had been presumed dead (its last
    * heartbeat expired): its subscriptions may have been reaped, so its sessions must end.

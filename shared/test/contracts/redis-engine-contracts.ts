@@ -1,4 +1,4 @@
-import { expect, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import type { RedisEngine } from "../../src/engine/redis/redis-engine.js";
 import type { BullJobQueueOptions } from "../../src/engine/redis/bullmq-job-queue.js";
 import type { JobQueue } from "../../src/engine/jobs.js";
@@ -36,6 +36,40 @@ export function redisEngineContracts(name: string, members: (n: number) => Promi
     return { log: a!.updates, bus: b!.bus, store: a!.catalog };
   });
   leasesContract(name, async () => ({ leases: (await members(1))[0]!.leases, elapse }));
+  describe(`Watch marks: ${name}`, () => {
+    const limits = { perSession: 10, perPrincipal: 10, total: 10 };
+    const ref = (sessionId: string) => ({ principal: "p", sessionId, backendId: "b", uri: "u" });
+
+    it("tells a subscribe that is not the first when the watcher marked the resource watched, until a release finds nobody subscribed", async () => {
+      const [a, b] = await members(2);
+      const [registry, watcher] = [a!.registry, b!.registry];
+      expect(await registry.add(ref("s1"), limits)).toEqual({ status: "added", first: true });
+      // Not marked yet (the first subscriber's watch is on its way): the watcher is to be asked.
+      expect(await registry.add(ref("s2"), limits)).toEqual({ status: "added", first: false });
+      await watcher.markWatched("b", "u");
+      expect(await registry.add(ref("s3"), limits)).toEqual({ status: "added", first: false, watched: true });
+      // Subscribed still: the release check keeps the watch, and the mark.
+      await registry.remove(ref("s1"));
+      await registry.remove(ref("s2"));
+      expect(await watcher.unwatch("b", "u")).toBe(false);
+      expect(await registry.add(ref("s4"), limits)).toEqual({ status: "added", first: false, watched: true });
+      await registry.remove(ref("s3"));
+      expect(await registry.remove(ref("s4"))).toEqual({ removed: true, last: true });
+      expect(await watcher.unwatch("b", "u")).toBe(true);
+      // Released: the next subscribe is the first, and the one after it finds no mark.
+      expect(await registry.add(ref("s5"), limits)).toEqual({ status: "added", first: true });
+      expect(await registry.add(ref("s6"), limits)).toEqual({ status: "added", first: false });
+    });
+
+    it("has the first subscribe remove a mark left over, so the one after it asks the watcher too", async () => {
+      const [engine] = await members(1);
+      await engine!.registry.markWatched("b", "u"); // a watch marked, then released while no watcher ran
+      expect(await engine!.registry.add(ref("s1"), limits)).toEqual({ status: "added", first: true });
+      expect(await engine!.registry.add(ref("s2"), limits)).toEqual({ status: "added", first: false });
+      await engine!.registry.markWatched("b", "u"); // the watcher, asked by s1, watches it
+      expect(await engine!.registry.add(ref("s3"), limits)).toEqual({ status: "added", first: false, watched: true });
+    });
+  });
   jobQueueContract(`${name} (BullMQ)`, {
     make: jobQueue,
     until: (predicate, what) => vi.waitFor(async () => expect(await predicate(), what).toBe(true), { timeout: 15_000, interval: 20 }),

@@ -51,7 +51,8 @@ export interface FlowSteps {
 
 /**
  * One subscribe, as an orchestration: validate the URI → reserve against the limits → ensure the
- * upstream subscription → done. A failure after the reservation releases it again, so a failed
+ * upstream subscription (unless the registry says another member's watcher has it watched
+ * already: a bus round trip to the watcher saved) → done. A failure after the reservation releases it again, so a failed
  * subscribe leaves no trace. `stopped` says whether whoever asked has ended meanwhile (its session
  * closed, or left this member, or its listen stream closed): a reservation made after that is
  * released here, since that session's own release may have run before it landed (one refused as
@@ -88,6 +89,8 @@ export async function runSubscriptionFlow(steps: FlowSteps, input: FlowInput, st
     case "added":
       break;
   }
+  // Not the first, and its watcher has it watched upstream already (see AddOutcome.watched).
+  if (outcome.watched === true) return { ok: true, target, added: true };
   if (stopped()) {
     await steps.release(ref).catch(() => undefined);
     return { ok: false, error: new BrokerError("BAD_PARAMS", "The session or stream ended while this subscription was being made.", { uri: input.uri }) };

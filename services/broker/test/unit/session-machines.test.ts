@@ -127,6 +127,17 @@ describe("legacy session actor", () => {
     expect(events.filter((e) => e.type === "interest.remove").map((e) => "uri" in e && e.uri)).toEqual(["__proto__"]);
   });
 
+  it("does not ask for the upstream subscription when the registry says the watcher has it watched already", async () => {
+    const w = world();
+    const watched: FlowSteps = { ...w.steps, reserve: async (ref) => (w.calls.push(`reserve ${ref.uri}`), { status: "added", first: false, watched: true }) };
+    const output = await runSubscriptionFlow(watched, { principal: "p", sessionId: "s1", uri: "u1" }, () => false);
+    expect(output).toEqual({ ok: true, target: { backendId: "b", uri: "u1" }, added: true });
+    expect(w.calls).toEqual(["validate u1", "reserve u1"]);
+    const first = await runSubscriptionFlow(w.steps, { principal: "p", sessionId: "s1", uri: "u2" }, () => false);
+    expect(first.ok).toBe(true);
+    expect(w.calls.slice(2)).toEqual(["validate u2", "reserve u2", "ensure u2"]);
+  });
+
   it("rolls the reservation back when the upstream subscription fails", async () => {
     const w = world({ upstreamFails: true });
     const { actor, events } = start(w);

@@ -261,6 +261,8 @@ export class BackendWatchers implements UpstreamPort {
         const known = failure instanceof BrokerError ? failure : new BrokerError("INTERNAL", (failure as Error).message);
         error = { code: known.code, message: known.message, ...(known.data !== undefined && { data: known.data }) };
       }
+      // Watched: later subscribes elsewhere need not ask (the first one after a release removed the mark).
+      if (error === undefined) this.deps.local.markWatched(message.backendId, message.uri);
     }
     await this.deps.bus
       .publish(message.replyTo, { kind: "watch.result", v: 1, origin: this.deps.instanceId, id: message.id, ...(error !== undefined && { error }) })

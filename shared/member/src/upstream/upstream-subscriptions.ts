@@ -469,6 +469,7 @@ export class UpstreamSubscriptions implements UpstreamPort {
     slot.watch = watch;
     // Updates from here on are stamped for resumption; what came before this watch is unknown.
     void this.deps.updates.watched(slot.backendId, slot.uri).catch((error: unknown) => this.deps.logger.warn({ backend: slot.backendId, uri: slot.uri, err: (error as Error).message }, "cannot stamp the watch's start"));
+    this.markWatched(slot.backendId, slot.uri);
     this.retries.get(slot.backendId)?.uris.delete(slot.uri);
     this.deps.logger.debug({ backend: slot.backendId, uri: slot.uri, mode }, "upstream subscription established");
     // Nobody may want it by now (its holder left during the subscribe, or a re-subscribe read a stale
@@ -479,7 +480,9 @@ export class UpstreamSubscriptions implements UpstreamPort {
   private async unwatchIfUnwanted(slot: Slot): Promise<void> {
     const watch = slot.watch;
     if (watch === undefined) return;
-    if ((await this.deps.registry.count(slot.backendId, slot.uri)) > 0) return;
+    // Removes the mark that it is watched in one step with finding nobody subscribed: a subscribe
+    // from then on is the first again, and asks for a watch (which waits for this unwatch).
+    if (!(await this.deps.registry.unwatch(slot.backendId, slot.uri))) return;
     // A disconnect in the meantime cleared it already.
     if (slot.watch !== watch) return;
     slot.watch = undefined;
@@ -495,6 +498,15 @@ export class UpstreamSubscriptions implements UpstreamPort {
     } else if (watch.mode === "listen") {
       backend.unwatchListen(slot.uri);
     }
+  }
+
+  /**
+   * Tells the cluster that (backend, uri) is watched upstream, so that later subscribes on other
+   * members need not ask (see `AddOutcome.watched`). Sent before any release of it can be (on the
+   * same connection, in order): the release check, which removes it, lands after it.
+   */
+  markWatched(backendId: string, uri: string): void {
+    this.deps.registry.markWatched(backendId, uri).catch((error: unknown) => this.deps.logger.debug({ backend: backendId, uri, err: (error as Error).message }, "cannot mark the watch (later subscribes ask the watcher)"));
   }
 
   /** The registry count, or -1 when it cannot be read (then the watch is kept: a leak beats a loss). */

@@ -5,22 +5,25 @@ import { BackendWatchers } from "../../src/upstream/backend-watchers.js";
 import type { UpstreamSubscriptions } from "../../src/upstream/upstream-subscriptions.js";
 
 /** The watcher role of one member, recording what it is asked to watch. */
-function localRole(): UpstreamSubscriptions & { ensured: string[]; relinquished: string[]; connected: string[] } {
+function localRole(): UpstreamSubscriptions & { ensured: string[]; marked: string[]; relinquished: string[]; connected: string[] } {
   const ensured: string[] = [];
+  const marked: string[] = [];
   const relinquished: string[] = [];
   const connected: string[] = [];
   return {
     ensured,
+    marked,
     relinquished,
     connected,
     ensure: async (_backendId: string, uri: string) => void ensured.push(uri),
+    markWatched: (_backendId: string, uri: string) => void marked.push(uri),
     release: () => undefined,
     backendConnected: async ({ id }: { id: string }) => void connected.push(id),
     backendDisconnected: () => undefined,
     relinquish: (id: string) => void relinquished.push(id),
     reconcile: async () => undefined,
     updatesMissed: () => undefined,
-  } as unknown as UpstreamSubscriptions & { ensured: string[]; relinquished: string[]; connected: string[] };
+  } as unknown as UpstreamSubscriptions & { ensured: string[]; marked: string[]; relinquished: string[]; connected: string[] };
 }
 
 function member(hub: MemoryBusHub, leases: Leases, instanceId: string, connected: boolean, timing = { leaseTtlMs: 60_000, watcherTimeoutMs: 2_000 }) {
@@ -75,6 +78,8 @@ describe("backend watchers across members", () => {
     await asking.watchers.ensure("x", "u://1");
     expect(lookups.count).toBe(2);
     expect(holder.local.ensured).toEqual(["u://1"]);
+    // Watched for another member: marked, so that later subscribes need not ask.
+    expect(holder.local.marked).toEqual(["u://1"]);
     expect(stale.local.ensured).toEqual([]);
     expect(await leases.holder(watcherLease("x"))).toBe("holder");
     await Promise.all([stale.watchers.close(), holder.watchers.close(), asking.watchers.close()]);

@@ -226,6 +226,37 @@ describe("upstream subscriptions", () => {
     expect(upstream.watched("b")).toEqual(["u://a"]);
   });
 
+  it("marks a resource watched once its subscribe succeeded, and unwatches only when the registry's release check finds nobody subscribed", async () => {
+    const { registry, backend, upstream, ref } = world();
+    const marked: string[] = [];
+    const checked: string[] = [];
+    registry.markWatched = async (_backendId, uri) => void marked.push(uri);
+    const unwatch = registry.unwatch.bind(registry);
+    registry.unwatch = async (backendId, uri) => (checked.push(uri), unwatch(backendId, uri));
+    await registry.add(ref("u://a", "s1"), limits);
+    backend.holding.add("resources/subscribe");
+    const ensured = track(upstream.ensure("b", "u://a"));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(marked).toEqual([]); // not before the backend answered
+    backend.held.shift()?.resolve();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(ensured.state).toBe("resolved");
+    expect(marked).toEqual(["u://a"]);
+    // Released while someone subscribed again in its grace period: the check keeps the watch.
+    await registry.add(ref("u://a", "s2"), limits);
+    upstream.release("b", "u://a");
+    await vi.advanceTimersByTimeAsync(GRACE_MS);
+    expect(checked).toEqual(["u://a"]);
+    expect(upstream.watched("b")).toEqual(["u://a"]);
+    await registry.remove(ref("u://a", "s1"));
+    await registry.remove(ref("u://a", "s2"));
+    upstream.release("b", "u://a");
+    await vi.advanceTimersByTimeAsync(GRACE_MS);
+    expect(checked).toEqual(["u://a", "u://a"]);
+    expect(upstream.watched("b")).toEqual([]);
+    expect(backend.calls).toEqual(["resources/subscribe u://a", "resources/unsubscribe u://a"]);
+  });
+
   it("shares one subscribe among concurrent ensures, and a release cancelled in its grace period sends nothing", async () => {
     const { registry, backend, upstream, ref } = world();
     await registry.add(ref("u://a", "s1"), limits);

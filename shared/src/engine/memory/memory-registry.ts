@@ -47,6 +47,13 @@ export class MemoryRegistry implements SubscriptionRegistry {
     return { removed: true, last: count === 0 };
   }
 
+  /** One process: its watcher is local, and nothing is marked (see `AddOutcome.watched`). */
+  async unwatch(backendId: string, uri: string): Promise<boolean> {
+    return !this.refcounts.has(backendId + SEP + uri);
+  }
+
+  async markWatched(_backendId: string, _uri: string): Promise<void> {}
+
   async ofSession(principal: string, sessionId: string): Promise<SubscriptionRef[]> {
     return [...(this.sessions.get(principal + SEP + sessionId)?.keys() ?? [])].map((key) => refOf(principal, sessionId, key));
   }

@@ -79,6 +79,16 @@ export class RedisKeys {
     return `${this.prefix}refs:${backendId}`;
   }
 
+  /**
+   * Hash of one backend's watch marks: uri → 1 while its watcher watches it upstream (set by the
+   * watcher; removed by the first subscriber's add, and by the release check that finds nobody
+   * subscribed, in one step with it). A subscribe that is not the first and finds the mark skips
+   * asking the watcher.
+   */
+  watchMarks(backendId: string): string {
+    return `${this.prefix}watching:${backendId}`;
+  }
+
   /** Hash of one legacy session's record (see `SessionStore`), under its principal. */
   sessionRecord(principal: string, sessionId: string): string {
     return `${this.prefix}session:${encodeURIComponent(principal)}:${encodeURIComponent(sessionId)}`;
@@ -123,7 +133,7 @@ export class RedisKeys {
     return `${this.prefix}catalog:${backendId}:${kind}`;
   }
 
-  /** Hash of one backend's update stamps: `u<key>` its last update's position, `s<key>` its watch's start. */
+  /** Hash of one backend's update stamps: `u<key>` its last update's position, `t<key>` its time, `s<key>` its watch's start. */
   stamps(backendId: string): string {
     return `${this.prefix}stamps:${backendId}`;
   }

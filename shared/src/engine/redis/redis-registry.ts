@@ -8,13 +8,16 @@ const SEP = "\u0000";
 
 /**
  * KEYS: session holdings, principal counts, total, backend refcounts, the instance's session set,
- * the principal's session index, the set of principals, the session's record.
+ * the principal's session index, the set of principals, the session's record, the backend's
+ * watch marks (see `markWatched`).
  * ARGV: member, principal, uri, perSession, perPrincipal, total, session (for the instance's set),
  * the session holdings' key (for the principal's index), the epoch fence ('' for none).
  * A session's holdings are a sorted set scored by when each was added (Redis's clock, µs), so the
  * newest can be found when limits are lowered.
- * Returns {0} exists, {1, first} added, {2, which, max} limit (which: 1 session, 2 principal, 3
- * global), {3} moved (the record names another epoch, or is gone).
+ * Returns {0} exists, {1, first, watched} added, {2, which, max} limit (which: 1 session, 2
+ * principal, 3 global), {3} moved (the record names another epoch, or is gone). The first
+ * subscriber removes any mark left over (a watch released while no watcher ran, or one still in
+ * its release grace): it asks the watcher, which marks it again.
  */
 const ADD = `
 if ARGV[9] ~= '' and redis.call('HGET', KEYS[8], 'epoch') ~= ARGV[9] then return {3} end
@@ -33,8 +36,18 @@ redis.call('SADD', KEYS[7], ARGV[2])
 redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
 redis.call('INCR', KEYS[3])
 local count = redis.call('HINCRBY', KEYS[4], ARGV[3], 1)
-if count == 1 then return {1, 1} end
-return {1, 0}
+if count == 1 then
+  redis.call('HDEL', KEYS[9], ARGV[3])
+  return {1, 1, 0}
+end
+return {1, 0, redis.call('HEXISTS', KEYS[9], ARGV[3])}
+`;
+
+/** KEYS: backend refcounts, the backend's watch marks. ARGV: uri. Nobody wants it: its mark goes, and 1 is returned; else 0. */
+const UNWATCH = `
+if tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') > 0 then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+return 1
 `;
 
 /**
@@ -113,10 +126,11 @@ return {stored, sum, largest}
 const LIMITS = ["session", "principal", "global"] as const;
 
 
-type Keys = [string, string, string, string, string, string, string, string];
+type Keys = [string, string, string, string, string, string, string, string, string];
 type RegistryCommands = {
   registryAdd(...args: [...Keys, ...(string | number)[]]): Promise<number[]>;
   registryRemove(...args: [...Keys, ...(string | number)[]]): Promise<number[]>;
+  registryUnwatch(refcounts: string, marks: string, uri: string): Promise<number>;
   registryHeartbeat(heartbeat: string, instances: string, instanceId: string, ttlMs: number): Promise<number>;
   registryAuditPrincipal(index: string, counts: string, principals: string, principal: string): Promise<number[]>;
   registryAuditTotal(counts: string, total: string): Promise<number[]>;
@@ -137,8 +151,9 @@ export class RedisRegistry implements SubscriptionRegistry {
     private readonly keys: RedisKeys,
     private readonly instanceId: string,
   ) {
-    redis.defineCommand("registryAdd", { numberOfKeys: 8, lua: ADD });
-    redis.defineCommand("registryRemove", { numberOfKeys: 8, lua: REMOVE });
+    redis.defineCommand("registryAdd", { numberOfKeys: 9, lua: ADD });
+    redis.defineCommand("registryRemove", { numberOfKeys: 9, lua: REMOVE });
+    redis.defineCommand("registryUnwatch", { numberOfKeys: 2, lua: UNWATCH });
     redis.defineCommand("registryHeartbeat", { numberOfKeys: 2, lua: HEARTBEAT });
     redis.defineCommand("registryAuditPrincipal", { numberOfKeys: 3, lua: AUDIT_PRINCIPAL });
     redis.defineCommand("registryAuditTotal", { numberOfKeys: 2, lua: AUDIT_TOTAL });
@@ -160,7 +175,7 @@ export class RedisRegistry implements SubscriptionRegistry {
     ));
     if (status === 0) return { status: "exists" };
     if (status === 3) return { status: "moved" };
-    if (status === 1) return { status: "added", first: a === 1 };
+    if (status === 1) return { status: "added", first: a === 1, ...(b === 1 && { watched: true }) };
     return { status: "limit", limit: LIMITS[a - 1] ?? "global", max: b };
   }
 
@@ -266,6 +281,14 @@ export class RedisRegistry implements SubscriptionRegistry {
     return Number((await this.redis.hget(this.keys.refcounts(backendId), uri)) ?? 0);
   }
 
+  async unwatch(backendId: string, uri: string): Promise<boolean> {
+    return (await unavailable(this.redis.registryUnwatch(this.keys.refcounts(backendId), this.keys.watchMarks(backendId), uri))) === 1;
+  }
+
+  async markWatched(backendId: string, uri: string): Promise<void> {
+    await unavailable(this.redis.hset(this.keys.watchMarks(backendId), uri, "1"));
+  }
+
   /** The connection belongs to whoever made it (see `RedisEngine`). */
   async close(): Promise<void> {}
 
@@ -279,6 +302,7 @@ export class RedisRegistry implements SubscriptionRegistry {
       this.keys.principalSessions(ref.principal),
       this.keys.principals(),
       this.keys.sessionRecord(ref.principal, ref.sessionId),
+      this.keys.watchMarks(ref.backendId),
     ];
   }
 }
