@@ -49,7 +49,15 @@ export interface RemoveOutcome {
  */
 export interface SubscriptionRegistry {
   add(ref: SubscriptionRef, limits: SubscriptionLimits): Promise<AddOutcome>;
+  /**
+   * `add` for each of `refs`, all of one session (principal, session id and epoch), in one atomic
+   * step, in order: as many adds one after another would answer (a listen's URIs, one Redis
+   * script instead of one per URI). An empty list answers [].
+   */
+  addMany(refs: readonly SubscriptionRef[], limits: SubscriptionLimits): Promise<AddOutcome[]>;
   remove(ref: SubscriptionRef): Promise<RemoveOutcome>;
+  /** `remove` for each of `refs`, all of one session, in one atomic step (what an ended session held: one Redis script). */
+  removeMany(refs: readonly SubscriptionRef[]): Promise<RemoveOutcome[]>;
   /** Everything one session holds. */
   ofSession(principal: string, sessionId: string): Promise<SubscriptionRef[]>;
   /** URIs of a backend with at least one subscriber (the desired upstream set). */

@@ -102,6 +102,36 @@ export function registryContract(name: string, make: () => Promise<SubscriptionR
       await registry.close();
     });
 
+    it("adds several of one session in one step, in order, as adds one after another would", async () => {
+      const registry = await make();
+      await registry.add(ref("p", "other", "b"), limits);
+      expect(await registry.addMany([], limits)).toEqual([]);
+      expect(await registry.addMany([ref("p", "s1", "a"), ref("p", "s1", "a"), ref("p", "s1", "b"), ref("p", "s1", "c")], limits)).toEqual([
+        { status: "added", first: true },
+        { status: "exists" },
+        { status: "added", first: false },
+        { status: "limit", limit: "session", max: 2 },
+      ]);
+      expect(await registry.count("b", "b")).toBe(2);
+      expect((await registry.ofSession("p", "s1")).map((r) => r.uri).sort()).toEqual(["a", "b"]);
+      // The principal's and the global counts moved with them: one more for p, then the global limit.
+      expect(await registry.addMany([ref("p", "s2", "d"), ref("p", "s2", "e")], limits)).toEqual([{ status: "limit", limit: "principal", max: 3 }, { status: "limit", limit: "principal", max: 3 }]);
+      expect(await registry.addMany([ref("q", "s3", "d"), ref("q", "s3", "e")], limits)).toEqual([{ status: "added", first: true }, { status: "limit", limit: "global", max: 4 }]);
+      expect((await registry.audit()).repairs).toEqual([]);
+      // And removes them the same way: counts, last holders and the session's indexes.
+      expect(await registry.removeMany([])).toEqual([]);
+      expect(await registry.removeMany([ref("p", "s1", "a"), ref("p", "s1", "b"), ref("p", "s1", "never")])).toEqual([
+        { removed: true, last: true },
+        { removed: true, last: false },
+        { removed: false, last: false },
+      ]);
+      expect(await registry.ofSession("p", "s1")).toEqual([]);
+      expect(await registry.wanted("b")).toEqual(["b", "d"]);
+      expect((await registry.audit()).repairs).toEqual([]);
+      expect(await registry.addMany([ref("p", "s2", "d"), ref("p", "s2", "e")], limits)).toEqual([{ status: "added", first: false }, { status: "added", first: true }]);
+      await registry.close();
+    });
+
     it("holds limits exactly under concurrent adds", async () => {
       const registry = await make();
       const outcomes = await Promise.all(Array.from({ length: 20 }, (_, i) => registry.add(ref("p", "s", `u${i}`), { perSession: 5, perPrincipal: 100, total: 100 })));

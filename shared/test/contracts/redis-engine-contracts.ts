@@ -61,6 +61,22 @@ export function redisEngineContracts(name: string, members: (n: number) => Promi
       expect(await registry.add(ref("s6"), limits)).toEqual({ status: "added", first: false });
     });
 
+    it("marks the adds of several of one session the same way, and refuses them all for a session held at another epoch", async () => {
+      const [engine] = await members(1);
+      const registry = engine!.registry;
+      await registry.add(ref("s1"), limits);
+      await registry.markWatched("b", "u");
+      const other = { principal: "p", sessionId: "s2", backendId: "c", uri: "v" };
+      expect(await registry.addMany([ref("s2"), other], limits)).toEqual([{ status: "added", first: false, watched: true }, { status: "added", first: true }]);
+      await engine!.sessions.create({ sessionId: "s3", principal: "p", protocolVersion: "2025-11-25" }, "me", Date.now());
+      expect(await registry.addMany([{ ...ref("s3"), epoch: 2 }, { ...other, sessionId: "s3", epoch: 2 }], limits)).toEqual([{ status: "moved" }, { status: "moved" }]);
+      expect(await registry.ofSession("p", "s3")).toEqual([]);
+      // Removes are fenced the same way: what the session holds stays with its holder.
+      expect(await registry.addMany([{ ...ref("s3"), epoch: 1 }], limits)).toEqual([{ status: "added", first: false, watched: true }]);
+      expect(await registry.removeMany([{ ...ref("s3"), epoch: 2 }])).toEqual([{ removed: false, last: false, moved: true }]);
+      expect(await registry.removeMany([{ ...ref("s3"), epoch: 1 }])).toEqual([{ removed: true, last: false }]);
+    });
+
     it("has the first subscribe remove a mark left over, so the one after it asks the watcher too", async () => {
       const [engine] = await members(1);
       await engine!.registry.markWatched("b", "u"); // a watch marked, then released while no watcher ran

@@ -161,6 +161,11 @@ export class SessionHost {
         if (outcome.status === "moved") this.stale(ref);
         return outcome;
       },
+      reserveMany: async (refs) => {
+        const outcomes = await deps.registry.addMany(refs, deps.limits);
+        if (refs[0] !== undefined && outcomes[0]?.status === "moved") this.stale(refs[0]);
+        return outcomes;
+      },
       ensureUpstream: (target) => deps.upstream.ensure(target.backendId, target.uri),
       release: (ref) => this.release(ref),
     };
@@ -728,7 +733,13 @@ export class SessionHost {
   private releaseAll(principal: string, sessionId: string): Promise<void> {
     const run = (async () => {
       try {
-        for (const ref of await this.deps.registry.ofSession(principal, sessionId)) await this.release(ref);
+        // In one step of the registry (one Redis script), however many it held.
+        const refs = await this.deps.registry.ofSession(principal, sessionId);
+        const outcomes = await this.deps.registry.removeMany(refs);
+        outcomes.forEach((outcome, i) => {
+          const ref = refs[i] as SubscriptionRef;
+          if (outcome.last) this.deps.upstream.release(ref.backendId, ref.uri);
+        });
         this.unreleased.delete(`${principal}\u0000${sessionId}`);
       } catch (error) {
         this.unreleased.set(`${principal}\u0000${sessionId}`, { principal, sessionId });

@@ -1,5 +1,5 @@
-import { BrokerError } from "@mcp-broker/shared";
-import { limitError, runSubscriptionFlow, type FlowOutput, type FlowSteps, type SubscriptionTarget } from "./subscription-flow.js";
+import { BrokerError, type AddOutcome, type SubscriptionRef } from "@mcp-broker/shared";
+import { asBrokerError, completeSubscription, limitError, type FlowOutput, type FlowSteps, type SubscriptionTarget } from "./subscription-flow.js";
 
 export interface SubscribeManyInput {
   principal: string;
@@ -15,39 +15,57 @@ export interface SubscribeManyOutput {
 }
 
 export interface SubscribeManyOptions {
-  /** Subscription flows running at once. */
+  /** Upstream subscriptions ensured at once. */
   concurrency: number;
   /** URIs past this many are refused with the session limit without trying (a new session holds nothing). */
   maxPerSession: number;
-  /** Stops starting new flows (those running finish). */
+  /** Stops starting anything new (what runs finishes; what was reserved and not completed is the caller's to release). */
   signal?: AbortSignal;
 }
 
-/** Flows between yields to the event loop, so one huge request cannot starve everyone else. */
-const YIELD_EVERY = 64;
+/** URIs validated, and subscriptions completed, between yields to the event loop, so one huge request cannot starve everyone else. */
+const YIELD_EVERY = 512;
 
 /**
- * Runs one subscription flow (runSubscriptionFlow) per URI, `concurrency` at a time, for a new session (a listen
- * stream). Never rejects: each URI ends up honored or refused with its error.
+ * Subscribes a new session (a listen stream) to each URI: every URI validated, then all of them
+ * reserved in one step of the registry (one Redis script however many URIs, in request order, so
+ * the limits refuse the last ones), then the upstream subscriptions ensured, `concurrency` at a
+ * time, as `runSubscriptionFlow` does for one. Never rejects: each URI ends up honored or refused
+ * with its error.
  */
-export async function subscribeMany(
-  steps: FlowSteps,
-  input: SubscribeManyInput,
-  options: SubscribeManyOptions,
-): Promise<SubscribeManyOutput> {
+export async function subscribeMany(steps: FlowSteps, input: SubscribeManyInput, options: SubscribeManyOptions): Promise<SubscribeManyOutput> {
   const outcomes: (FlowOutput | undefined)[] = new Array<FlowOutput | undefined>(input.uris.length);
   const tried = Math.min(input.uris.length, options.maxPerSession);
+  const stopped = (): boolean => options.signal?.aborted === true;
+  const valid: { index: number; target: SubscriptionTarget; ref: SubscriptionRef }[] = [];
+  for (let index = 0; index < tried && !stopped(); index++) {
+    try {
+      const target = steps.validate(input.uris[index] as string);
+      valid.push({ index, target, ref: steps.fence({ principal: input.principal, sessionId: input.sessionId, backendId: target.backendId, uri: target.uri }) });
+    } catch (error) {
+      outcomes[index] = { ok: false, error: asBrokerError(error) };
+    }
+    if (index % YIELD_EVERY === YIELD_EVERY - 1) await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  let reserved: AddOutcome[] = [];
+  if (!stopped() && valid.length > 0) {
+    try {
+      reserved = await steps.reserveMany(valid.map(({ ref }) => ref));
+    } catch (error) {
+      for (const { index } of valid) outcomes[index] = { ok: false, error: asBrokerError(error) };
+    }
+  }
   let next = 0;
-  let started = 0;
+  let done = 0;
   const worker = async (): Promise<void> => {
-    while (next < tried && options.signal?.aborted !== true) {
-      const index = next++;
-      const uri = input.uris[index] as string;
-      outcomes[index] = await runSubscriptionFlow(steps, { principal: input.principal, sessionId: input.sessionId, uri }, () => options.signal?.aborted === true);
-      if (++started % YIELD_EVERY === 0) await new Promise<void>((resolve) => setImmediate(resolve));
+    while (next < reserved.length && !stopped()) {
+      const k = next++;
+      const { index, target, ref } = valid[k] as (typeof valid)[number];
+      outcomes[index] = await completeSubscription(steps, ref, target, input.uris[index] as string, reserved[k] as AddOutcome, stopped);
+      if (++done % YIELD_EVERY === 0) await new Promise<void>((resolve) => setImmediate(resolve));
     }
   };
-  await Promise.all(Array.from({ length: Math.min(options.concurrency, tried) }, worker));
+  await Promise.all(Array.from({ length: Math.min(options.concurrency, reserved.length) }, worker));
   const output: SubscribeManyOutput = { honored: [], refused: [] };
   input.uris.forEach((uri, index) => {
     const outcome = outcomes[index];

@@ -14,10 +14,6 @@ export interface FlowInput {
 
 export type FlowOutput = { ok: true; target: SubscriptionTarget; added: boolean } | { ok: false; error: BrokerError };
 
-function asBrokerError(error: unknown): BrokerError {
-  return error instanceof BrokerError ? error : new BrokerError("INTERNAL", error instanceof Error ? error.message : String(error), undefined, { cause: error });
-}
-
 /** The error for a subscription over a limit (documented: -32010 with data.limit and data.max). */
 export function limitError(limit: "session" | "principal" | "global", max: number, uri: string): BrokerError {
   return new BrokerError(
@@ -43,6 +39,8 @@ export interface FlowSteps {
   fence(ref: SubscriptionRef): SubscriptionRef;
   /** Reserves the subscription against the limits, atomically. */
   reserve(ref: SubscriptionRef): Promise<AddOutcome>;
+  /** `reserve` for several refs of one session, in one atomic step, in order. */
+  reserveMany(refs: readonly SubscriptionRef[]): Promise<AddOutcome[]>;
   /** Makes sure the backend resource is subscribed upstream for the cluster. */
   ensureUpstream(target: SubscriptionTarget): Promise<void>;
   /** Releases a reservation (the rollback of a failed subscribe). */
@@ -77,9 +75,18 @@ export async function runSubscriptionFlow(steps: FlowSteps, input: FlowInput, st
   } catch (error) {
     return { ok: false, error: asBrokerError(error) };
   }
+  return completeSubscription(steps, ref, target, input.uri, outcome, stopped);
+}
+
+/**
+ * The rest of a subscribe once its reservation is answered: a refusal is the output; a new
+ * reservation is released again if whoever asked has stopped meanwhile, else its upstream
+ * subscription is ensured (released when that fails). Never rejects.
+ */
+export async function completeSubscription(steps: FlowSteps, ref: SubscriptionRef, target: SubscriptionTarget, uri: string, outcome: AddOutcome, stopped: () => boolean): Promise<FlowOutput> {
   switch (outcome.status) {
     case "limit":
-      return { ok: false, error: limitError(outcome.limit, outcome.max, input.uri) };
+      return { ok: false, error: limitError(outcome.limit, outcome.max, uri) };
     // Another member took the session over meanwhile: its holder is to be asked.
     case "moved":
       return { ok: false, error: movedError() };
@@ -89,12 +96,12 @@ export async function runSubscriptionFlow(steps: FlowSteps, input: FlowInput, st
     case "added":
       break;
   }
-  // Not the first, and its watcher has it watched upstream already (see AddOutcome.watched).
-  if (outcome.watched === true) return { ok: true, target, added: true };
   if (stopped()) {
     await steps.release(ref).catch(() => undefined);
-    return { ok: false, error: new BrokerError("BAD_PARAMS", "The session or stream ended while this subscription was being made.", { uri: input.uri }) };
+    return { ok: false, error: new BrokerError("BAD_PARAMS", "The session or stream ended while this subscription was being made.", { uri }) };
   }
+  // Not the first, and its watcher has it watched upstream already (see AddOutcome.watched).
+  if (outcome.watched === true) return { ok: true, target, added: true };
   try {
     await steps.ensureUpstream(target);
   } catch (error) {
@@ -102,4 +109,8 @@ export async function runSubscriptionFlow(steps: FlowSteps, input: FlowInput, st
     return { ok: false, error: asBrokerError(error) };
   }
   return { ok: true, target, added: true };
+}
+
+export function asBrokerError(error: unknown): BrokerError {
+  return error instanceof BrokerError ? error : new BrokerError("INTERNAL", error instanceof Error ? error.message : String(error), undefined, { cause: error });
 }

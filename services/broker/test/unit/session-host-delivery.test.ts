@@ -119,6 +119,12 @@ class SlowRegistry extends MemoryRegistry {
     await new Promise<void>((resolve) => this.gates.push(resolve));
     return super.add(ref, limits);
   }
+  override async addMany(refs: readonly SubscriptionRef[], limits: SubscriptionLimits): Promise<AddOutcome[]> {
+    await Promise.all(refs.map(() => new Promise<void>((resolve) => this.gates.push(resolve))));
+    const outcomes: AddOutcome[] = [];
+    for (const ref of refs) outcomes.push(await super.add(ref, limits));
+    return outcomes;
+  }
   waiting(): number {
     return this.gates.length;
   }

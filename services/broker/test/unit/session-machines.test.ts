@@ -27,6 +27,12 @@ function world(options: { maxPerSession?: number; upstreamFails?: boolean; reser
       set.add(ref.uri);
       return { status: "added", first: true };
     },
+    reserveMany: async (refs) => {
+      calls.push(`reserveMany ${refs.map((ref) => ref.uri).join(" ")}`);
+      const outcomes: AddOutcome[] = [];
+      for (const ref of refs) outcomes.push(await steps.reserve(ref));
+      return outcomes;
+    },
     ensureUpstream: async (target) => {
       calls.push(`ensure ${target.uri}`);
       if (options.upstreamFails) throw new BrokerError("BACKEND_UNAVAILABLE", "down");
@@ -258,7 +264,29 @@ describe("listen actor", () => {
     expect(out.honored.map((h) => h.uri)).toEqual(["u0", "u1", "u2"]);
     expect(out.refused.map((r) => r.uri)).toEqual(uris.slice(3));
     expect(out.refused.every((r) => r.error.code === "SUBSCRIPTION_LIMIT")).toBe(true);
-    expect(w.calls.filter((c) => c.startsWith("reserve"))).toHaveLength(3);
+    // Reserved together, in one step, in request order.
+    expect(w.calls.filter((c) => c.startsWith("reserve"))).toEqual(["reserveMany u0 u1 u2", "reserve u0", "reserve u1", "reserve u2"]);
+  });
+
+  it("reserves every URI in one step, skips the upstream call for those the registry says are watched, and releases one whose upstream subscription fails", async () => {
+    const w = world({ maxPerSession: 100 });
+    const steps: FlowSteps = {
+      ...w.steps,
+      reserveMany: async (refs) => {
+        const outcomes = await w.steps.reserveMany(refs);
+        return outcomes.map((outcome, i) => (refs[i]?.uri === "watched" && outcome.status === "added" ? { ...outcome, first: false, watched: true } : outcome));
+      },
+      ensureUpstream: async (target) => {
+        w.calls.push(`ensure ${target.uri}`);
+        if (target.uri === "down") throw new BrokerError("BACKEND_UNAVAILABLE", "down");
+      },
+    };
+    const out = await subscribeMany(steps, { principal: "p", sessionId: "s", uris: ["a", "watched", "down", "bad://x", "b"] }, { concurrency: 2, maxPerSession: 100 });
+    expect(out.honored.map((h) => h.uri)).toEqual(["a", "watched", "b"]);
+    expect(out.refused.map((r) => [r.uri, r.error.code])).toEqual([["down", "BACKEND_UNAVAILABLE"], ["bad://x", "UNKNOWN_RESOURCE"]]);
+    expect(w.calls.filter((c) => c.startsWith("reserveMany"))).toEqual(["reserveMany a watched down b"]);
+    expect(w.calls.filter((c) => c.startsWith("ensure") || c.startsWith("release")).sort()).toEqual(["ensure a", "ensure b", "ensure down", "release down"]);
+    expect([...(w.held.get("s") ?? [])].sort()).toEqual(["a", "b", "watched"]);
   });
 
   it("stops starting subscriptions once aborted and reports the rest as refused", async () => {

@@ -31,6 +31,12 @@ export class MemoryRegistry implements SubscriptionRegistry {
     return { status: "added", first: count === 1 };
   }
 
+  async addMany(refs: readonly SubscriptionRef[], limits: SubscriptionLimits): Promise<AddOutcome[]> {
+    const outcomes: AddOutcome[] = [];
+    for (const ref of refs) outcomes.push(await this.add(ref, limits));
+    return outcomes;
+  }
+
   async remove(ref: SubscriptionRef): Promise<RemoveOutcome> {
     const sessionKey = ref.principal + SEP + ref.sessionId;
     const resourceKey = ref.backendId + SEP + ref.uri;
@@ -45,6 +51,12 @@ export class MemoryRegistry implements SubscriptionRegistry {
     if (count === 0) this.refcounts.delete(resourceKey);
     else this.refcounts.set(resourceKey, count);
     return { removed: true, last: count === 0 };
+  }
+
+  async removeMany(refs: readonly SubscriptionRef[]): Promise<RemoveOutcome[]> {
+    const outcomes: RemoveOutcome[] = [];
+    for (const ref of refs) outcomes.push(await this.remove(ref));
+    return outcomes;
   }
 
   /** One process: its watcher is local, and nothing is marked (see `AddOutcome.watched`). */

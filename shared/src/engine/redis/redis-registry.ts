@@ -43,6 +43,109 @@ end
 return {1, 0, redis.call('HEXISTS', KEYS[9], ARGV[3])}
 `;
 
+/**
+ * ADD for several refs of one session, in order. KEYS: session holdings, principal counts, total,
+ * the instance's session set, the principal's session index, the set of principals, the session's
+ * record, then each backend's refcounts and watch marks (a pair per backend). ARGV: principal,
+ * perSession, perPrincipal, total, session (for the instance's set), the session holdings' key, the
+ * epoch fence ('' for none), the number of refs, then per ref: member, uri, its backend's pair
+ * (0-based). Returns {3} (moved: every ref), or three numbers per ref as ADD's (padded with 0).
+ */
+const ADD_MANY = `
+if ARGV[7] ~= '' and redis.call('HGET', KEYS[7], 'epoch') ~= ARGV[7] then return {3} end
+local perSession = tonumber(ARGV[2])
+local perPrincipal = tonumber(ARGV[3])
+local total = tonumber(ARGV[4])
+local held = redis.call('ZCARD', KEYS[1])
+local principalCount = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+local totalCount = tonumber(redis.call('GET', KEYS[3]) or '0')
+local now = redis.call('TIME')
+local score = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local out = {}
+local added = 0
+for i = 0, tonumber(ARGV[8]) - 1 do
+  local member = ARGV[9 + 3 * i]
+  local uri = ARGV[10 + 3 * i]
+  local refs = KEYS[8 + 2 * tonumber(ARGV[11 + 3 * i])]
+  local marks = KEYS[9 + 2 * tonumber(ARGV[11 + 3 * i])]
+  local a, b, c = 0, 0, 0
+  if redis.call('ZSCORE', KEYS[1], member) then
+    a = 0
+  elseif held >= perSession then
+    a, b, c = 2, 1, perSession
+  elseif principalCount >= perPrincipal then
+    a, b, c = 2, 2, perPrincipal
+  elseif totalCount >= total then
+    a, b, c = 2, 3, total
+  else
+    redis.call('ZADD', KEYS[1], score + i, member)
+    held = held + 1
+    principalCount = principalCount + 1
+    totalCount = totalCount + 1
+    added = added + 1
+    a = 1
+    if redis.call('HINCRBY', refs, uri, 1) == 1 then
+      redis.call('HDEL', marks, uri)
+      b = 1
+    else
+      c = redis.call('HEXISTS', marks, uri)
+    end
+  end
+  out[3 * i + 1] = a
+  out[3 * i + 2] = b
+  out[3 * i + 3] = c
+end
+if added > 0 then
+  redis.call('SADD', KEYS[4], ARGV[5])
+  redis.call('SADD', KEYS[5], ARGV[6])
+  redis.call('SADD', KEYS[6], ARGV[1])
+  redis.call('HINCRBY', KEYS[2], ARGV[1], added)
+  redis.call('INCRBY', KEYS[3], added)
+end
+return out
+`;
+
+/**
+ * REMOVE for several refs of one session. KEYS: as ADD_MANY's first seven, then each backend's
+ * refcounts. ARGV: principal, session (for the instance's set), the session holdings' key, the
+ * epoch fence ('' for none; as REMOVE's), the number of refs, then per ref: member, uri, its
+ * backend's index (0-based). Returns {2} (moved: every ref left alone), or {removed, last} per ref.
+ */
+const REMOVE_MANY = `
+if ARGV[4] ~= '' then
+  local epoch = redis.call('HGET', KEYS[7], 'epoch')
+  if epoch and epoch ~= ARGV[4] then return {2} end
+end
+local out = {}
+local removed = 0
+for i = 0, tonumber(ARGV[5]) - 1 do
+  local refs = KEYS[8 + tonumber(ARGV[8 + 3 * i])]
+  local uri = ARGV[7 + 3 * i]
+  out[2 * i + 1] = 0
+  out[2 * i + 2] = 0
+  if redis.call('ZREM', KEYS[1], ARGV[6 + 3 * i]) == 1 then
+    removed = removed + 1
+    out[2 * i + 1] = 1
+    if redis.call('HINCRBY', refs, uri, -1) <= 0 then
+      redis.call('HDEL', refs, uri)
+      out[2 * i + 2] = 1
+    end
+  end
+end
+if removed > 0 then
+  if redis.call('ZCARD', KEYS[1]) == 0 then
+    redis.call('SREM', KEYS[4], ARGV[2])
+    redis.call('SREM', KEYS[5], ARGV[3])
+  end
+  if redis.call('HINCRBY', KEYS[2], ARGV[1], -removed) <= 0 then
+    redis.call('HDEL', KEYS[2], ARGV[1])
+    redis.call('SREM', KEYS[6], ARGV[1])
+  end
+  redis.call('DECRBY', KEYS[3], removed)
+end
+return out
+`;
+
 /** KEYS: backend refcounts, the backend's watch marks. ARGV: uri. Nobody wants it: its mark goes, and 1 is returned; else 0. */
 const UNWATCH = `
 if tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') > 0 then return 0 end
@@ -131,6 +234,8 @@ type RegistryCommands = {
   registryAdd(...args: [...Keys, ...(string | number)[]]): Promise<number[]>;
   registryRemove(...args: [...Keys, ...(string | number)[]]): Promise<number[]>;
   registryUnwatch(refcounts: string, marks: string, uri: string): Promise<number>;
+  registryAddMany(numberOfKeys: number, ...keysAndArgs: (string | number)[]): Promise<number[]>;
+  registryRemoveMany(numberOfKeys: number, ...keysAndArgs: (string | number)[]): Promise<number[]>;
   registryHeartbeat(heartbeat: string, instances: string, instanceId: string, ttlMs: number): Promise<number>;
   registryAuditPrincipal(index: string, counts: string, principals: string, principal: string): Promise<number[]>;
   registryAuditTotal(counts: string, total: string): Promise<number[]>;
@@ -154,6 +259,8 @@ export class RedisRegistry implements SubscriptionRegistry {
     redis.defineCommand("registryAdd", { numberOfKeys: 9, lua: ADD });
     redis.defineCommand("registryRemove", { numberOfKeys: 9, lua: REMOVE });
     redis.defineCommand("registryUnwatch", { numberOfKeys: 2, lua: UNWATCH });
+    redis.defineCommand("registryAddMany", { lua: ADD_MANY });
+    redis.defineCommand("registryRemoveMany", { lua: REMOVE_MANY });
     redis.defineCommand("registryHeartbeat", { numberOfKeys: 2, lua: HEARTBEAT });
     redis.defineCommand("registryAuditPrincipal", { numberOfKeys: 3, lua: AUDIT_PRINCIPAL });
     redis.defineCommand("registryAuditTotal", { numberOfKeys: 2, lua: AUDIT_TOTAL });
@@ -173,14 +280,57 @@ export class RedisRegistry implements SubscriptionRegistry {
       this.keys.session(ref.principal, ref.sessionId),
       ref.epoch ?? "",
     ));
-    if (status === 0) return { status: "exists" };
-    if (status === 3) return { status: "moved" };
-    if (status === 1) return { status: "added", first: a === 1, ...(b === 1 && { watched: true }) };
-    return { status: "limit", limit: LIMITS[a - 1] ?? "global", max: b };
+    return outcomeOf(status ?? 0, a, b);
+  }
+
+  async addMany(refs: readonly SubscriptionRef[], limits: SubscriptionLimits): Promise<AddOutcome[]> {
+    const [first] = refs;
+    if (first === undefined) return [];
+    const { backends, args } = batchOf(refs);
+    const keys = [...this.keysOf(first, this.instanceId).slice(0, 3), ...this.sessionKeys(first), ...backends.flatMap((backendId) => [this.keys.refcounts(backendId), this.keys.watchMarks(backendId)])];
+    const out = await unavailable(this.redis.registryAddMany(
+      keys.length,
+      ...keys,
+      first.principal,
+      limits.perSession,
+      limits.perPrincipal,
+      limits.total,
+      JSON.stringify([first.principal, first.sessionId]),
+      this.keys.session(first.principal, first.sessionId),
+      first.epoch ?? "",
+      refs.length,
+      ...args,
+    ));
+    if (out[0] === 3) return refs.map(() => ({ status: "moved" }));
+    return refs.map((_, i) => outcomeOf(out[3 * i] ?? 0, out[3 * i + 1] ?? 0, out[3 * i + 2] ?? 0));
   }
 
   remove(ref: SubscriptionRef): Promise<RemoveOutcome> {
     return this.removeOf(ref, this.instanceId);
+  }
+
+  async removeMany(refs: readonly SubscriptionRef[]): Promise<RemoveOutcome[]> {
+    const [first] = refs;
+    if (first === undefined) return [];
+    const { backends, args } = batchOf(refs);
+    const keys = [...this.keysOf(first, this.instanceId).slice(0, 3), ...this.sessionKeys(first), ...backends.map((backendId) => this.keys.refcounts(backendId))];
+    const out = await unavailable(this.redis.registryRemoveMany(
+      keys.length,
+      ...keys,
+      first.principal,
+      JSON.stringify([first.principal, first.sessionId]),
+      this.keys.session(first.principal, first.sessionId),
+      first.epoch ?? "",
+      refs.length,
+      ...args,
+    ));
+    if (out[0] === 2 && out.length === 1) return refs.map(() => ({ removed: false, last: false, moved: true }));
+    return refs.map((_, i) => ({ removed: out[2 * i] === 1, last: out[2 * i + 1] === 1 }));
+  }
+
+  /** KEYS[4..7] of the batch scripts: the instance's session set, the principal's session index, the set of principals, the session's record. */
+  private sessionKeys(ref: SubscriptionRef): string[] {
+    return [this.keys.instanceSessions(this.instanceId), this.keys.principalSessions(ref.principal), this.keys.principals(), this.keys.sessionRecord(ref.principal, ref.sessionId)];
   }
 
   async heartbeat(ttlMs: number): Promise<boolean> {
@@ -305,6 +455,28 @@ export class RedisRegistry implements SubscriptionRegistry {
       this.keys.watchMarks(ref.backendId),
     ];
   }
+}
+
+/** A batch script's per-ref arguments (member, uri, backend index) and its backends, in order; refs of one session only. */
+function batchOf(refs: readonly SubscriptionRef[]): { backends: string[]; args: (string | number)[] } {
+  const [first] = refs;
+  const backends: string[] = [];
+  const args: (string | number)[] = [];
+  for (const ref of refs) {
+    if (ref.principal !== first?.principal || ref.sessionId !== first.sessionId || ref.epoch !== first.epoch) throw new Error("a batch holds refs of one session only");
+    let index = backends.indexOf(ref.backendId);
+    if (index < 0) index = backends.push(ref.backendId) - 1;
+    args.push(ref.backendId + SEP + ref.uri, ref.uri, index);
+  }
+  return { backends, args };
+}
+
+/** An ADD script's answer: {0} exists, {1, first, watched} added, {2, which, max} limit, {3} moved. */
+function outcomeOf(status: number, a: number, b: number): AddOutcome {
+  if (status === 0) return { status: "exists" };
+  if (status === 3) return { status: "moved" };
+  if (status === 1) return { status: "added", first: a === 1, ...(b === 1 && { watched: true }) };
+  return { status: "limit", limit: LIMITS[a - 1] ?? "global", max: b };
 }
 
 function refOf(principal: string, sessionId: string, member: string): SubscriptionRef {
