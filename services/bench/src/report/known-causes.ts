@@ -40,8 +40,12 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
   ],
   subscribe: [
     "Why (step profiles): in the later-subscriber phase about a fifth of the broker's busy time is the kernel's `writev` of the answers (the raw server pays it too), " +
-      "about a quarter the session actor's two events per operation (`subscription.add`, then `subscribe.done` from the host that ran it), and the rest the HTTP request, " +
-      "the URI's match against the backend's template and the registry. The first subscriber also waits for the backend's answer to the upstream subscribe (a stdio round trip the baseline does not make). " +
+      "and the rest the HTTP request, the session actor's two events per operation (`subscription.add`, then `subscribe.done` from the host that ran it), the registry and the interest table. " +
+      "The first subscriber also waits for the backend's answer to the upstream subscribe (a stdio round trip to the bench backend's SDK server, on the same two cores, which the baseline does not make). " +
+      "A listen's fixed cost is its actor (created, started, two invoked promise actors, then a third to release) and the modern request's checks; per URI, its reservation, upstream check and interest. " +
+      "On 2026-11-26 the session actor's operations became transitions without a target on one state (they were states of a parallel region with eventless transitions between them), " +
+      "a request stopped sending the actor an event to restart the idle timer (the host re-arms it for what is left), and the catalog keeps resolved URIs (a listen of 100 URIs spent a quarter of its CPU matching templates): " +
+      "33 → 22 µs of CPU per subscribe or unsubscribe in a micro-benchmark of the host; later subscriber 10.3k → 15.8k/s and listen ×100 630 → 852/s in the same session. " +
       "Until this version each subscribe also ran an XState child actor for the flow and one per step (validate, reserve, ensure): 255 µs of CPU per subscribe in a micro-benchmark, 50 µs without them; " +
       "before that, copying the session's subscription set on every operation took 60 % at 250 subscriptions per session.",
   ],
@@ -54,7 +58,10 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "1 192 → 680 µs of client CPU per request against the demo backend (SDK client, 8 000 pings, 32 at a time). What remains per request is mostly the SDK's own SSE parsing (two web TransformStreams) and schema validation. " +
       "The last-unsubscribe phase released 8 000 resources at once when their grace periods ended together: the watcher stalled past its lease TTL, lost the lease, and the other broker re-subscribed everything (14 795 upstream calls for 8 000); " +
       "releases now run 64 at a time per backend (as do the unsubscribes of a member that stops watching), and a reconcile re-checks the counts of what looks missing before subscribing it again. " +
-      "On a non-watcher broker every subscribe also asks the watcher over the bus (a request and its reply; the lease read that finds the watcher is reused for a third of a lease TTL) even when the resource is held upstream already: the next cost to cut. " +
-      "Concurrent registry scripts already go to Redis in one pipeline per event-loop turn (ioredis auto-pipelining on the commands connection).",
+      "A subscribe on a non-watcher broker asked the watcher over the bus (a request and its reply) even when the resource was held upstream already; since 2026-11-26 the watcher marks what it watches in Redis (`watching:<backend>`), " +
+      "the registry's add script tells a subscribe that is not the first when it finds the mark, and the watcher's release check removes the mark in the same step as it finds nobody subscribed. " +
+      "A listen reserves all its URIs in one registry script, and an ended session or stream releases everything it held in one (they were one script per URI: ioredis's command path was about half of the brokers' CPU in the listen ×100 phase); " +
+      "a session's last-seen time is written at most once a second (it was a Redis command per request). Same session: later subscriber 7.0k → 8.4k/s, listen ×100 221 → 539/s (169/s before all of these). " +
+      "Concurrent registry scripts go to Redis in one pipeline per event-loop turn (ioredis auto-pipelining on the commands connection).",
   ],
 };
