@@ -7,49 +7,18 @@ import type { RedisKeys } from "./keys.js";
 const SEP = "\u0000";
 
 /**
- * KEYS: session holdings, principal counts, total, backend refcounts, the instance's session set,
- * the principal's session index, the set of principals, the session's record, the backend's
- * watch marks (see `markWatched`).
- * ARGV: member, principal, uri, perSession, perPrincipal, total, session (for the instance's set),
- * the session holdings' key (for the principal's index), the epoch fence ('' for none).
- * A session's holdings are a sorted set scored by when each was added (Redis's clock, µs), so the
- * newest can be found when limits are lowered.
- * Returns {0} exists, {1, first, watched} added, {2, which, max} limit (which: 1 session, 2
- * principal, 3 global), {3} moved (the record names another epoch, or is gone). The first
- * subscriber removes any mark left over (a watch released while no watcher ran, or one still in
- * its release grace): it asks the watcher, which marks it again.
- */
-const ADD = `
-if ARGV[9] ~= '' and redis.call('HGET', KEYS[8], 'epoch') ~= ARGV[9] then return {3} end
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {0} end
-local perSession = tonumber(ARGV[4])
-if redis.call('ZCARD', KEYS[1]) >= perSession then return {2, 1, perSession} end
-local perPrincipal = tonumber(ARGV[5])
-if tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0') >= perPrincipal then return {2, 2, perPrincipal} end
-local total = tonumber(ARGV[6])
-if tonumber(redis.call('GET', KEYS[3]) or '0') >= total then return {2, 3, total} end
-local now = redis.call('TIME')
-redis.call('ZADD', KEYS[1], tonumber(now[1]) * 1000000 + tonumber(now[2]), ARGV[1])
-redis.call('SADD', KEYS[5], ARGV[7])
-redis.call('SADD', KEYS[6], ARGV[8])
-redis.call('SADD', KEYS[7], ARGV[2])
-redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
-redis.call('INCR', KEYS[3])
-local count = redis.call('HINCRBY', KEYS[4], ARGV[3], 1)
-if count == 1 then
-  redis.call('HDEL', KEYS[9], ARGV[3])
-  return {1, 1, 0}
-end
-return {1, 0, redis.call('HEXISTS', KEYS[9], ARGV[3])}
-`;
-
-/**
- * ADD for several refs of one session, in order. KEYS: session holdings, principal counts, total,
- * the instance's session set, the principal's session index, the set of principals, the session's
- * record, then each backend's refcounts and watch marks (a pair per backend). ARGV: principal,
- * perSession, perPrincipal, total, session (for the instance's set), the session holdings' key, the
- * epoch fence ('' for none), the number of refs, then per ref: member, uri, its backend's pair
- * (0-based). Returns {3} (moved: every ref), or three numbers per ref as ADD's (padded with 0).
+ * Adds refs of one session, in order, within the limits. KEYS: session holdings, principal counts,
+ * total, the instance's session set, the principal's session index, the set of principals, the
+ * session's record, then each backend's refcounts and watch marks (a pair per backend). ARGV:
+ * principal, perSession, perPrincipal, total, session (for the instance's set), the session
+ * holdings' key, the epoch fence ('' for none), the number of refs, then per ref: member, uri,
+ * its backend's pair (0-based). A session's holdings are a sorted set scored by when each was
+ * added (Redis's clock, µs), so the newest can be found when limits are lowered. The first
+ * subscriber of a (backend, uri) removes any mark left over (a watch released while no watcher
+ * ran, or one still in its release grace): it asks the watcher, which marks it again.
+ * Returns {3} (moved: the record names another epoch, or is gone), or per ref three numbers:
+ * {0, 0, 0} exists, {1, first, watched} added, {2, which, max} limit (which: 1 session,
+ * 2 principal, 3 global).
  */
 const ADD_MANY = `
 if ARGV[7] ~= '' and redis.call('HGET', KEYS[7], 'epoch') ~= ARGV[7] then return {3} end
@@ -106,10 +75,12 @@ return out
 `;
 
 /**
- * REMOVE for several refs of one session. KEYS: as ADD_MANY's first seven, then each backend's
- * refcounts. ARGV: principal, session (for the instance's set), the session holdings' key, the
- * epoch fence ('' for none; as REMOVE's), the number of refs, then per ref: member, uri, its
- * backend's index (0-based). Returns {2} (moved: every ref left alone), or {removed, last} per ref.
+ * Removes refs of one session. KEYS: as ADD_MANY's first seven (the session set of the instance
+ * that indexed the session), then each backend's refcounts. ARGV: principal, session (for the
+ * instance's set), the session holdings' key, the epoch fence ('' for none: a record that names
+ * another epoch leaves the holdings alone; a record that is gone does not), the number of refs,
+ * then per ref: member, uri, its backend's index (0-based). Returns {2} (moved: every ref left
+ * alone), or {removed, last} per ref.
  */
 const REMOVE_MANY = `
 if ARGV[4] ~= '' then
@@ -151,33 +122,6 @@ const UNWATCH = `
 if tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') > 0 then return 0 end
 redis.call('HDEL', KEYS[2], ARGV[1])
 return 1
-`;
-
-/**
- * KEYS as for ADD; ARGV: member, principal, uri, session, the session holdings' key, the epoch
- * fence ('' for none: a record that names another epoch leaves the holding alone; a record that is
- * gone does not). Returns {removed, last, moved}.
- */
-const REMOVE = `
-if ARGV[6] ~= '' then
-  local epoch = redis.call('HGET', KEYS[8], 'epoch')
-  if epoch and epoch ~= ARGV[6] then return {0, 0, 1} end
-end
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return {0, 0} end
-if redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('SREM', KEYS[5], ARGV[4])
-  redis.call('SREM', KEYS[6], ARGV[5])
-end
-if redis.call('HINCRBY', KEYS[2], ARGV[2], -1) <= 0 then
-  redis.call('HDEL', KEYS[2], ARGV[2])
-  redis.call('SREM', KEYS[7], ARGV[2])
-end
-redis.call('DECR', KEYS[3])
-if redis.call('HINCRBY', KEYS[4], ARGV[3], -1) <= 0 then
-  redis.call('HDEL', KEYS[4], ARGV[3])
-  return {1, 1}
-end
-return {1, 0}
 `;
 
 /** KEYS: heartbeat, instances; ARGV: instance id, ttl. Returns whether the heartbeat was still there. */
@@ -229,10 +173,7 @@ return {stored, sum, largest}
 const LIMITS = ["session", "principal", "global"] as const;
 
 
-type Keys = [string, string, string, string, string, string, string, string, string];
 type RegistryCommands = {
-  registryAdd(...args: [...Keys, ...(string | number)[]]): Promise<number[]>;
-  registryRemove(...args: [...Keys, ...(string | number)[]]): Promise<number[]>;
   registryUnwatch(refcounts: string, marks: string, uri: string): Promise<number>;
   registryAddMany(numberOfKeys: number, ...keysAndArgs: (string | number)[]): Promise<number[]>;
   registryRemoveMany(numberOfKeys: number, ...keysAndArgs: (string | number)[]): Promise<number[]>;
@@ -256,8 +197,6 @@ export class RedisRegistry implements SubscriptionRegistry {
     private readonly keys: RedisKeys,
     private readonly instanceId: string,
   ) {
-    redis.defineCommand("registryAdd", { numberOfKeys: 9, lua: ADD });
-    redis.defineCommand("registryRemove", { numberOfKeys: 9, lua: REMOVE });
     redis.defineCommand("registryUnwatch", { numberOfKeys: 2, lua: UNWATCH });
     redis.defineCommand("registryAddMany", { lua: ADD_MANY });
     redis.defineCommand("registryRemoveMany", { lua: REMOVE_MANY });
@@ -268,26 +207,15 @@ export class RedisRegistry implements SubscriptionRegistry {
   }
 
   async add(ref: SubscriptionRef, limits: SubscriptionLimits): Promise<AddOutcome> {
-    const [status, a = 0, b = 0] = await unavailable(this.redis.registryAdd(
-      ...this.keysOf(ref, this.instanceId),
-      ref.backendId + SEP + ref.uri,
-      ref.principal,
-      ref.uri,
-      limits.perSession,
-      limits.perPrincipal,
-      limits.total,
-      JSON.stringify([ref.principal, ref.sessionId]),
-      this.keys.session(ref.principal, ref.sessionId),
-      ref.epoch ?? "",
-    ));
-    return outcomeOf(status ?? 0, a, b);
+    const [outcome] = await this.addMany([ref], limits);
+    return outcome as AddOutcome;
   }
 
   async addMany(refs: readonly SubscriptionRef[], limits: SubscriptionLimits): Promise<AddOutcome[]> {
     const [first] = refs;
     if (first === undefined) return [];
     const { backends, args } = batchOf(refs);
-    const keys = [...this.keysOf(first, this.instanceId).slice(0, 3), ...this.sessionKeys(first), ...backends.flatMap((backendId) => [this.keys.refcounts(backendId), this.keys.watchMarks(backendId)])];
+    const keys = [...this.sessionKeys(first, this.instanceId), ...backends.flatMap((backendId) => [this.keys.refcounts(backendId), this.keys.watchMarks(backendId)])];
     const out = await unavailable(this.redis.registryAddMany(
       keys.length,
       ...keys,
@@ -305,15 +233,21 @@ export class RedisRegistry implements SubscriptionRegistry {
     return refs.map((_, i) => outcomeOf(out[3 * i] ?? 0, out[3 * i + 1] ?? 0, out[3 * i + 2] ?? 0));
   }
 
-  remove(ref: SubscriptionRef): Promise<RemoveOutcome> {
-    return this.removeOf(ref, this.instanceId);
+  async remove(ref: SubscriptionRef): Promise<RemoveOutcome> {
+    const [outcome] = await this.removeOf([ref], this.instanceId);
+    return outcome as RemoveOutcome;
   }
 
-  async removeMany(refs: readonly SubscriptionRef[]): Promise<RemoveOutcome[]> {
+  removeMany(refs: readonly SubscriptionRef[]): Promise<RemoveOutcome[]> {
+    return this.removeOf(refs, this.instanceId);
+  }
+
+  /** Removes refs of one session that `instanceId` indexed (this instance, or a dead one being reaped). */
+  private async removeOf(refs: readonly SubscriptionRef[], instanceId: string): Promise<RemoveOutcome[]> {
     const [first] = refs;
     if (first === undefined) return [];
     const { backends, args } = batchOf(refs);
-    const keys = [...this.keysOf(first, this.instanceId).slice(0, 3), ...this.sessionKeys(first), ...backends.map((backendId) => this.keys.refcounts(backendId))];
+    const keys = [...this.sessionKeys(first, instanceId), ...backends.map((backendId) => this.keys.refcounts(backendId))];
     const out = await unavailable(this.redis.registryRemoveMany(
       keys.length,
       ...keys,
@@ -328,9 +262,17 @@ export class RedisRegistry implements SubscriptionRegistry {
     return refs.map((_, i) => ({ removed: out[2 * i] === 1, last: out[2 * i + 1] === 1 }));
   }
 
-  /** KEYS[4..7] of the batch scripts: the instance's session set, the principal's session index, the set of principals, the session's record. */
-  private sessionKeys(ref: SubscriptionRef): string[] {
-    return [this.keys.instanceSessions(this.instanceId), this.keys.principalSessions(ref.principal), this.keys.principals(), this.keys.sessionRecord(ref.principal, ref.sessionId)];
+  /** KEYS[1..7] of the batch scripts: session holdings, principal counts, total, the session set of `instanceId`, the principal's session index, the set of principals, the session's record. */
+  private sessionKeys(ref: SubscriptionRef, instanceId: string): string[] {
+    return [
+      this.keys.session(ref.principal, ref.sessionId),
+      this.keys.principalCounts(),
+      this.keys.total(),
+      this.keys.instanceSessions(instanceId),
+      this.keys.principalSessions(ref.principal),
+      this.keys.principals(),
+      this.keys.sessionRecord(ref.principal, ref.sessionId),
+    ];
   }
 
   async heartbeat(ttlMs: number): Promise<boolean> {
@@ -353,26 +295,15 @@ export class RedisRegistry implements SubscriptionRegistry {
     const released: { backendId: string; uri: string }[] = [];
     for (const session of await this.redis.smembers(this.keys.instanceSessions(instanceId))) {
       const [principal, sessionId] = JSON.parse(session) as [string, string];
-      for (const ref of await this.ofSession(principal, sessionId)) {
-        if ((await this.removeOf(ref, instanceId)).last) released.push({ backendId: ref.backendId, uri: ref.uri });
-      }
+      const refs = await this.ofSession(principal, sessionId);
+      (await this.removeOf(refs, instanceId)).forEach((outcome, i) => {
+        const ref = refs[i] as SubscriptionRef;
+        if (outcome.last) released.push({ backendId: ref.backendId, uri: ref.uri });
+      });
     }
     // Another process reaping at the same time gets `removed: false` for what this one took.
     await this.redis.srem(this.keys.instances(), instanceId);
     return released;
-  }
-
-  private async removeOf(ref: SubscriptionRef, instanceId: string): Promise<RemoveOutcome> {
-    const [removed, last, moved = 0] = await unavailable(this.redis.registryRemove(
-      ...this.keysOf(ref, instanceId),
-      ref.backendId + SEP + ref.uri,
-      ref.principal,
-      ref.uri,
-      JSON.stringify([ref.principal, ref.sessionId]),
-      this.keys.session(ref.principal, ref.sessionId),
-      ref.epoch ?? "",
-    ));
-    return { removed: removed === 1, last: last === 1, ...(moved === 1 && { moved: true }) };
   }
 
   async ofSession(principal: string, sessionId: string): Promise<SubscriptionRef[]> {
@@ -441,20 +372,6 @@ export class RedisRegistry implements SubscriptionRegistry {
 
   /** The connection belongs to whoever made it (see `RedisEngine`). */
   async close(): Promise<void> {}
-
-  private keysOf(ref: SubscriptionRef, instanceId: string): Keys {
-    return [
-      this.keys.session(ref.principal, ref.sessionId),
-      this.keys.principalCounts(),
-      this.keys.total(),
-      this.keys.refcounts(ref.backendId),
-      this.keys.instanceSessions(instanceId),
-      this.keys.principalSessions(ref.principal),
-      this.keys.principals(),
-      this.keys.sessionRecord(ref.principal, ref.sessionId),
-      this.keys.watchMarks(ref.backendId),
-    ];
-  }
 }
 
 /** A batch script's per-ref arguments (member, uri, backend index) and its backends, in order; refs of one session only. */
@@ -471,7 +388,7 @@ function batchOf(refs: readonly SubscriptionRef[]): { backends: string[]; args: 
   return { backends, args };
 }
 
-/** An ADD script's answer: {0} exists, {1, first, watched} added, {2, which, max} limit, {3} moved. */
+/** One ref's answer of ADD_MANY: 0 exists, {1, first, watched} added, {2, which, max} limit, 3 moved. */
 function outcomeOf(status: number, a: number, b: number): AddOutcome {
   if (status === 0) return { status: "exists" };
   if (status === 3) return { status: "moved" };
