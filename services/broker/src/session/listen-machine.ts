@@ -35,8 +35,9 @@ export type ListenEmitted =
 
 /**
  * One modern `subscriptions/listen` stream, for the life of that stream: validate every URI (an
- * unknown one rejects the whole request) → subscribe them all (one refused, e.g. over a limit, is
- * left out of the honored filter) → acknowledge with the honored filter, before any notification
+ * unknown one rejects the whole request) and subscribe them all (one refused, e.g. over a limit, is
+ * left out of the honored filter), in one invoked actor (one each was a measurable part of a
+ * listen's cost) → acknowledge with the honored filter, before any notification
  * → stream → release everything when the stream closes. Every path ends through `releaseAll`, so
  * nothing a half-done subscribe reserved outlives the stream.
  */
@@ -44,9 +45,6 @@ export const listenMachine = setup({
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-assertion -- xstate typegen idiom
   types: {} as { input: ListenInput; context: ListenContext; events: ListenEvent; emitted: ListenEmitted },
   actors: {
-    validateAll: fromPromise<void, { uris: string[] }>(async () => {
-      throw new Error("validateAll not provided");
-    }),
     subscribeAll: fromPromise<SubscribeManyOutput, SubscribeManyInput>(async () => {
       throw new Error("subscribeAll not provided");
     }),
@@ -57,17 +55,9 @@ export const listenMachine = setup({
 }).createMachine({
   id: "listen",
   context: ({ input }) => ({ ...input, honored: Object.create(null) as Record<string, SubscriptionTarget>, rejection: undefined }),
-  initial: "validating",
+  initial: "subscribing",
   states: {
-    validating: {
-      on: { "stream.closed": { target: "closing" } },
-      invoke: {
-        src: "validateAll",
-        input: ({ context }) => ({ uris: context.uris }),
-        onDone: { target: "subscribing" },
-        onError: { target: "rejected", actions: assign({ rejection: ({ event }) => asBrokerError(event.error) }) },
-      },
-    },
+    // Validates every URI first (an unknown one rejects the request: subscribeAll rejects), then subscribes.
     subscribing: {
       on: { "stream.closed": { target: "closing" } },
       invoke: {

@@ -173,9 +173,9 @@ export class SessionHost {
     this.legacyMachine = legacySessionMachine.provide({ actors: { releaseAll } });
     this.listenLogic = listenMachine.provide({
       actors: {
-        // Only the URIs that will be tried (the first maxPerSession) are checked; an unknown one
-        // rejects the request, one on a backend that is down is just left out (refused later).
-        validateAll: fromPromise(async ({ input }) => {
+        // Only the URIs that will be tried (the first maxPerSession) are checked first; an unknown
+        // one rejects the request, one on a backend that is down is just left out (refused).
+        subscribeAll: fromPromise(async ({ input, signal }) => {
           const tried = Math.min(input.uris.length, deps.limits.perSession);
           for (let i = 0; i < tried; i++) {
             try {
@@ -185,8 +185,6 @@ export class SessionHost {
             }
             if (i % VALIDATE_BATCH === VALIDATE_BATCH - 1) await new Promise<void>((resolve) => setImmediate(resolve));
           }
-        }),
-        subscribeAll: fromPromise(async ({ input, signal }) => {
           const output = await subscribeMany(this.steps, input, { concurrency: LISTEN_CONCURRENCY, maxPerSession: deps.limits.perSession, signal });
           // The stream closed meanwhile: its releaseAll may have run before these flows reserved
           // (subscribeMany waits for the flows it started), so what they made is released here.

@@ -63,10 +63,10 @@ function world(options: { maxPerSession?: number; upstreamFails?: boolean; reser
     },
     listen: listenMachine.provide({
       actors: {
-        validateAll: fromPromise(async ({ input }) => {
+        subscribeAll: fromPromise(async ({ input, signal }) => {
           for (const uri of input.uris) if (uri.startsWith("bad")) throw new BrokerError("UNKNOWN_RESOURCE", "unknown", { uri });
+          return subscribeMany(steps, input, { concurrency: 4, maxPerSession: options.maxPerSession ?? 10, signal });
         }),
-        subscribeAll: fromPromise(async ({ input, signal }) => subscribeMany(steps, input, { concurrency: 4, maxPerSession: options.maxPerSession ?? 10, signal })),
         releaseAll,
       },
     }),
