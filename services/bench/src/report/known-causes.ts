@@ -42,7 +42,7 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
     "Why (step profiles): in the later-subscriber phase about a fifth of the broker's busy time is the kernel's `writev` of the answers (the raw server pays it too), " +
       "and the rest the HTTP request, the session actor's two events per operation (`subscription.add`, then `subscribe.done` from the host that ran it), the registry and the interest table. " +
       "The first subscriber also waits for the backend's answer to the upstream subscribe (a stdio round trip to the bench backend's SDK server, on the same two cores, which the baseline does not make). " +
-      "A listen's fixed cost is its actor (created, started, two invoked promise actors, then a third to release) and the modern request's checks; per URI, its reservation, upstream check and interest. " +
+      "A listen's fixed cost is its actor (created, started, an invoked promise actor that validates and subscribes, then one to release) and the modern request's checks; per URI, its reservation, upstream check and interest. " +
       "On 2026-11-26 the session actor's operations became transitions without a target on one state (they were states of a parallel region with eventless transitions between them), " +
       "a request stopped sending the actor an event to restart the idle timer (the host re-arms it for what is left), and the catalog keeps resolved URIs (a listen of 100 URIs spent a quarter of its CPU matching templates): " +
       "33 → 22 µs of CPU per subscribe or unsubscribe in a micro-benchmark of the host; later subscriber 10.3k → 15.8k/s and listen ×100 630 → 852/s in the same session. " +
