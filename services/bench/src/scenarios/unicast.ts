@@ -6,7 +6,10 @@ import { describeEngines, startBrokerPath, startRawPath, upstreamNote, type Runn
 import { describeCpu, describeLoadCpu, runInterleaved, type StepOutcome } from "./rate-step.js";
 
 const SCENARIO = "1. Unicast";
+/** The rate measured longest (its p99 over more of the machine's stalls moves less between runs). */
 const TARGET_RATE = 5_000;
+/** The rates whose p99 has a target (issue 19 added 10k and 20k/s to 5k/s). */
+const TARGET_RATES: readonly number[] = [5_000, 10_000, 20_000];
 const TARGET_RATIO = 2;
 
 /**
@@ -20,14 +23,14 @@ export async function runUnicast(ctx: BenchContext): Promise<ScenarioResult> {
   const stepsText =
     target.stepSeconds === stepSeconds && target.slices === slices
       ? `${stepSeconds} s per rate in ${slices} slices`
-      : `${stepSeconds} s per rate in ${slices} slices (at the target rate ${TARGET_RATE.toLocaleString("en-US")}/s: ${target.stepSeconds} s in ${target.slices})`;
+      : `${stepSeconds} s per rate in ${slices} slices (at ${TARGET_RATE.toLocaleString("en-US")}/s: ${target.stepSeconds} s in ${target.slices})`;
   const rows: ResultRow[] = [];
   const details: DetailTable[] = [];
   const series: ChartSeries[] = [];
   const findings: string[] = [];
   const keys = range(sessions);
   const measure = (rate: number): string => `p99 latency @ ${rate.toLocaleString("en-US")} updates/s`;
-  const targetOf = (rate: number): string | null => (rate === TARGET_RATE ? `≤ ${TARGET_RATIO}× raw` : null);
+  const targetOf = (rate: number): string | null => (TARGET_RATES.includes(rate) ? `≤ ${TARGET_RATIO}× raw` : null);
   const rawReason = ctx.redisUnavailable;
   let step = 100;
   const nextStep = (): number => ++step;
