@@ -10,9 +10,9 @@ const SEP = "\u0000";
  * Adds refs of one session, in order, within the limits. KEYS: session holdings, principal counts,
  * total, the instance's session set, the principal's session index, the set of principals, the
  * session's record, then each backend's refcounts and watch marks (a pair per backend). ARGV:
- * principal, perSession, perPrincipal, total, session (for the instance's set), the session
- * holdings' key, the epoch fence ('' for none), the number of refs, then per ref: member, uri,
- * its backend's pair (0-based). A session's holdings are a sorted set scored by when each was
+ * principal, session (for the instance's set), the session holdings' key, the epoch fence ('' for
+ * none), the number of refs, perSession, perPrincipal, total, then per ref: member, uri, its
+ * backend's pair (0-based). A session's holdings are a sorted set scored by when each was
  * added (Redis's clock, µs), so the newest can be found when limits are lowered. The first
  * subscriber of a (backend, uri) removes any mark left over (a watch released while no watcher
  * ran, or one still in its release grace): it asks the watcher, which marks it again.
@@ -21,10 +21,10 @@ const SEP = "\u0000";
  * 2 principal, 3 global).
  */
 const ADD_MANY = `
-if ARGV[7] ~= '' and redis.call('HGET', KEYS[7], 'epoch') ~= ARGV[7] then return {3} end
-local perSession = tonumber(ARGV[2])
-local perPrincipal = tonumber(ARGV[3])
-local total = tonumber(ARGV[4])
+if ARGV[4] ~= '' and redis.call('HGET', KEYS[7], 'epoch') ~= ARGV[4] then return {3} end
+local perSession = tonumber(ARGV[6])
+local perPrincipal = tonumber(ARGV[7])
+local total = tonumber(ARGV[8])
 local held = redis.call('ZCARD', KEYS[1])
 local principalCount = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 local totalCount = tonumber(redis.call('GET', KEYS[3]) or '0')
@@ -32,7 +32,7 @@ local now = redis.call('TIME')
 local score = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local out = {}
 local added = 0
-for i = 0, tonumber(ARGV[8]) - 1 do
+for i = 0, tonumber(ARGV[5]) - 1 do
   local member = ARGV[9 + 3 * i]
   local uri = ARGV[10 + 3 * i]
   local refs = KEYS[8 + 2 * tonumber(ARGV[11 + 3 * i])]
@@ -65,8 +65,8 @@ for i = 0, tonumber(ARGV[8]) - 1 do
   out[3 * i + 3] = c
 end
 if added > 0 then
-  redis.call('SADD', KEYS[4], ARGV[5])
-  redis.call('SADD', KEYS[5], ARGV[6])
+  redis.call('SADD', KEYS[4], ARGV[2])
+  redis.call('SADD', KEYS[5], ARGV[3])
   redis.call('SADD', KEYS[6], ARGV[1])
   redis.call('HINCRBY', KEYS[2], ARGV[1], added)
   redis.call('INCRBY', KEYS[3], added)
@@ -76,10 +76,9 @@ return out
 
 /**
  * Removes refs of one session. KEYS: as ADD_MANY's first seven (the session set of the instance
- * that indexed the session), then each backend's refcounts. ARGV: principal, session (for the
- * instance's set), the session holdings' key, the epoch fence ('' for none: a record that names
- * another epoch leaves the holdings alone; a record that is gone does not), the number of refs,
- * then per ref: member, uri, its backend's index (0-based). Returns {2} (moved: every ref left
+ * that indexed the session), then each backend's refcounts. ARGV: as ADD_MANY's first five (the
+ * epoch fence: a record that names another epoch leaves the holdings alone; a record that is gone
+ * does not), then per ref: member, uri, its backend's index (0-based). Returns {2} (moved: every ref left
  * alone), or {removed, last} per ref.
  */
 const REMOVE_MANY = `
@@ -175,8 +174,8 @@ const LIMITS = ["session", "principal", "global"] as const;
 
 type RegistryCommands = {
   registryUnwatch(refcounts: string, marks: string, uri: string): Promise<number>;
-  registryAddMany(numberOfKeys: number, ...keysAndArgs: (string | number)[]): Promise<number[]>;
-  registryRemoveMany(numberOfKeys: number, ...keysAndArgs: (string | number)[]): Promise<number[]>;
+  registryAddMany(...numberOfKeysKeysAndArgs: (string | number)[]): Promise<number[]>;
+  registryRemoveMany(...numberOfKeysKeysAndArgs: (string | number)[]): Promise<number[]>;
   registryHeartbeat(heartbeat: string, instances: string, instanceId: string, ttlMs: number): Promise<number>;
   registryAuditPrincipal(index: string, counts: string, principals: string, principal: string): Promise<number[]>;
   registryAuditTotal(counts: string, total: string): Promise<number[]>;
@@ -212,23 +211,10 @@ export class RedisRegistry implements SubscriptionRegistry {
   }
 
   async addMany(refs: readonly SubscriptionRef[], limits: SubscriptionLimits): Promise<AddOutcome[]> {
-    const [first] = refs;
-    if (first === undefined) return [];
-    const { backends, args } = batchOf(refs);
-    const keys = [...this.sessionKeys(first, this.instanceId), ...backends.flatMap((backendId) => [this.keys.refcounts(backendId), this.keys.watchMarks(backendId)])];
-    const out = await unavailable(this.redis.registryAddMany(
-      keys.length,
-      ...keys,
-      first.principal,
-      limits.perSession,
-      limits.perPrincipal,
-      limits.total,
-      JSON.stringify([first.principal, first.sessionId]),
-      this.keys.session(first.principal, first.sessionId),
-      first.epoch ?? "",
-      refs.length,
-      ...args,
-    ));
+    if (refs.length === 0) return [];
+    const out = await unavailable(
+      this.redis.registryAddMany(...this.batch(refs, this.instanceId, (backendId) => [this.keys.refcounts(backendId), this.keys.watchMarks(backendId)], [limits.perSession, limits.perPrincipal, limits.total])),
+    );
     if (out[0] === 3) return refs.map(() => ({ status: "moved" }));
     return refs.map((_, i) => outcomeOf(out[3 * i] ?? 0, out[3 * i + 1] ?? 0, out[3 * i + 2] ?? 0));
   }
@@ -244,35 +230,41 @@ export class RedisRegistry implements SubscriptionRegistry {
 
   /** Removes refs of one session that `instanceId` indexed (this instance, or a dead one being reaped). */
   private async removeOf(refs: readonly SubscriptionRef[], instanceId: string): Promise<RemoveOutcome[]> {
-    const [first] = refs;
-    if (first === undefined) return [];
-    const { backends, args } = batchOf(refs);
-    const keys = [...this.sessionKeys(first, instanceId), ...backends.map((backendId) => this.keys.refcounts(backendId))];
-    const out = await unavailable(this.redis.registryRemoveMany(
-      keys.length,
-      ...keys,
-      first.principal,
-      JSON.stringify([first.principal, first.sessionId]),
-      this.keys.session(first.principal, first.sessionId),
-      first.epoch ?? "",
-      refs.length,
-      ...args,
-    ));
+    if (refs.length === 0) return [];
+    const out = await unavailable(this.redis.registryRemoveMany(...this.batch(refs, instanceId, (backendId) => [this.keys.refcounts(backendId)])));
     if (out[0] === 2 && out.length === 1) return refs.map(() => ({ removed: false, last: false, moved: true }));
     return refs.map((_, i) => ({ removed: out[2 * i] === 1, last: out[2 * i + 1] === 1 }));
   }
 
-  /** KEYS[1..7] of the batch scripts: session holdings, principal counts, total, the session set of `instanceId`, the principal's session index, the set of principals, the session's record. */
-  private sessionKeys(ref: SubscriptionRef, instanceId: string): string[] {
-    return [
-      this.keys.session(ref.principal, ref.sessionId),
+  /**
+   * The arguments of a batch script for `refs` (one session's, at least one): the number of keys;
+   * KEYS: session holdings, principal counts, total, the session set of `instanceId`, the
+   * principal's session index, the set of principals, the session's record, then `backendKeys` of
+   * each backend; ARGV: principal, session (for the instance's set), the session holdings' key,
+   * the epoch fence, the number of refs, `extra`, then per ref: member, uri, its backend's index.
+   */
+  private batch(refs: readonly SubscriptionRef[], instanceId: string, backendKeys: (backendId: string) => string[], extra: number[] = []): (string | number)[] {
+    const first = refs[0] as SubscriptionRef;
+    const backends: string[] = [];
+    const perRef: (string | number)[] = [];
+    for (const ref of refs) {
+      if (ref.principal !== first.principal || ref.sessionId !== first.sessionId || ref.epoch !== first.epoch) throw new Error("a batch holds refs of one session only");
+      let index = backends.indexOf(ref.backendId);
+      if (index < 0) index = backends.push(ref.backendId) - 1;
+      perRef.push(ref.backendId + SEP + ref.uri, ref.uri, index);
+    }
+    const holdings = this.keys.session(first.principal, first.sessionId);
+    const keys = [
+      holdings,
       this.keys.principalCounts(),
       this.keys.total(),
       this.keys.instanceSessions(instanceId),
-      this.keys.principalSessions(ref.principal),
+      this.keys.principalSessions(first.principal),
       this.keys.principals(),
-      this.keys.sessionRecord(ref.principal, ref.sessionId),
+      this.keys.sessionRecord(first.principal, first.sessionId),
+      ...backends.flatMap(backendKeys),
     ];
+    return [keys.length, ...keys, first.principal, JSON.stringify([first.principal, first.sessionId]), holdings, first.epoch ?? "", refs.length, ...extra, ...perRef];
   }
 
   async heartbeat(ttlMs: number): Promise<boolean> {
@@ -374,24 +366,9 @@ export class RedisRegistry implements SubscriptionRegistry {
   async close(): Promise<void> {}
 }
 
-/** A batch script's per-ref arguments (member, uri, backend index) and its backends, in order; refs of one session only. */
-function batchOf(refs: readonly SubscriptionRef[]): { backends: string[]; args: (string | number)[] } {
-  const [first] = refs;
-  const backends: string[] = [];
-  const args: (string | number)[] = [];
-  for (const ref of refs) {
-    if (ref.principal !== first?.principal || ref.sessionId !== first.sessionId || ref.epoch !== first.epoch) throw new Error("a batch holds refs of one session only");
-    let index = backends.indexOf(ref.backendId);
-    if (index < 0) index = backends.push(ref.backendId) - 1;
-    args.push(ref.backendId + SEP + ref.uri, ref.uri, index);
-  }
-  return { backends, args };
-}
-
-/** One ref's answer of ADD_MANY: 0 exists, {1, first, watched} added, {2, which, max} limit, 3 moved. */
+/** One ref's answer of ADD_MANY: 0 exists, {1, first, watched} added, {2, which, max} limit. */
 function outcomeOf(status: number, a: number, b: number): AddOutcome {
   if (status === 0) return { status: "exists" };
-  if (status === 3) return { status: "moved" };
   if (status === 1) return { status: "added", first: a === 1, ...(b === 1 && { watched: true }) };
   return { status: "limit", limit: LIMITS[a - 1] ?? "global", max: b };
 }
