@@ -300,19 +300,23 @@ export class UpstreamSubscriptions implements UpstreamPort {
     const at = this.deps.clock.now();
     this.deps.published?.(backendId, uri, at);
     this.publishing++;
-    this.deps.updates
-      .publish({ kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, uri, params, at, update }, keys)
-      .catch((error: unknown) => {
+    this.deps.updates.publish({ kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, uri, params, at, update }, keys).then(
+      () => this.settled(),
+      (error: unknown) => {
+        this.settled();
         this.deps.logger.warn({ backendId, uri, err: (error as Error).message }, "publish failed; delivered to this member's own sessions only");
         this.deps.unpublished?.(backendId, keys, uri, params);
-      })
-      .finally(() => {
-        this.publishing--;
-        if (this.drained !== undefined && this.publishing <= BACKLOG_LOW) {
-          this.drained.resolve();
-          this.drained = undefined;
-        }
-      });
+      },
+    );
+  }
+
+  /** An update handed to the update log settled (one promise per update on this path, not three). */
+  private settled(): void {
+    this.publishing--;
+    if (this.drained !== undefined && this.publishing <= BACKLOG_LOW) {
+      this.drained.resolve();
+      this.drained = undefined;
+    }
   }
 
   /**
