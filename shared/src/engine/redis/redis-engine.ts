@@ -4,7 +4,7 @@ import { BullJobQueue, type BullJobQueueOptions } from "./bullmq-job-queue.js";
 import { RedisBus } from "./redis-bus.js";
 import { RedisCatalogStore } from "./redis-catalog-store.js";
 import { RedisSessionStore } from "./redis-session-store.js";
-import { RedisUpdateLog } from "./redis-update-log.js";
+import { RedisUpdateLog, UPDATE_PUBLISH_COMMAND } from "./redis-update-log.js";
 import { RedisKeys } from "./keys.js";
 import { RedisLeases } from "./redis-leases.js";
 import { RedisRegistry } from "./redis-registry.js";
@@ -53,12 +53,13 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     retryStrategy: (attempt: number) => Math.min(100 * 2 ** attempt, 5_000),
   };
   const seeds = options.cluster?.map(seedNode);
-  const connect = (role: string, extra: RedisOptions & { enableAutoPipelining?: boolean; shardedSubscribers?: boolean }): RedisClient => {
-    const { enableAutoPipelining, shardedSubscribers, ...redisOptions } = { ...connection, ...extra, connectionName: `mcp-broker:${options.instanceId}:${role}` };
-    if (seeds === undefined) return new Redis(options.url ?? "", { ...redisOptions, lazyConnect: true, ...(enableAutoPipelining !== undefined && { enableAutoPipelining }) });
+  const connect = (role: string, extra: RedisOptions & { shardedSubscribers?: boolean }): RedisClient => {
+    const { enableAutoPipelining, autoPipeliningIgnoredCommands, shardedSubscribers, ...redisOptions } = { ...connection, ...extra, connectionName: `mcp-broker:${options.instanceId}:${role}` };
+    const pipelining = { ...(enableAutoPipelining !== undefined && { enableAutoPipelining }), ...(autoPipeliningIgnoredCommands !== undefined && { autoPipeliningIgnoredCommands }) };
+    if (seeds === undefined) return new Redis(options.url ?? "", { ...redisOptions, lazyConnect: true, ...pipelining });
     return new Cluster(seeds, {
       lazyConnect: true,
-      ...(enableAutoPipelining !== undefined && { enableAutoPipelining }),
+      ...pipelining,
       ...(shardedSubscribers !== undefined && { shardedSubscribers }),
       redisOptions,
       clusterRetryStrategy: connection.retryStrategy,
@@ -70,8 +71,8 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     });
   };
   // Auto-pipelining writes the commands issued in one tick with one socket write instead of one
-  // each. Publishes, the hot path, bypass it (see RedisBus.publish).
-  const redis = connect("commands", { enableAutoPipelining: true });
+  // each. Publishes, the hot path, bypass it (see RedisBus.publish and UPDATE_PUBLISH_COMMAND).
+  const redis = connect("commands", { enableAutoPipelining: true, autoPipeliningIgnoredCommands: [UPDATE_PUBLISH_COMMAND] });
   // On a cluster the bus uses sharded pub/sub: the client keeps a subscriber per master (ours is the one that serves the prefix's slot).
   const subscriber = connect("subscriber", { commandTimeout: undefined, shardedSubscribers: true });
   let lastError: Error | undefined;

@@ -50,6 +50,15 @@ if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then redis.ca
 return 1
 `;
 
+/**
+ * The publish script's command name. It stays out of the commands connection's auto-pipelining
+ * (see the engine), as the bus's publishes do (see `RedisBus.publish`): an auto-pipelined batch
+ * waits for the previous batch's replies and goes out only in the event loop's check phase, and
+ * its pipeline objects survived young-generation GCs (measured on the watcher at 5k updates/s:
+ * 1.8 MB promoted per scavenge auto-pipelined, 0.6 MB without).
+ */
+export const UPDATE_PUBLISH_COMMAND = "updatePublish";
+
 type UpdateLogCommands = {
   updateRaise(positions: string, floor: number): Promise<number>;
   updatePublish(numberOfKeys: number, ...keysAndArgs: (string | number)[]): Promise<number[]>;
@@ -80,7 +89,7 @@ export class RedisUpdateLog implements UpdateLog {
     redis: RedisClient,
     private readonly keys: RedisKeys,
   ) {
-    redis.defineCommand("updatePublish", { lua: keys.script(PUBLISH) });
+    redis.defineCommand(UPDATE_PUBLISH_COMMAND, { lua: keys.script(PUBLISH) });
     redis.defineCommand("updateWatched", { numberOfKeys: 2, lua: WATCHED });
     redis.defineCommand("updateRaise", { numberOfKeys: 1, lua: RAISE });
     this.redis = redis as RedisClient & UpdateLogCommands;
