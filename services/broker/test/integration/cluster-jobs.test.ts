@@ -10,6 +10,7 @@ import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startLegacyHttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
 import { createTestServer, type TestServer } from "../fixtures/test-server.js";
 import { collectUpdates, connectClient, eventually, startBroker, type RunningBroker } from "../helpers/harness.js";
+import { configFileEnv } from "../fixtures/cli-env.js";
 
 const BROKER_DIR = resolve(import.meta.dirname, "../..");
 const WORKER = join(BROKER_DIR, "../worker/src/main.ts");
@@ -56,7 +57,7 @@ describe("cluster jobs on the Redis engine", () => {
     dirs.push(dir);
     const file = join(dir, "worker.json");
     await writeFile(file, JSON.stringify({ ...config(overrides), logging: { level: "warn" } }));
-    const child = spawn(process.execPath, ["--import", "tsx", WORKER, "--config", file, "--port", "0"], { cwd: BROKER_DIR, stdio: ["ignore", "ignore", "pipe"] });
+    const child = spawn(process.execPath, ["--import", "tsx", WORKER, "--config", file, "--port", "0"], { cwd: BROKER_DIR, env: configFileEnv(), stdio: ["ignore", "ignore", "pipe"] });
     children.push(child);
     let stderr = "";
     child.stderr?.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));

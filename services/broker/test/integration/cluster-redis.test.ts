@@ -10,6 +10,7 @@ import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startLegacyHttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
 import { createTestServer, type TestServer } from "../fixtures/test-server.js";
 import { collectUpdates, connectClient, eventually, startBroker, type Era, type RunningBroker } from "../helpers/harness.js";
+import { configFileEnv } from "../fixtures/cli-env.js";
 
 const BROKER_DIR = resolve(import.meta.dirname, "../..");
 const CLI = join(BROKER_DIR, "src/cli.ts");
@@ -242,7 +243,7 @@ describe.each([
     const configFile = join(dir, "broker.json");
     const shortLived = { ...config(), server: { sessionIdleMs: 1_500 } };
     await writeFile(configFile, JSON.stringify({ ...shortLived, logging: { level: "warn" } }));
-    const child = spawn(process.execPath, ["--import", "tsx", CLI, "--config", configFile, "--port", "0"], { cwd: BROKER_DIR, stdio: ["ignore", "ignore", "pipe"] });
+    const child = spawn(process.execPath, ["--import", "tsx", CLI, "--config", configFile, "--port", "0"], { cwd: BROKER_DIR, env: configFileEnv(), stdio: ["ignore", "ignore", "pipe"] });
     try {
       // The process starts first, so it watches the backend.
       const doomedUrl = await new Promise<string>((done, fail) => {
@@ -284,7 +285,7 @@ describe.each([
     const dir = await mkdtemp(join(tmpdir(), "broker-worker-"));
     const configFile = join(dir, "worker.json");
     await writeFile(configFile, JSON.stringify({ ...config(), logging: { level: "warn" } }));
-    const worker = spawn(process.execPath, ["--import", "tsx", WORKER, "--config", configFile, "--port", "0"], { cwd: BROKER_DIR, stdio: ["ignore", "ignore", "pipe"] });
+    const worker = spawn(process.execPath, ["--import", "tsx", WORKER, "--config", configFile, "--port", "0"], { cwd: BROKER_DIR, env: configFileEnv(), stdio: ["ignore", "ignore", "pipe"] });
     try {
       let stderr = "";
       worker.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));

@@ -9,6 +9,7 @@ import { startLegacyHttpBackend, type LegacyHttpBackend } from "../fixtures/http
 import { createTestServer, type TestServer } from "../fixtures/test-server.js";
 import { eventually, post, startBroker, type RunningBroker } from "../helpers/harness.js";
 import { openSse } from "../helpers/raw-http.js";
+import { configFileEnv } from "../fixtures/cli-env.js";
 
 const BROKER_DIR = resolve(import.meta.dirname, "../..");
 const CLI = join(BROKER_DIR, "src/cli.ts");
@@ -85,7 +86,7 @@ describe("sessions across broker instances", () => {
     dirs.push(dir);
     const file = join(dir, "broker.json");
     await writeFile(file, JSON.stringify({ ...config(), logging: { level: "warn" } }));
-    const child = spawn(process.execPath, ["--import", "tsx", CLI, "--config", file, "--port", "0"], { cwd: BROKER_DIR, stdio: ["ignore", "ignore", "pipe"] });
+    const child = spawn(process.execPath, ["--import", "tsx", CLI, "--config", file, "--port", "0"], { cwd: BROKER_DIR, env: configFileEnv(), stdio: ["ignore", "ignore", "pipe"] });
     children.push(child);
     let stderr = "";
     const url = await new Promise<string>((done, fail) => {

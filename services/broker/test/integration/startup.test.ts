@@ -9,6 +9,7 @@ import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createBroker } from "../../src/broker.js";
 import { startModernHttpBackend } from "../fixtures/http-backends.js";
+import { configFileEnv } from "../fixtures/cli-env.js";
 import { createTestServer } from "../fixtures/test-server.js";
 import { connectClient, eventually } from "../helpers/harness.js";
 
@@ -16,12 +17,6 @@ const BROKER_DIR = resolve(import.meta.dirname, "../..");
 const CLI = join(BROKER_DIR, "src/cli.ts");
 
 /** The CLI's environment without the variables that would override the config file. */
-function cliEnv(): NodeJS.ProcessEnv {
-  const env = { ...process.env };
-  for (const name of ["PORT", "HOST", "REDIS_URL", "MCP_BROKER_CONFIG"]) delete env[name];
-  return env;
-}
-
 /** The broker binds its port before anything else: a port it cannot have fails before any backend starts. */
 describe("startup: the port first", () => {
   const cleanup: (() => Promise<void>)[] = [];
@@ -42,7 +37,7 @@ describe("startup: the port first", () => {
   }
 
   function runCli(configFile: string, port: number): { exited: Promise<number | null>; stderr: () => string; kill: () => void } {
-    const child = spawn(process.execPath, ["--import", "tsx", CLI, "--config", configFile, "--port", String(port)], { cwd: BROKER_DIR, env: cliEnv(), stdio: ["ignore", "ignore", "pipe"] });
+    const child = spawn(process.execPath, ["--import", "tsx", CLI, "--config", configFile, "--port", String(port)], { cwd: BROKER_DIR, env: configFileEnv(), stdio: ["ignore", "ignore", "pipe"] });
     let stderr = "";
     child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
     const exited = new Promise<number | null>((done) => child.once("exit", (code) => done(code)));

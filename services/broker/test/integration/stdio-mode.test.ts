@@ -7,6 +7,7 @@ import { Client, type ClientCapabilities } from "@modelcontextprotocol/client";
 import { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { collectUpdates, eventually } from "../helpers/harness.js";
+import { configFileEnv } from "../fixtures/cli-env.js";
 
 const BROKER_DIR = resolve(import.meta.dirname, "../..");
 const CLI = join(BROKER_DIR, "src/cli.ts");
@@ -109,7 +110,7 @@ describe("stdio mode", () => {
   });
 
   it("answers bad lines with JSON-RPC errors and exits 0 when stdin closes", async () => {
-    const child = spawn(process.execPath, ["--import", "tsx", CLI, "--stdio", "--config", configFile], { cwd: BROKER_DIR, stdio: ["pipe", "pipe", "ignore"] });
+    const child = spawn(process.execPath, ["--import", "tsx", CLI, "--stdio", "--config", configFile], { cwd: BROKER_DIR, env: configFileEnv(), stdio: ["pipe", "pipe", "ignore"] });
     const lines = createInterface({ input: child.stdout });
     const received: unknown[] = [];
     lines.on("line", (line) => received.push(JSON.parse(line)));
@@ -140,7 +141,7 @@ describe("stdio mode", () => {
 
   it("refuses a --port that is not a port number, naming the flag, before starting anything", async () => {
     for (const port of ["abc", "", "70000"]) {
-      const child = spawn(process.execPath, ["--import", "tsx", CLI, "--config", configFile, "--port", port], { cwd: BROKER_DIR, stdio: ["ignore", "ignore", "pipe"] });
+      const child = spawn(process.execPath, ["--import", "tsx", CLI, "--config", configFile, "--port", port], { cwd: BROKER_DIR, env: configFileEnv(), stdio: ["ignore", "ignore", "pipe"] });
       let stderr = "";
       child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
       const code = await new Promise<number | null>((done) => child.once("exit", (c) => done(c)));
