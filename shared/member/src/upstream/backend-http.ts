@@ -89,10 +89,13 @@ export class BackendHttp {
     return new Promise<Response>((resolve, reject) => {
       let settled = false;
       let bodyController: ReadableStreamDefaultController<Uint8Array> | undefined;
+      /** While an event-stream answer is read before it is handed over (see `probeAnswer`): how to fail the request. */
+      let probing: ((error: Error) => void) | undefined;
       const onAbort = (): void => {
         const reason = abortReason(signal);
         request.destroy();
         if (!settled) fail(reason);
+        else if (probing !== undefined) probing(reason);
         else bodyController?.error(reason);
       };
       const done = signal === undefined ? () => undefined : whenAborted(signal, onAbort);
@@ -125,9 +128,34 @@ export class BackendHttp {
           for (let i = 0; i + 1 < raw.length; i += 2) responseHeaders.append(raw[i] as string, raw[i + 1] as string);
           const empty = status === 204 || status === 205 || status === 304 || init?.method === "HEAD";
           const eventStream = tap !== undefined && responseHeaders.get("content-type")?.startsWith("text/event-stream") === true;
+          if (eventStream && !empty && mayCollapse(init, body)) {
+            const answer = (responseBody: string | ReadableStream<Uint8Array>, type?: string): void => {
+              probing = undefined;
+              if (type !== undefined) {
+                responseHeaders.set("content-type", type);
+                responseHeaders.delete("content-length");
+              }
+              resolve(new Response(responseBody, { status, statusText: response.statusMessage ?? "", headers: responseHeaders }));
+            };
+            probing = reject;
+            probeAnswer(response, new EventSplitter(tap), {
+              answered: (json) => {
+                done();
+                answer(json, "application/json");
+              },
+              streamed: (prefix, events) => {
+                answer(bodyStream(response, events, () => this.options.backlog?.(), { started: (controller) => (bodyController = controller), ended: done }, prefix));
+              },
+              ended: (text, error) => {
+                done();
+                answer(error === undefined ? text : textThenError(text, error));
+              },
+            });
+            return;
+          }
           const stream = empty
             ? null
-            : bodyStream(response, eventStream ? tap : undefined, () => this.options.backlog?.(), {
+            : bodyStream(response, eventStream ? new EventSplitter(tap) : undefined, () => this.options.backlog?.(), {
                 started: (controller) => (bodyController = controller),
                 ended: done,
               });
@@ -204,11 +232,11 @@ function abortReason(signal: AbortSignal | undefined): Error {
  */
 function bodyStream(
   response: IncomingMessage,
-  tap: EventTap | undefined,
+  events: EventSplitter | undefined,
   backlog: (() => Promise<void> | undefined) | undefined,
   hooks: { started(controller: ReadableStreamDefaultController<Uint8Array>): void; ended(): void },
+  prefix?: Buffer,
 ): ReadableStream<Uint8Array> {
-  const events = tap === undefined ? undefined : new EventSplitter(tap);
   let finished = false;
   /** Paused until the reader asks for more (its queue is full). */
   let full = false;
@@ -223,6 +251,7 @@ function bodyStream(
     {
       start(controller) {
         hooks.started(controller);
+        if (prefix !== undefined && prefix.byteLength > 0) controller.enqueue(new Uint8Array(prefix.buffer, prefix.byteOffset, prefix.byteLength));
         response.on("data", (chunk: Buffer) => {
           const out = events === undefined ? chunk : events.push(chunk);
           if (out !== undefined && out.byteLength > 0) controller.enqueue(new Uint8Array(out.buffer, out.byteOffset, out.byteLength));
@@ -288,15 +317,26 @@ export class EventSplitter {
 
   /** What passes of the text so far that completes events (empty when nothing does yet). */
   push(chunk: Buffer): Buffer | undefined {
-    const passed = this.take(this.decoder.write(chunk));
+    const passed = this.pushText(chunk);
     return passed === "" ? undefined : Buffer.from(passed);
+  }
+
+  /** `push`, as text. */
+  pushText(chunk: Buffer): string {
+    return this.take(this.decoder.write(chunk));
   }
 
   /** The body ended: whatever was left under way (an unterminated event) passes as it is. */
   end(): Buffer | undefined {
+    const passed = this.endText();
+    return passed === "" ? undefined : Buffer.from(passed);
+  }
+
+  /** `end`, as text. */
+  endText(): string {
     const passed = this.take(this.decoder.end()) + this.parts.join("");
     this.parts = [];
-    return passed === "" ? undefined : Buffer.from(passed);
+    return passed;
   }
 
   private take(text: string): string {
@@ -319,3 +359,138 @@ export class EventSplitter {
     return passed;
   }
 }
+
+/**
+ * How long an event stream may stay open after the response it carried before it is handed over
+ * as it is (a server SHOULD close it then; one that does not must not hold the response back).
+ */
+const ANSWER_END_GRACE_MS = 20;
+
+/**
+ * Whether a request's event-stream answer may come back to the SDK as JSON when it turns out to
+ * hold nothing but the request's JSON-RPC response (see `probeAnswer`). Not a listen: the SDK
+ * hears the end of its stream, which a JSON answer does not have.
+ */
+function mayCollapse(init: RequestInit | undefined, body: string | Uint8Array | undefined): boolean {
+  return init?.method === "POST" && typeof body === "string" && !body.includes('"subscriptions/listen"');
+}
+
+/**
+ * Reads a request's event-stream answer before handing it over: when it holds the JSON-RPC
+ * response alone (after events without data, such as a resumption priming event) and then ends,
+ * the SDK gets it as an `application/json` answer, which it parses in one step; an event stream
+ * costs it a text decoder and an SSE parser of web streams per request (about a quarter of a
+ * watcher's CPU on a storm of first subscribers). Anything else on the way (a notification, a
+ * request of the backend's, a `retry` field, a second message) hands the stream over at once,
+ * with what was read so far in front of the rest, so nothing waits for the response, and so does a
+ * stream that stays open after the response; a stream cut off before its end is handed over with
+ * what it had, then the error, so the SDK can resume it.
+ */
+function probeAnswer(
+  response: IncomingMessage,
+  events: EventSplitter,
+  outcome: {
+    answered(json: string): void;
+    streamed(prefix: Buffer, events: EventSplitter): void;
+    ended(text: string, error?: TypeError): void;
+  },
+): void {
+  let text = "";
+  let json: string | undefined;
+  /** Set once the response came: the stream must end soon after it, or it is handed over as it is. */
+  let grace: NodeJS.Timeout | undefined;
+  const stop = (): void => {
+    clearTimeout(grace);
+    response.off("data", onData);
+    response.off("end", onEnd);
+    response.off("error", onError);
+    response.off("close", onClose);
+  };
+  const onData = (chunk: Buffer): void => {
+    const passed = events.pushText(chunk);
+    if (passed === "") return;
+    text += passed;
+    for (const event of passed.split(EVENT_END)) {
+      if (event === "") continue;
+      const message = onlyResponse(event);
+      if (message === "") continue;
+      if (message !== undefined && json === undefined) {
+        json = message;
+        grace = setTimeout(handOver, ANSWER_END_GRACE_MS);
+        continue;
+      }
+      handOver();
+      return;
+    }
+  };
+  const handOver = (): void => {
+    stop();
+    outcome.streamed(Buffer.from(text), events);
+  };
+  const onEnd = (): void => {
+    stop();
+    const rest = events.endText();
+    if (json !== undefined && rest.trim() === "") outcome.answered(json);
+    else outcome.ended(text + rest);
+  };
+  const onError = (error: Error): void => {
+    stop();
+    outcome.ended(text, new TypeError("terminated", { cause: error }));
+  };
+  const onClose = (): void => {
+    stop();
+    outcome.ended(text, new TypeError("terminated", { cause: Object.assign(new Error("other side closed"), { code: "UND_ERR_SOCKET" }) }));
+  };
+  response.on("data", onData);
+  response.on("end", onEnd);
+  response.on("error", onError);
+  response.on("close", onClose);
+}
+
+/**
+ * The data of a plain message event (data lines, and optionally an id, comments and
+ * `event: message`), its lines joined; undefined for any other field (`retry`, another event type).
+ */
+export function messageData(event: string): string | undefined {
+  const data: string[] = [];
+  for (const line of event.split(LINE_END)) {
+    if (line.startsWith("data:")) data.push(line.charCodeAt(5) === 32 ? line.slice(6) : line.slice(5));
+    else if (line.startsWith("event:")) {
+      if (line.slice(line.charCodeAt(6) === 32 ? 7 : 6) !== "message") return undefined;
+    } else if (line !== "" && !line.startsWith("id:") && !line.startsWith(":")) return undefined;
+  }
+  return data.join("\n");
+}
+
+/** An event's JSON-RPC response (its data); "" for an event without data (a priming event: the SDK skips it too); otherwise undefined. */
+function onlyResponse(event: string): string | undefined {
+  const json = messageData(event);
+  if (json === "" || json === undefined) return json;
+  let message: unknown;
+  try {
+    message = JSON.parse(json);
+  } catch {
+    return undefined;
+  }
+  const candidate = message as { jsonrpc?: unknown; id?: unknown; method?: unknown; result?: unknown; error?: unknown } | null;
+  if (candidate === null || typeof candidate !== "object" || Array.isArray(candidate) || candidate.jsonrpc !== "2.0") return undefined;
+  const isResponse = candidate.method === undefined && (typeof candidate.id === "string" || typeof candidate.id === "number") && ("result" in candidate || "error" in candidate);
+  return isResponse ? json : undefined;
+}
+
+/** A body of `text`, then `error` once it was read (erroring at once would drop the text). */
+function textThenError(text: string, error: Error): ReadableStream<Uint8Array> {
+  let sent = text === "";
+  return new ReadableStream<Uint8Array>({
+    pull(controller) {
+      if (sent) {
+        controller.error(error);
+        return;
+      }
+      sent = true;
+      controller.enqueue(new TextEncoder().encode(text));
+    },
+  });
+}
+
+const LINE_END = /\r\n|\n|\r/;

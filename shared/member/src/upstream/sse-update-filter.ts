@@ -1,10 +1,8 @@
 import { NOTIFICATION } from "@mcp-broker/shared";
-import type { EventTap } from "./backend-http.js";
+import { messageData, type EventTap } from "./backend-http.js";
 
 /** The params of a backend's `resources/updated`: its URI, and whatever else it said. */
 export type UpdatedParams = { readonly uri: string } & Readonly<Record<string, unknown>>;
-
-const LINE_END = /\r\n|\n|\r/;
 
 /**
  * The tap (see `BackendHttp`) that takes `notifications/resources/updated` events (the hot path)
@@ -29,16 +27,11 @@ export function updatedEventTap(onUpdate: (params: UpdatedParams) => void): Even
 /** The params of an event that is exactly a `resources/updated` notification (data lines, an optional id, comments); otherwise undefined. */
 function updatedParams(event: string): UpdatedParams | undefined {
   if (!event.includes(NOTIFICATION.resourceUpdated)) return undefined;
-  const data: string[] = [];
-  for (const line of event.split(LINE_END)) {
-    if (line.startsWith("data:")) data.push(line.charCodeAt(5) === 32 ? line.slice(6) : line.slice(5));
-    else if (line.startsWith("event:")) {
-      if (line.slice(line.charCodeAt(6) === 32 ? 7 : 6) !== "message") return undefined;
-    } else if (!line.startsWith("id:") && !line.startsWith(":")) return undefined;
-  }
+  const data = messageData(event);
+  if (data === undefined) return undefined;
   let message: unknown;
   try {
-    message = JSON.parse(data.join("\n"));
+    message = JSON.parse(data);
   } catch {
     return undefined;
   }

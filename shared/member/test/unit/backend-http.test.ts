@@ -132,6 +132,87 @@ describe("BackendHttp (the fetch of an HTTP backend connection)", () => {
     expect(await (await http.fetch(`${url}json`, { method: "POST", body: "{}" })).text()).toBe("data: drop\n\n");
   });
 
+  it("answers a request whose event stream holds only its JSON-RPC response (after a priming event) as JSON, on the kept-alive connection", async () => {
+    const response = '{"jsonrpc":"2.0","id":7,"result":{"ok":true}}';
+    const url = await serve((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream", "mcp-session-id": "s-1" });
+      res.write("id: p-1\ndata: \n\n");
+      setTimeout(() => res.end(`event: message\nid: e-2\ndata: ${response}\n\n`), 20);
+    });
+    const seen: string[] = [];
+    const http = client({ tap: (event) => seen.push(event) > 0 });
+    const request = { method: "POST", body: '{"jsonrpc":"2.0","id":7,"method":"resources/subscribe","params":{"uri":"x://1"}}' };
+    const answer = await http.fetch(url, request);
+    expect(answer.headers.get("content-type")).toBe("application/json");
+    expect(answer.headers.get("mcp-session-id")).toBe("s-1");
+    expect(await answer.text()).toBe(response);
+    expect(seen).toEqual(["id: p-1\ndata: ", `event: message\nid: e-2\ndata: ${response}`]);
+    expect(await (await http.fetch(url, request)).json()).toEqual(JSON.parse(response));
+    expect(sockets.size).toBe(1);
+  });
+
+  it("hands a request's event stream over at once, as it is, when anything but the response comes first or follows it", async () => {
+    let respond: () => void = () => undefined;
+    const url = await serve((req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      const first = req.url?.endsWith("retry") === true ? "retry: 500\nid: p\ndata: \n\n" : 'data: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}\n\n';
+      res.write(first);
+      respond = () => res.end('data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n');
+    });
+    const http = client({ tap: () => true });
+    for (const path of ["", "retry"]) {
+      const answer = await http.fetch(`${url}${path}`, { method: "POST", body: '{"jsonrpc":"2.0","id":1,"method":"tools/call"}' });
+      // Handed over before the response was even written: a progress notification is not held back.
+      expect(answer.headers.get("content-type")).toBe("text/event-stream");
+      const reader = answer.body?.getReader();
+      expect(new TextDecoder().decode((await reader?.read())?.value)).toContain(path === "" ? "notifications/progress" : "retry: 500");
+      respond();
+      expect(new TextDecoder().decode((await reader?.read())?.value)).toBe('data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n');
+      expect((await reader?.read())?.done).toBe(true);
+    }
+  });
+
+  it("keeps a second message after the response, a listen's answer, a stream left open after the response and one cut off before its end as event streams", async () => {
+    const response = 'data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n';
+    const url = await serve((req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      if (req.url?.endsWith("open") === true) res.write(response);
+      else if (req.url?.endsWith("cut") === true) {
+        res.write("id: p-1\ndata: \n\n");
+        setTimeout(() => res.socket?.destroy(), 20);
+      } else if (req.url?.endsWith("two") === true) res.end(`${response}data: {"jsonrpc":"2.0","method":"notifications/message"}\n\n`);
+      else res.end(response);
+    });
+    const http = client({ tap: () => true });
+    const two = await http.fetch(`${url}two`, { method: "POST", body: "{}" });
+    expect(two.headers.get("content-type")).toBe("text/event-stream");
+    expect(await two.text()).toBe(`${response}data: {"jsonrpc":"2.0","method":"notifications/message"}\n\n`);
+    const listen = await http.fetch(url, { method: "POST", body: '{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{}}' });
+    expect(listen.headers.get("content-type")).toBe("text/event-stream");
+    expect(await listen.text()).toBe(response);
+    // A server that keeps the stream open after the response does not hold the response back.
+    const open = await http.fetch(`${url}open`, { method: "POST", body: "{}" });
+    expect(open.headers.get("content-type")).toBe("text/event-stream");
+    expect(new TextDecoder().decode((await open.body?.getReader().read())?.value)).toBe(response);
+    // The SDK gets what came before the cut (the priming event's id, to resume from), then the error.
+    const cut = await http.fetch(`${url}cut`, { method: "POST", body: "{}" });
+    expect(cut.headers.get("content-type")).toBe("text/event-stream");
+    const reader = cut.body?.getReader();
+    expect(new TextDecoder().decode((await reader?.read())?.value)).toBe("id: p-1\ndata: \n\n");
+    await expect(reader?.read()).rejects.toThrow("terminated");
+  });
+
+  it("rejects a request aborted while its event stream is read for the response alone", async () => {
+    const url = await serve((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write("id: p-1\ndata: \n\n");
+    });
+    const aborting = new AbortController();
+    const answer = client({ tap: () => true }).fetch(url, { method: "POST", body: "{}", signal: aborting.signal });
+    setTimeout(() => aborting.abort(new Error("caller gave up")), 30);
+    await expect(answer).rejects.toThrow("caller gave up");
+  });
+
   it("reads no more of a tapped stream while the tap's backlog is being handled", async () => {
     const url = await serve((_req, res) => {
       res.writeHead(200, { "content-type": "text/event-stream" });
