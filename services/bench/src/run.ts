@@ -19,6 +19,7 @@ import { RedisEngine } from "./engines/redis-engine.js";
 import type { BenchResults, ScenarioResult } from "./report/result-model.js";
 import { KNOWN_CAUSES } from "./report/known-causes.js";
 import { profileTable } from "./report/profile-table.js";
+import { currentCommit, recordRun, runOf, RUN_LOG_REPORT } from "./report/run-log.js";
 import { writeResults } from "./report/write-results.js";
 import type { BenchContext } from "./scenarios/bench-context.js";
 import { runBroadcast } from "./scenarios/broadcast.js";
@@ -183,6 +184,11 @@ async function main(): Promise<number> {
   } finally {
     await group.stopAll();
     await control.close();
+  }
+  // A whole full run joins the run log (the tail rows of every full run, see report/run-log.ts).
+  if (plan.mode === "full" && options.only.length === 0) {
+    recordRun(resultsDir, runOf(results, currentCommit(packageDir)));
+    log(`run log: ${join(resultsDir, RUN_LOG_REPORT)}`);
   }
   log(`done in ${results.wallSeconds.toFixed(0)} s: ${join(resultsDir, "results.md")}`);
   return failures > 0 ? 1 : 0;
