@@ -42,7 +42,8 @@ export function runOf(results: BenchResults, commit: string | null): LoggedRun {
 export function currentCommit(cwd: string): string | null {
   try {
     const head = execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
-    const changes = execFileSync("git", ["status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)*/results/*"], { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
+    // Uncommitted changes anywhere in the repository but the results themselves.
+    const changes = execFileSync("git", ["status", "--porcelain", "--untracked-files=no", "--", ":/", ":(top,exclude)services/bench/results"], { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
     return changes === "" ? head : `${head}+changes`;
   } catch {
     return null;
