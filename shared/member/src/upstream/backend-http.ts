@@ -64,6 +64,11 @@ export interface BackendHttpOptions {
  */
 export class BackendHttp {
   private readonly headersTimeoutMs: number;
+  /**
+   * Whether event-stream answers are read for a lone response (see `probeAnswer`): no longer once
+   * this backend left a stream open after its response, which would delay every answer by the grace.
+   */
+  private probeAnswers = true;
 
   constructor(private readonly options: BackendHttpOptions) {
     this.headersTimeoutMs = options.headersTimeoutMs ?? HEADERS_TIMEOUT_MS;
@@ -128,7 +133,7 @@ export class BackendHttp {
           for (let i = 0; i + 1 < raw.length; i += 2) responseHeaders.append(raw[i] as string, raw[i + 1] as string);
           const empty = status === 204 || status === 205 || status === 304 || init?.method === "HEAD";
           const eventStream = tap !== undefined && responseHeaders.get("content-type")?.startsWith("text/event-stream") === true;
-          if (eventStream && !empty && mayCollapse(init, body)) {
+          if (eventStream && !empty && this.probeAnswers && mayCollapse(init, body)) {
             const answer = (responseBody: string | ReadableStream<Uint8Array>, type?: string): void => {
               probing = undefined;
               if (type !== undefined) {
@@ -150,6 +155,7 @@ export class BackendHttp {
                 done();
                 answer(error === undefined ? text : textThenError(text, error));
               },
+              lingered: () => (this.probeAnswers = false),
             });
             return;
           }
@@ -312,6 +318,8 @@ export class EventSplitter {
   private parts: string[] = [];
   /** The last characters of the text under way, which an event end may continue. */
   private tail = "";
+  /** Events the tap kept out so far. */
+  taken = 0;
 
   constructor(private readonly tap: EventTap) {}
 
@@ -352,6 +360,7 @@ export class EventSplitter {
     for (let match = EVENT_END.exec(pending); match !== null; match = EVENT_END.exec(pending)) {
       const end = match.index + match[0].length;
       if (this.tap(pending.slice(0, match.index))) passed += pending.slice(0, end);
+      else this.taken++;
       pending = pending.slice(end);
     }
     this.parts = pending === "" ? [] : [pending];
@@ -382,9 +391,11 @@ function mayCollapse(init: RequestInit | undefined, body: string | Uint8Array | 
  * costs it a text decoder and an SSE parser of web streams per request (about a quarter of a
  * watcher's CPU on a storm of first subscribers). Anything else on the way (a notification, a
  * request of the backend's, a `retry` field, a second message) hands the stream over at once,
- * with what was read so far in front of the rest, so nothing waits for the response, and so does a
- * stream that stays open after the response; a stream cut off before its end is handed over with
- * what it had, then the error, so the SDK can resume it.
+ * with what was read so far in front of the rest, so nothing waits for the response, and so do a
+ * stream on which the tap takes events (updates: reading on then waits for the tap's backlog) and
+ * a stream that stays open after the response (and that backend's answers are no longer read
+ * first); a stream cut off before its end is handed over with what it had, then the error, so the
+ * SDK can resume it.
  */
 function probeAnswer(
   response: IncomingMessage,
@@ -393,6 +404,8 @@ function probeAnswer(
     answered(json: string): void;
     streamed(prefix: Buffer, events: EventSplitter): void;
     ended(text: string, error?: TypeError): void;
+    /** The stream stayed open after the response (it is handed over next). */
+    lingered(): void;
   },
 ): void {
   let text = "";
@@ -407,16 +420,26 @@ function probeAnswer(
     response.off("close", onClose);
   };
   const onData = (chunk: Buffer): void => {
+    const taken = events.taken;
     const passed = events.pushText(chunk);
-    if (passed === "") return;
     text += passed;
+    // The tap took events (updates sent on this request's stream): not an answer alone, and
+    // reading on is for the stream's reader, which waits for the tap's backlog.
+    if (events.taken !== taken) {
+      handOver();
+      return;
+    }
+    if (passed === "") return;
     for (const event of passed.split(EVENT_END)) {
       if (event === "") continue;
       const message = onlyResponse(event);
       if (message === "") continue;
       if (message !== undefined && json === undefined) {
         json = message;
-        grace = setTimeout(handOver, ANSWER_END_GRACE_MS);
+        grace = setTimeout(() => {
+          outcome.lingered();
+          handOver();
+        }, ANSWER_END_GRACE_MS);
         continue;
       }
       handOver();
@@ -457,7 +480,7 @@ export function messageData(event: string): string | undefined {
     if (line.startsWith("data:")) data.push(line.charCodeAt(5) === 32 ? line.slice(6) : line.slice(5));
     else if (line.startsWith("event:")) {
       if (line.slice(line.charCodeAt(6) === 32 ? 7 : 6) !== "message") return undefined;
-    } else if (line !== "" && !line.startsWith("id:") && !line.startsWith(":")) return undefined;
+    } else if (!line.startsWith("id:") && !line.startsWith(":")) return undefined;
   }
   return data.join("\n");
 }

@@ -202,6 +202,57 @@ describe("BackendHttp (the fetch of an HTTP backend connection)", () => {
     await expect(reader?.read()).rejects.toThrow("terminated");
   });
 
+  it("hands over at once a request's stream on which the tap takes events, so its backlog holds the reading back", async () => {
+    let respond: () => void = () => undefined;
+    const url = await serve((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write('data: {"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"x://1"}}\n\n');
+      respond = () => res.end('data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n');
+    });
+    const taken: string[] = [];
+    const http = client({ tap: (event) => (event.includes("updated") ? taken.push(event) < 0 : true) });
+    const answer = await http.fetch(url, { method: "POST", body: '{"jsonrpc":"2.0","id":1,"method":"tools/call"}' });
+    expect(taken).toHaveLength(1);
+    expect(answer.headers.get("content-type")).toBe("text/event-stream");
+    respond();
+    expect(await answer.text()).toBe('data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n');
+  });
+
+  it("hands over an event split mid-character across chunks intact", async () => {
+    const notification = 'data: {"jsonrpc":"2.0","method":"notifications/message","params":{"data":"héllo ✓"}}\r\n\r\n';
+    const bytes = Buffer.from(notification);
+    const url = await serve((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      const cut = bytes.indexOf(Buffer.from("é")) + 1;
+      res.write(bytes.subarray(0, cut));
+      setTimeout(() => res.write(bytes.subarray(cut)), 10);
+      setTimeout(() => res.end('data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n'), 20);
+    });
+    const answer = await client({ tap: () => true }).fetch(url, { method: "POST", body: "{}" });
+    expect(answer.headers.get("content-type")).toBe("text/event-stream");
+    expect(await answer.text()).toBe(`${notification}data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n`);
+  });
+
+  it("stops reading a backend's answers first once one of its streams stayed open after the response", async () => {
+    let requests = 0;
+    const url = await serve((_req, res) => {
+      requests++;
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      if (requests === 1) {
+        res.write('data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n');
+        setTimeout(() => res.end(), 100);
+      } else setTimeout(() => res.end('data: {"jsonrpc":"2.0","id":2,"result":{}}\n\n'), 50);
+    });
+    const http = client({ tap: () => true });
+    const first = await http.fetch(url, { method: "POST", body: "{}" });
+    expect(first.headers.get("content-type")).toBe("text/event-stream");
+    await first.text();
+    // The second answer is a lone response too, but this backend lingers: handed over at its headers.
+    const second = await http.fetch(url, { method: "POST", body: "{}" });
+    expect(second.headers.get("content-type")).toBe("text/event-stream");
+    expect(await second.text()).toBe('data: {"jsonrpc":"2.0","id":2,"result":{}}\n\n');
+  });
+
   it("rejects a request aborted while its event stream is read for the response alone", async () => {
     const url = await serve((_req, res) => {
       res.writeHead(200, { "content-type": "text/event-stream" });
