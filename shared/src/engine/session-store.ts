@@ -53,7 +53,13 @@ export interface SessionStore {
   letGo(key: SessionKey, owner: string, epoch: number, idleMs: number): Promise<void>;
   /** The sessions `owner` held, let go because it died: as `letGo`, for every one of them; returns them. */
   orphan(owner: string, idleMs: number): Promise<SessionKey[]>;
-  /** Sessions let go whose records expired (nobody adopted them), each returned once: their subscriptions are to be released. */
-  expired(now: number): Promise<SessionKey[]>;
+  /**
+   * Sessions let go whose records expired (nobody adopted them): their subscriptions are to be
+   * released. Each comes back every `retryMs` until `released` says its holdings are gone, so a
+   * release cut short (a Redis error, the member dying) is done again, not forgotten.
+   */
+  expired(now: number, retryMs: number): Promise<SessionKey[]>;
+  /** What an expired session held was released (see `expired`). */
+  released(key: SessionKey): Promise<void>;
   close(): Promise<void>;
 }

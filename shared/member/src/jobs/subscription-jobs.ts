@@ -1,6 +1,9 @@
 import { CHANNEL, type Beyond, type Bus, type Clock, type SessionStore, type SubscriptionLimits, type SubscriptionRegistry } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
 
+/** How soon an expired session whose release was cut short (a Redis error, this member dying) is reaped again. */
+export const EXPIRED_RETRY_MS = 5_000;
+
 /**
  * The registry's housekeeping, run as cluster jobs (one run at a time for the whole cluster):
  * reaping what dead members' sessions held, auditing the counts, and bringing holdings within
@@ -43,11 +46,13 @@ export class SubscriptionJobs {
       this.deps.logger.warn({ instance: dead, sessionsKept: orphaned.length, released: released.length }, "a broker instance died: its sessions wait for another to adopt them; the rest of what it held is released");
       for (const { backendId, uri } of released) this.deps.release(backendId, uri);
     }
-    for (const key of await this.deps.sessions.expired(this.deps.clock.now())) {
+    // An expired session comes back until it is marked released: a reap cut short does it again.
+    for (const key of await this.deps.sessions.expired(this.deps.clock.now(), EXPIRED_RETRY_MS)) {
       const refs = await this.deps.registry.ofSession(key.principal, key.sessionId);
       for (const ref of refs) {
         if ((await this.deps.registry.remove(ref)).last) this.deps.release(ref.backendId, ref.uri);
       }
+      await this.deps.sessions.released(key);
       this.deps.logger.info({ principal: key.principal, session: key.sessionId, released: refs.length }, "a session nobody adopted expired; released what it held");
     }
   }

@@ -8,6 +8,8 @@ export class MemorySessionStore implements SessionStore {
   private readonly records = new Map<string, SessionRecord>();
   /** Sessions let go, by key: when their record expires. */
   private readonly letGoUntil = new Map<string, number>();
+  /** Expired sessions whose holdings are not known to be released yet, and when to return each again. */
+  private readonly unreleased = new Map<string, { key: SessionKey; due: number }>();
 
   constructor(private readonly clock: Clock) {}
 
@@ -65,16 +67,25 @@ export class MemorySessionStore implements SessionStore {
     return orphaned;
   }
 
-  async expired(now: number): Promise<SessionKey[]> {
-    const gone: SessionKey[] = [];
+  async expired(now: number, retryMs: number): Promise<SessionKey[]> {
     for (const [key, until] of this.letGoUntil) {
       if (until > now) continue;
       const record = this.records.get(key);
       this.records.delete(key);
       this.letGoUntil.delete(key);
-      if (record !== undefined) gone.push({ principal: record.principal, sessionId: record.sessionId });
+      if (record !== undefined) this.unreleased.set(key, { key: { principal: record.principal, sessionId: record.sessionId }, due: now });
+    }
+    const gone: SessionKey[] = [];
+    for (const entry of this.unreleased.values()) {
+      if (entry.due > now) continue;
+      entry.due = now + retryMs;
+      gone.push(entry.key);
     }
     return gone;
+  }
+
+  async released(key: SessionKey): Promise<void> {
+    this.unreleased.delete(keyOf(key));
   }
 
   async close(): Promise<void> {}

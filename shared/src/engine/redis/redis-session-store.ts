@@ -53,8 +53,9 @@ return 1
 `;
 
 /**
- * KEYS: orphans. ARGV: key prefix. Each let-go session whose time is up: gone when its record
- * expired (returned, to release its holdings), re-scored when its record is still there.
+ * KEYS: orphans. ARGV: key prefix, retry (ms). Each let-go session whose time is up: gone when its
+ * record expired (returned, to release its holdings, and re-scored `retry` ahead: it stays until
+ * RELEASED), re-scored when its record is still there.
  */
 const EXPIRED = `
 ${NOW}
@@ -65,12 +66,20 @@ for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT
   local ttl = redis.call('PTTL', record)
   if ttl > 0 then
     redis.call('ZADD', KEYS[1], now + ttl, member)
+  elseif ttl == -2 then
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), member)
+    table.insert(gone, member)
   else
     redis.call('ZREM', KEYS[1], member)
-    if ttl == -2 then table.insert(gone, member) end
   end
 end
 return gone
+`;
+
+/** KEYS: record, orphans. ARGV: member. An expired session's holdings were released: it leaves the index (unless a record of that id exists again). */
+const RELEASED = `
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('ZREM', KEYS[2], ARGV[1]) end
+return 1
 `;
 
 /** KEYS: record, orphans. ARGV: member, key prefix. */
@@ -93,7 +102,8 @@ type SessionCommands = {
   sessionCreate(record: string, index: string, ...args: (string | number)[]): Promise<number>;
   sessionAdopt(record: string, index: string, holdingsIndex: string, orphans: string, holdings: string, owner: string, member: string, prefix: string, lastSeen: number, holdingsMember: string): Promise<[number, string] | null>;
   sessionLetGo(record: string, index: string, holdingsIndex: string, orphans: string, member: string, owner: string, epoch: number, idleMs: number, holdingsMember: string): Promise<number>;
-  sessionExpired(orphans: string, prefix: string): Promise<string[]>;
+  sessionExpired(orphans: string, prefix: string, retryMs: number): Promise<string[]>;
+  sessionReleased(record: string, orphans: string, member: string): Promise<number>;
   sessionDelete(record: string, orphans: string, member: string, prefix: string): Promise<number>;
   sessionSet(record: string, field: string, value: string | number): Promise<number>;
 };
@@ -116,6 +126,7 @@ export class RedisSessionStore implements SessionStore {
     redis.defineCommand("sessionAdopt", { numberOfKeys: 5, lua: ADOPT });
     redis.defineCommand("sessionLetGo", { numberOfKeys: 4, lua: LET_GO });
     redis.defineCommand("sessionExpired", { numberOfKeys: 1, lua: EXPIRED });
+    redis.defineCommand("sessionReleased", { numberOfKeys: 2, lua: RELEASED });
     redis.defineCommand("sessionDelete", { numberOfKeys: 2, lua: DELETE });
     redis.defineCommand("sessionSet", { numberOfKeys: 1, lua: SET_IF_EXISTS });
     this.redis = redis as RedisClient & SessionCommands;
@@ -204,16 +215,20 @@ export class RedisSessionStore implements SessionStore {
     return orphaned;
   }
 
-  async expired(): Promise<SessionKey[]> {
+  async expired(_now: number, retryMs: number): Promise<SessionKey[]> {
     const gone: SessionKey[] = [];
     for (;;) {
-      const batch = await this.redis.sessionExpired(this.keys.orphans(), this.keys.prefix);
+      const batch = await this.redis.sessionExpired(this.keys.orphans(), this.keys.prefix, retryMs);
       for (const entry of batch) {
         const key = parseMember(entry);
         if (key !== undefined) gone.push(key);
       }
       if (batch.length < 500) return gone;
     }
+  }
+
+  async released(key: SessionKey): Promise<void> {
+    await this.redis.sessionReleased(this.keys.sessionRecord(key.principal, key.sessionId), this.keys.orphans(), member(key));
   }
 
   /** The connection belongs to whoever made it (see `RedisEngine`). */
