@@ -2,7 +2,7 @@ import { CHANNEL, type Beyond, type Bus, type Clock, type SessionStore, type Sub
 import type { Logger } from "../logger.js";
 
 /** How soon an expired session whose release was cut short (a Redis error, this member dying) is reaped again. */
-export const EXPIRED_RETRY_MS = 5_000;
+const EXPIRED_RETRY_MS = 5_000;
 
 /**
  * The registry's housekeeping, run as cluster jobs (one run at a time for the whole cluster):

@@ -133,43 +133,35 @@ export class BackendHttp {
           for (let i = 0; i + 1 < raw.length; i += 2) responseHeaders.append(raw[i] as string, raw[i + 1] as string);
           const empty = status === 204 || status === 205 || status === 304 || init?.method === "HEAD";
           const eventStream = tap !== undefined && responseHeaders.get("content-type")?.startsWith("text/event-stream") === true;
+          const respond = (responseBody: string | ReadableStream<Uint8Array> | null): void => {
+            probing = undefined;
+            resolve(new Response(responseBody, { status, statusText: response.statusMessage ?? "", headers: responseHeaders }));
+          };
+          const streamed = (events: EventSplitter | undefined, prefix?: Buffer): ReadableStream<Uint8Array> =>
+            bodyStream(response, events, () => this.options.backlog?.(), { started: (controller) => (bodyController = controller), ended: done }, prefix);
           if (eventStream && !empty && this.probeAnswers && mayCollapse(init, body)) {
-            const answer = (responseBody: string | ReadableStream<Uint8Array>, type?: string): void => {
-              probing = undefined;
-              if (type !== undefined) {
-                responseHeaders.set("content-type", type);
-                responseHeaders.delete("content-length");
-              }
-              resolve(new Response(responseBody, { status, statusText: response.statusMessage ?? "", headers: responseHeaders }));
-            };
             probing = reject;
             probeAnswer(response, new EventSplitter(tap), {
               answered: (json) => {
                 done();
-                answer(json, "application/json");
+                responseHeaders.set("content-type", "application/json");
+                responseHeaders.delete("content-length");
+                respond(json);
               },
-              streamed: (prefix, events) => {
-                answer(bodyStream(response, events, () => this.options.backlog?.(), { started: (controller) => (bodyController = controller), ended: done }, prefix));
-              },
+              streamed: (prefix, events) => respond(streamed(events, prefix)),
               ended: (text, error) => {
                 done();
-                answer(error === undefined ? text : textThenError(text, error));
+                respond(error === undefined ? text : textThenError(text, error));
               },
               lingered: () => (this.probeAnswers = false),
             });
             return;
           }
-          const stream = empty
-            ? null
-            : bodyStream(response, eventStream ? new EventSplitter(tap) : undefined, () => this.options.backlog?.(), {
-                started: (controller) => (bodyController = controller),
-                ended: done,
-              });
           if (empty) {
             response.resume();
             response.once("close", done);
           }
-          resolve(new Response(stream, { status, statusText: response.statusMessage ?? "", headers: responseHeaders }));
+          respond(empty ? null : streamed(eventStream ? new EventSplitter(tap) : undefined));
         },
       );
       const timer = setTimeout(() => {
