@@ -28,8 +28,9 @@ export type ListenEvent = { type: "stream.closed" };
 export type ListenEmitted =
   | { type: "listen.rejected"; error: BrokerError }
   | { type: "listen.acknowledged"; honored: string[]; flags: ListenFlags }
-  | { type: "interest.add"; uri: string; target: SubscriptionTarget }
-  | { type: "interest.remove"; uri: string; target: SubscriptionTarget }
+  /** One event for all of a listen's targets (one per URI through the actor was a measurable part of a listen's cost). */
+  | { type: "interest.add"; targets: SubscriptionTarget[] }
+  | { type: "interest.remove"; targets: SubscriptionTarget[] }
   | { type: "listen.subscriptions.refused"; refused: { uri: string; error: BrokerError }[] }
   | { type: "listen.ended" };
 
@@ -67,11 +68,9 @@ export const listenMachine = setup({
           target: "streaming",
           actions: enqueueActions(({ event, enqueue }) => {
             const honored = Object.create(null) as Record<string, SubscriptionTarget>; // a URI such as __proto__ is just a key
-            for (const { uri, target } of event.output.honored) {
-              honored[uri] = target;
-              enqueue.emit({ type: "interest.add", uri, target });
-            }
+            for (const { uri, target } of event.output.honored) honored[uri] = target;
             enqueue.assign({ honored });
+            if (event.output.honored.length > 0) enqueue.emit({ type: "interest.add", targets: event.output.honored.map(({ target }) => target) });
             if (event.output.refused.length > 0) enqueue.emit({ type: "listen.subscriptions.refused", refused: event.output.refused });
           }),
         },
@@ -88,7 +87,8 @@ export const listenMachine = setup({
     },
     closing: {
       entry: enqueueActions(({ context, enqueue }) => {
-        for (const [uri, target] of Object.entries(context.honored)) enqueue.emit({ type: "interest.remove", uri, target });
+        const targets = Object.values(context.honored);
+        if (targets.length > 0) enqueue.emit({ type: "interest.remove", targets });
         enqueue.assign({ honored: Object.create(null) as Record<string, SubscriptionTarget> });
       }),
       invoke: {

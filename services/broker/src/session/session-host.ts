@@ -177,15 +177,24 @@ export class SessionHost {
         // one rejects the request, one on a backend that is down is just left out (refused).
         subscribeAll: fromPromise(async ({ input, signal }) => {
           const tried = Math.min(input.uris.length, deps.limits.perSession);
+          /** What each URI resolved to (or the refusal of one on a backend that is down): subscribeMany takes it from here. */
+          const checked = new Map<string, SubscriptionTarget | BrokerError>();
           for (let i = 0; i < tried; i++) {
+            const uri = input.uris[i] as string;
             try {
-              this.validate(input.uris[i] as string);
+              checked.set(uri, this.validate(uri));
             } catch (error) {
               if (!(error instanceof BrokerError && error.code === "BACKEND_UNAVAILABLE")) throw error;
+              checked.set(uri, error);
             }
             if (i % VALIDATE_BATCH === VALIDATE_BATCH - 1) await new Promise<void>((resolve) => setImmediate(resolve));
           }
-          const output = await subscribeMany(this.steps, input, { concurrency: LISTEN_CONCURRENCY, maxPerSession: deps.limits.perSession, signal });
+          const validate = (uri: string): SubscriptionTarget => {
+            const known = checked.get(uri);
+            if (known instanceof BrokerError) throw known;
+            return known ?? this.validate(uri);
+          };
+          const output = await subscribeMany({ ...this.steps, validate }, input, { concurrency: LISTEN_CONCURRENCY, maxPerSession: deps.limits.perSession, signal });
           // The stream closed meanwhile: its releaseAll may have run before these flows reserved
           // (subscribeMany waits for the flows it started), so what they made is released here.
           if (signal.aborted) await this.releaseAll(input.principal, input.sessionId);
@@ -460,10 +469,10 @@ export class SessionHost {
     actor.on("*", (effect) => {
       switch (effect.type) {
         case "interest.add":
-          void this.deps.fanout.interest.add(effect.target, sink);
+          for (const target of effect.targets) void this.deps.fanout.interest.add(target, sink);
           break;
         case "interest.remove":
-          this.deps.fanout.interest.remove(effect.target, sink);
+          for (const target of effect.targets) this.deps.fanout.interest.remove(target, sink);
           break;
         case "listen.subscriptions.refused": {
           const sample = effect.refused.slice(0, 5).map(({ uri, error }) => ({ uri, code: error.code }));
