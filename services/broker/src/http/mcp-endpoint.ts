@@ -332,7 +332,11 @@ export class McpEndpoint {
       era: who.era,
       principal: who.principal,
       sessionId: who.session?.id,
-      signal: abort.signal,
+      // Read on demand: Node makes a controller's signal when it is first read, and most requests
+      // (subscribe, list reads) never pass one on; making one for each cost ~2 % of a broker's CPU.
+      get signal() {
+        return abort.signal;
+      },
       progressToken: typeof token === "string" || typeof token === "number" ? token : undefined,
       logLevel: who.era === "modern" ? (LOG_LEVELS.includes(modernLevel as LogLevel) ? (modernLevel as LogLevel) : undefined) : who.session?.logLevel,
       notify: (method, params) => {
