@@ -43,4 +43,16 @@ describe("upstream: a malformed backend result", () => {
       await client.close();
     }
   });
+
+  it("checks the answer to the upstream subscribe: one that is not an empty result fails that subscribe (-32003), nothing stays held", async () => {
+    const client = await connectClient(running.url, "legacy");
+    try {
+      await expect(client.subscribeResource({ uri: "mal+mal://bad" })).rejects.toMatchObject({ code: -32003, data: { backend: "mal", reason: "INVALID_RESULT" } });
+      await client.subscribeResource({ uri: "mal+mal://good" });
+      expect(running.broker.upstream.watched("mal")).toEqual(["mal://good"]);
+      expect(running.broker.pool.get("mal").state).toBe("connected");
+    } finally {
+      await client.close();
+    }
+  });
 });

@@ -1,6 +1,7 @@
 import { NOTIFICATION } from "@mcp-broker/shared";
 import { parseJSONRPCMessage, STDIO_DEFAULT_MAX_BUFFER_SIZE, type JSONRPCMessage } from "@modelcontextprotocol/client";
 import type { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
+import type { Writable } from "node:stream";
 
 /**
  * The SDK stdio transport's line reader, with one difference: a `notifications/resources/updated`
@@ -65,4 +66,31 @@ export function installStdioReadBuffer(transport: StdioClientTransport): boolean
   if (typeof target._readBuffer?.readMessage !== "function") return false;
   target._readBuffer = new StdioReadBuffer();
   return true;
+}
+
+/**
+ * Makes the transport's writes to the backend's stdin one write per event-loop turn: the stdin is
+ * corked at the first message of a turn and uncorked once the turn's I/O callbacks have run
+ * (`setImmediate`), so the requests of many concurrent clients (a burst of first subscribers)
+ * reach the backend in one pipe write instead of one each (a write was ~9 % of a broker's CPU in
+ * bench scenario 5). Order is kept; a message waits at most for the rest of the turn. The SDK's
+ * `send` still does the writing (its stdin is a private field, read when a message goes out: with
+ * no such field, nothing is batched).
+ */
+export function batchStdioWrites(transport: StdioClientTransport): void {
+  const target = transport as unknown as { _process?: { stdin?: Writable | null } };
+  const send = transport.send.bind(transport);
+  let corked: Writable | undefined;
+  transport.send = (message: JSONRPCMessage) => {
+    const stdin = target._process?.stdin ?? undefined;
+    if (stdin !== undefined && corked !== stdin && typeof stdin.cork === "function") {
+      corked = stdin;
+      stdin.cork();
+      setImmediate(() => {
+        corked = undefined;
+        if (!stdin.destroyed) stdin.uncork();
+      });
+    }
+    return send(message);
+  };
 }

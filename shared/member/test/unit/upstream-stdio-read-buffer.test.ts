@@ -1,6 +1,7 @@
 import { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
-import { describe, expect, it } from "vitest";
-import { installStdioReadBuffer, StdioReadBuffer } from "../../src/upstream/stdio-read-buffer.js";
+import type { Socket } from "node:net";
+import { describe, expect, it, vi } from "vitest";
+import { batchStdioWrites, installStdioReadBuffer, StdioReadBuffer } from "../../src/upstream/stdio-read-buffer.js";
 
 const lines = (...messages: unknown[]) => Buffer.from(messages.map((m) => (typeof m === "string" ? m : JSON.stringify(m))).join("\n") + "\n");
 
@@ -30,5 +31,35 @@ describe("stdio read buffer", () => {
     const transport = new StdioClientTransport({ command: process.execPath });
     expect(installStdioReadBuffer(transport)).toBe(true);
     expect((transport as unknown as { _readBuffer: unknown })._readBuffer).toBeInstanceOf(StdioReadBuffer);
+  });
+
+  it("writes the messages of one event-loop turn to the backend's stdin in one write, in order (a test that fails if the SDK renames its process field)", async () => {
+    // The child answers each line with a notification naming it.
+    const echo = `let rest = ""; process.stdin.on("data", (c) => { const lines = (rest + c).split("\\n"); rest = lines.pop(); for (const l of lines) process.stdout.write(JSON.stringify({ jsonrpc: "2.0", method: "echo", params: { id: JSON.parse(l).id } }) + "\\n"); });`;
+    const transport = new StdioClientTransport({ command: process.execPath, args: ["-e", echo] });
+    batchStdioWrites(transport);
+    const heard: unknown[] = [];
+    const all = new Promise<void>((resolve) => {
+      transport.onmessage = (message) => {
+        heard.push((message as { params?: { id?: unknown } }).params?.id);
+        if (heard.length === 50) resolve();
+      };
+    });
+    await transport.start();
+    try {
+      const stdin = (transport as unknown as { _process: { stdin: Socket } })._process.stdin;
+      const writev = vi.spyOn(stdin as unknown as { _writev: (...args: unknown[]) => void }, "_writev");
+      const write = vi.spyOn(stdin as unknown as { _write: (...args: unknown[]) => void }, "_write");
+      const ids = Array.from({ length: 50 }, (_, i) => i + 1);
+      await Promise.all(ids.map((id) => transport.send({ jsonrpc: "2.0", id, method: "ping" })));
+      expect(stdin.writableCorked).toBe(1); // held until the turn's I/O is done
+      await all;
+      expect(heard).toEqual(ids);
+      expect(writev).toHaveBeenCalledTimes(1);
+      expect(write).not.toHaveBeenCalled();
+      expect(stdin.writableCorked).toBe(0);
+    } finally {
+      await transport.close();
+    }
   });
 });
