@@ -1,11 +1,15 @@
 import type { EmitPlan } from "../core/bench-uris.js";
 import type { PacedResult } from "../core/paced-loop.js";
 import type { ProcessUsage } from "../core/process-usage.js";
+import type { RelayTransport } from "./raw-relay.js";
 
 /** The plain Node SSE server of the baselines, over IPC. */
 export type RawServerApi = {
-  /** Listens on 127.0.0.1; with `redisUrl`, streams are fed from Redis channels `bench:r:<key>`. */
-  start(params: { redisUrl: string | undefined }): Promise<{ url: string }>;
+  /**
+   * Listens on 127.0.0.1; with `redisUrl`, streams are fed from Redis channels `bench:r:<key>`;
+   * with `relays`, POST /relay/<transport> goes through a bench backend of its own over that transport (see raw-relay.ts).
+   */
+  start(params: { redisUrl: string | undefined; relays?: RelayTransport[] }): Promise<{ url: string }>;
   usage(params: { gc: boolean }): ProcessUsage | Promise<ProcessUsage>;
   census(params: Record<string, never>): { connections: number; channels: number };
   stop(params: Record<string, never>): Promise<void>;

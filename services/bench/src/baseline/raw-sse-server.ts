@@ -5,8 +5,10 @@
  * sends and written to every stream of K. `POST /rpc` answers any JSON-RPC request with `{}` (the
  * floor for request/response cost). `POST /listen` takes a `subscriptions/listen` request as the
  * broker does: its response is an SSE stream of every URI it names (each a key), opened with an
- * acknowledgement that echoes them (the floor of opening a listen stream for that request). One keep-alive comment goes to every stream every 15 s, like
- * the broker's default.
+ * acknowledgement that echoes them (the floor of opening a listen stream for that request). Started
+ * with relays, `POST /relay/<transport>` hands the request to a bench backend of its own and answers with the
+ * backend's answer (the floor of a request that needs an upstream round trip, see raw-relay.ts).
+ * One keep-alive comment goes to every stream every 15 s, like the broker's default.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -16,6 +18,7 @@ import { exitWithParent } from "../core/process-group.js";
 import { reportUsage } from "../core/process-usage.js";
 import { serveRpc } from "../core/rpc.js";
 import type { RawServerApi } from "./raw-api.js";
+import { startRelay, type Relay } from "./raw-relay.js";
 
 const CHANNEL_PREFIX = "bench:r:";
 const KEEP_ALIVE_MS = 15_000;
@@ -24,6 +27,7 @@ const KEEP_ALIVE_FRAME = Buffer.from(": keep-alive\n\n");
 const streams = new Map<string, Set<ServerResponse>>();
 let connections = 0;
 let subscriber: Redis | undefined;
+const relays = new Map<string, Relay>();
 
 function frameOf(uri: string): Buffer {
   return Buffer.from(`event: message\ndata: {"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":${JSON.stringify(uri)}}}\n\n`);
@@ -76,6 +80,20 @@ function answerRpc(req: IncomingMessage, res: ServerResponse): void {
   });
 }
 
+function relayRpc(relay: Relay | undefined, req: IncomingMessage, res: ServerResponse): void {
+  readJson(req, (message) => {
+    const answered = relay === undefined || message === undefined ? Promise.reject(new Error("no relay for this transport")) : relay.call(message);
+    answered.then(
+      (answer) => {
+        const body = JSON.stringify(answer);
+        res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+        res.end(body);
+      },
+      (error: unknown) => res.writeHead(502).end((error as Error).message),
+    );
+  });
+}
+
 /** A `subscriptions/listen` request: a stream of the URIs it names, acknowledged with them. */
 function openListen(req: IncomingMessage, res: ServerResponse): void {
   readJson(req, (message) => {
@@ -94,6 +112,8 @@ const server = createServer((req, res) => {
     openStream([url.searchParams.get("key") ?? ""], res);
   } else if (req.method === "POST" && url.pathname === "/rpc") {
     answerRpc(req, res);
+  } else if (req.method === "POST" && url.pathname.startsWith("/relay/")) {
+    relayRpc(relays.get(url.pathname.slice("/relay/".length)), req, res);
   } else if (req.method === "POST" && url.pathname === "/listen") {
     openListen(req, res);
   } else {
@@ -113,10 +133,13 @@ const shutdown = async (): Promise<void> => {
   server.closeAllConnections();
   await new Promise<void>((resolve) => server.close(() => resolve()));
   subscriber?.disconnect();
+  await Promise.all([...relays.values()].map((relay) => relay.close()));
+  relays.clear();
 };
 
 const api: RawServerApi = {
-  start: async ({ redisUrl }) => {
+  start: async ({ redisUrl, relays: transports }) => {
+    for (const transport of transports ?? []) relays.set(transport, await startRelay(transport));
     if (redisUrl !== undefined) {
       const redis = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 });
       await redis.connect();

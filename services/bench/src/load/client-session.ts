@@ -151,7 +151,8 @@ export class ClientSession {
   }
 
   private post(message: Record<string, unknown>): Promise<HttpResponse> {
-    const target = this.kind === "raw" ? new URL("/rpc", this.url) : this.url;
+    // A raw session opened on the server's root POSTs to /rpc; one made for a route, there.
+    const target = this.kind === "raw" && this.url.pathname === "/" ? new URL("/rpc", this.url) : this.url;
     const headers = { "content-type": "application/json", accept: JSON_AND_SSE, ...(this.kind === "legacy" ? this.legacyHeaders() : {}) };
     return fetchText(this.agents.requests, target, { method: "POST", headers, body: JSON.stringify(message) });
   }

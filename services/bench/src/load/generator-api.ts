@@ -115,6 +115,8 @@ export interface RpcLoadParams {
   perWorker: string[][];
   /** Raw server base URL: POST /rpc (or GET /sse) there instead of the broker sessions. */
   rawUrl?: string;
+  /** The raw server's route for these requests instead of /rpc (e.g. /relay/stdio). */
+  rawPath?: string;
   /** Broker endpoints for `subscriptions/listen`. */
   urls?: string[];
 }

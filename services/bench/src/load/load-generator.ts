@@ -127,7 +127,7 @@ async function rpcLoad(params: RpcLoadParams): Promise<RpcLoadResult> {
     return timedWorkers(params.perWorker, (w) => (uris) => listenOnce(urls[w % urls.length] as URL, params.rawUrl !== undefined, uris));
   }
   const legacy = sessions.filter((s) => s.kind === "legacy");
-  const rawUrl = params.rawUrl === undefined ? undefined : new URL(params.rawUrl);
+  const rawUrl = params.rawUrl === undefined ? undefined : new URL(params.rawPath ?? "/rpc", params.rawUrl);
   if (rawUrl === undefined && legacy.length < params.perWorker.length) throw new Error(`rpcLoad needs ${params.perWorker.length} legacy sessions, has ${legacy.length}`);
   const method = params.method;
   return timedWorkers(params.perWorker, (w) => {

@@ -45,8 +45,14 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
   subscribe: [
     "Why (step profiles): in the later-subscriber phase about a fifth of the broker's busy time is the kernel's `writev` of the answers (the raw server pays it too), " +
       "and the rest the HTTP request, the session actor's two events per operation (`subscription.add`, then `subscribe.done` from the host that ran it), the registry and the interest table. " +
-      "The first subscriber also waits for the backend's answer to the upstream subscribe (a stdio round trip to the bench backend's SDK server, on the same two cores, which the baseline does not make). " +
+      "The first subscriber also waits for the backend's answer to the upstream subscribe (a stdio round trip to the bench backend's SDK server, on the same two cores). " +
+      "Since 2026-11-27 its baseline makes that round trip too (the plain server relays each request to a bench backend of its own: same transport, no SDK); the stdio relay runs at about the {} floor's rate, so on the memory engine the gap is the broker's own work around the upstream request. " +
       "A listen's fixed cost is its actor (created, started, an invoked promise actor that validates and subscribes, then one to release) and the modern request's checks; per URI, its reservation, upstream check and interest. " +
+      "On 2026-11-27 (step profiles, CPU for the same requests, same session): the SDK's spec-method request overload found each request's result schema by validating `undefined` against it, a failed parse and its error message per upstream request (~6 % of the broker's CPU in the first-subscriber phase; the empty-result requests now name the schema, member upstream/backend-connection.ts); " +
+      "each request made an AbortSignal it rarely needed (~2.5 %; now made when read); each upstream request was its own pipe write to the stdio backend (~9 %; one corked write per event-loop turn now, upstream/stdio-read-buffer.ts `batchStdioWrites`); " +
+      "a listen validated every URI twice and sent its interest through the actor one event per URI (now once, and one event for all). " +
+      "Broker CPU under the profiler, before → after: first subscriber 3.30 → 2.58 s for 8 000, later subscriber 2.00 → 1.64 s, listen ×100 3.50 → 3.02 s for 1 280 (Redis, per broker: 4.97/4.37 → 4.08/3.68 s). " +
+      "Throughput moved less than that between runs on this machine (the {} floor itself ranged 5.8k–10.7k/s across today's runs): compare the ratios of one run. " +
       "On 2026-11-26 the session actor's operations became transitions without a target on one state (they were states of a parallel region with eventless transitions between them), " +
       "a request stopped sending the actor an event to restart the idle timer (the host re-arms it for what is left), and the catalog keeps resolved URIs (a listen of 100 URIs spent a quarter of its CPU matching templates): " +
       "33 → 22 µs of CPU per subscribe or unsubscribe in a micro-benchmark of the host; later subscriber 10.3k → 15.8k/s and listen ×100 630 → 852/s in the same session. " +

@@ -1,5 +1,6 @@
 import type { BackendCensus } from "../backend/backend-api.js";
 import type { RawPublisherApi, RawServerApi } from "../baseline/raw-api.js";
+import type { RelayTransport } from "../baseline/raw-relay.js";
 import type { ProcessUsage } from "../core/process-usage.js";
 import type { BrokerDeployment, BrokerEngine } from "../engines/broker-engine.js";
 import type { TargetKind } from "../load/generator-api.js";
@@ -78,7 +79,7 @@ export function describeEngines(ctx: BenchContext): string {
 }
 
 /** The baseline server, optionally fed from Redis by the raw publisher, with one stream per key. */
-export async function startRawPath(ctx: BenchContext, label: string, keys: string[], options: { redis: boolean; generators?: number } = { redis: true }): Promise<RawPath> {
+export async function startRawPath(ctx: BenchContext, label: string, keys: string[], options: { redis: boolean; generators?: number; relays?: RelayTransport[] } = { redis: true }): Promise<RawPath> {
   const server = ctx.group.fork<RawServerApi>(new URL("../baseline/raw-sse-server.js", import.meta.url), `raw-server-${label}`, { execArgv: ["--expose-gc"] });
   const publisher = options.redis ? ctx.group.fork<RawPublisherApi>(new URL("../baseline/raw-publisher.js", import.meta.url), `raw-publisher-${label}`) : undefined;
   const fleet = LoadFleet.start(ctx.group, label, options.generators ?? ctx.plan.generators);
@@ -87,7 +88,7 @@ export async function startRawPath(ctx: BenchContext, label: string, keys: strin
     await Promise.all([server.stop(() => server.rpc.call("stop", {})), publisher?.stop(() => publisher.rpc.call("stop", {}))]);
   };
   try {
-    const { url } = await server.rpc.call("start", { redisUrl: options.redis ? ctx.redisUrl : undefined });
+    const { url } = await server.rpc.call("start", { redisUrl: options.redis ? ctx.redisUrl : undefined, ...(options.relays !== undefined && { relays: options.relays }) });
     await publisher?.rpc.call("start", { redisUrl: ctx.redisUrl });
     const openMs = await fleet.open("raw", [url], keys);
     return {

@@ -8,6 +8,7 @@ import { RELEASE_GRACE_MS } from "../engines/bench-broker-config.js";
 import { startBrokerPath, startRawPath } from "./delivery-paths.js";
 import type { RpcLoadParams } from "../load/generator-api.js";
 import type { LoadFleet } from "./load-fleet.js";
+import type { RelayTransport } from "../baseline/raw-relay.js";
 
 const SCENARIO = "5. Subscribe cost";
 /** Resource keys of this scenario start here (fresh URIs: no upstream subscription yet). */
@@ -16,6 +17,11 @@ const FIRST_KEY = 1_000_000;
 const WARM_KEY = 500_000;
 const WARM_KEYS = 1_024;
 const OPS_TARGET = 0.8;
+const FIRST_PHASE = "subscribe, first subscriber";
+/** The relay baselines' transports: stdio (the memory engine's backend), Streamable HTTP (the Redis engine's). */
+const RELAYS: readonly RelayTransport[] = ["stdio", "http"];
+/** The relay warm-ups subscribe these (on the relay's own backend). */
+const RELAY_WARM_KEY = 2_000_000;
 /** URIs per listen request in the listen phases. */
 const LISTEN_SIZES = [10, 100] as const;
 const P99_TARGET = 1.5;
@@ -38,7 +44,9 @@ interface Phase {
  * later subscriber (URIs another session already holds: no upstream call), unsubscribe while
  * others still hold the URI, and last unsubscribe (upstream release happens after the grace delay,
  * outside the request). Baseline: the same number of requests, same concurrency, to a plain Node
- * server answering JSON-RPC `{}` (the floor of an HTTP request/response on this machine).
+ * server answering JSON-RPC `{}` (the floor of an HTTP request/response on this machine); for the
+ * first subscriber, whose answer waits for the upstream subscribe, that server relaying each
+ * request to a bench backend of its own over the engine's backend transport (raw-relay.ts).
  */
 export async function runSubscribeCost(ctx: BenchContext): Promise<ScenarioResult> {
   const { workers, opsPerWorker, listens } = ctx.plan.subscribe;
@@ -49,25 +57,33 @@ export async function runSubscribeCost(ctx: BenchContext): Promise<ScenarioResul
   const rows: ResultRow[] = [];
   const table: (string | number)[][] = [];
 
-  ctx.log(`subscribe cost: raw request baseline, ${workers} workers × ${opsPerWorker}`);
-  const raw = await startRawPath(ctx, "subscribe-raw", [], { redis: false });
+  ctx.log(`subscribe cost: raw request baselines, ${workers} workers × ${opsPerWorker}`);
+  const raw = await startRawPath(ctx, "subscribe-raw", [], { redis: false, relays: [...RELAYS] });
   let rawPost: Phase;
   const rawListens = new Map<number, Phase>();
+  const rawRelays = new Map<RelayTransport, Phase>();
   try {
     const perWorker = range(workers).map(own);
     await raw.fleet.rpcLoad({ method: "resources/subscribe", perWorker: perWorker.map((l) => l.slice(0, 20)), rawUrl: raw.rawUrl });
     rawPost = await runPhase("raw JSON-RPC POST", raw.fleet, { method: "resources/subscribe", perWorker, rawUrl: raw.rawUrl }, async () => 0);
+    for (const transport of RELAYS) {
+      const rawPath = `/relay/${transport}`;
+      await raw.fleet.rpcLoad({ method: "resources/subscribe", perWorker: range(workers).map((w) => range(20, RELAY_WARM_KEY + w * 20).map(exposedUri)), rawUrl: raw.rawUrl, rawPath });
+      rawRelays.set(transport, await runPhase(`raw relay to a ${transport} backend`, raw.fleet, { method: "resources/subscribe", perWorker, rawUrl: raw.rawUrl, rawPath }, async () => 0));
+    }
     for (const size of LISTEN_SIZES) {
       rawListens.set(size, await runPhase(`raw listen stream, ${size} URIs`, raw.fleet, { method: "subscriptions/listen", perWorker: listenLists(size), rawUrl: raw.rawUrl }, async () => 0));
     }
   } finally {
     await raw.stop();
   }
-  table.push(phaseRow("—", rawPost), ...[...rawListens.values()].map((phase) => phaseRow("—", phase)));
+  table.push(phaseRow("—", rawPost), ...[...rawRelays.values(), ...rawListens.values()].map((phase) => phaseRow("—", phase)));
 
   for (const engine of [ctx.memory, ctx.redis]) {
-    const baselineOf = (phase: Phase): Phase => (phase.listenSize !== undefined ? (rawListens.get(phase.listenSize) ?? rawPost) : rawPost);
-    const phaseNames = ["subscribe, first subscriber", "subscribe, later subscriber", "unsubscribe, not last", "unsubscribe, last", ...LISTEN_SIZES.map((size) => `listen, ${size} URIs`)];
+    // The first subscriber's request waits for the upstream subscribe: its floor is the relay over the transport this engine's brokers reach the backend by.
+    const relay = rawRelays.get(engine === ctx.memory ? "stdio" : "http") ?? rawPost;
+    const baselineOf = (phase: Phase): Phase => (phase.listenSize !== undefined ? (rawListens.get(phase.listenSize) ?? rawPost) : phase.name === FIRST_PHASE ? relay : rawPost);
+    const phaseNames = [FIRST_PHASE, "subscribe, later subscriber", "unsubscribe, not last", "unsubscribe, last", ...LISTEN_SIZES.map((size) => `listen, ${size} URIs`)];
     if (engine.unavailableReason !== undefined) {
       for (const name of phaseNames) rows.push(notRun(SCENARIO, engine.name, `${name}: ops/s`, "/s", `≥ ${OPS_TARGET}× raw`, engine.unavailableReason));
       continue;
@@ -85,7 +101,7 @@ export async function runSubscribeCost(ctx: BenchContext): Promise<ScenarioResul
       await path.fleet.rpcLoad({ method: "resources/subscribe", perWorker: range(workers).map((w) => range(Math.ceil(WARM_KEYS / workers), WARM_KEY + w * Math.ceil(WARM_KEYS / workers)).map(exposedUri)) });
       await backend.call("resetCounters", {});
       const phase = (name: string, slug: string, params: RpcLoadParams): Promise<Phase> => path.deployment.profiled(slug, () => runPhase(name, path.fleet, params, upstream));
-      phases.push(await phase("subscribe, first subscriber", "subscribe-first", { method: "resources/subscribe", perWorker: range(workers).map(own) }));
+      phases.push(await phase(FIRST_PHASE, "subscribe-first", { method: "resources/subscribe", perWorker: range(workers).map(own) }));
       phases.push(await phase("subscribe, later subscriber", "subscribe-later", { method: "resources/subscribe", perWorker: range(workers).map(neighbour) }));
       phases.push(await phase("unsubscribe, not last", "unsubscribe-not-last", { method: "resources/unsubscribe", perWorker: range(workers).map(neighbour) }));
       phases.push(await phase("unsubscribe, last", "unsubscribe-last", { method: "resources/unsubscribe", perWorker: range(workers).map(own) }));
@@ -123,6 +139,7 @@ export async function runSubscribeCost(ctx: BenchContext): Promise<ScenarioResul
       "Upstream calls are the resources/subscribe and resources/unsubscribe requests the bench backend received during the phase (the last-unsubscribe releases are counted after the release grace, 1 s in the bench config). " +
       `Listen phases: ${workers} workers each open ${listens} modern subscriptions/listen streams in a row, timed until the acknowledgement, then close them; their URIs are held by the legacy sessions already (no upstream call). ` +
       `Baselines, measured first in the same run: for subscribe and unsubscribe, ${workers} workers POSTing the same JSON-RPC requests to a plain Node HTTP server that answers {} (the floor of a request/response on this machine); ` +
+      "for the first subscriber, whose answer waits for the upstream subscribe, the same requests to that server, which relays each to a bench backend of its own over the transport the engine's brokers use (stdio for the memory engine, Streamable HTTP with one MCP session for the Redis engine): the request written as it is, the backend's answer passed back, no SDK and no validation (the floor of a request that needs one upstream round trip; until 2026-11-27 the first subscriber was compared with the {} floor, which stays in the table as raw JSON-RPC POST); " +
       "for listens, the same workers sending the same subscriptions/listen requests (same URIs) to the plain server, which reads the JSON body, adds the stream to a set per URI and answers with an SSE stream whose first event acknowledges them all, timed until that acknowledgement, then closing it (the floor of opening a stream for that request; until 2026-11-26 the listen baseline was a bare GET stream of one key, whatever the request's size). " +
       `Redis engine: ${ctx.redis.description}; the workers' sessions spread over both brokers.`,
     rows,
