@@ -1,5 +1,5 @@
 import { BrokerError } from "@mcp-broker/shared";
-import { assign, emit, enqueueActions, fromPromise, setup } from "xstate";
+import { assign, emit, enqueueActions, setup } from "xstate";
 import type { SubscribeManyInput, SubscribeManyOutput } from "./subscribe-many.js";
 import type { SubscriptionTarget } from "./subscription-flow.js";
 
@@ -23,9 +23,19 @@ export interface ListenContext extends ListenInput {
   rejection: BrokerError | undefined;
 }
 
-export type ListenEvent = { type: "stream.closed" };
+export type ListenEvent =
+  | { type: "stream.closed" }
+  /** The host ran `subscribe.run`: what was honored and refused, or the error that rejects the request. */
+  | { type: "subscribe.done"; output: SubscribeManyOutput }
+  | { type: "subscribe.failed"; error: unknown }
+  /** The host ran `release.run`. */
+  | { type: "release.done" };
 
 export type ListenEmitted =
+  /** Effect: validate and subscribe every URI (subscribeMany), then send `subscribe.done` or `subscribe.failed`. */
+  | { type: "subscribe.run"; input: SubscribeManyInput }
+  /** Effect: release everything the stream holds in the registry, then send `release.done`. */
+  | { type: "release.run"; principal: string; sessionId: string }
   | { type: "listen.rejected"; error: BrokerError }
   | { type: "listen.acknowledged"; honored: string[]; flags: ListenFlags }
   /** One event for all of a listen's targets (one per URI through the actor was a measurable part of a listen's cost). */
@@ -37,34 +47,30 @@ export type ListenEmitted =
 /**
  * One modern `subscriptions/listen` stream, for the life of that stream: validate every URI (an
  * unknown one rejects the whole request) and subscribe them all (one refused, e.g. over a limit, is
- * left out of the honored filter), in one invoked actor (one each was a measurable part of a
- * listen's cost) → acknowledge with the honored filter, before any notification
- * → stream → release everything when the stream closes. Every path ends through `releaseAll`, so
+ * left out of the honored filter) → acknowledge with the honored filter, before any notification
+ * → stream → release everything when the stream closes. Every path ends through `release.run`, so
  * nothing a half-done subscribe reserved outlives the stream.
+ *
+ * The I/O is the host's, on the actor's `subscribe.run` and `release.run` effects, as a legacy
+ * session's subscribes are: an invoked promise actor for each (the earlier shape) made three
+ * actors per listen, a measurable part of a short listen's cost. A `subscribe.done` that arrives
+ * after the stream closed is ignored here: the host stops a subscribe whose stream closed and
+ * releases what it reserved.
  */
 export const listenMachine = setup({
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-assertion -- xstate typegen idiom
   types: {} as { input: ListenInput; context: ListenContext; events: ListenEvent; emitted: ListenEmitted },
-  actors: {
-    subscribeAll: fromPromise<SubscribeManyOutput, SubscribeManyInput>(async () => {
-      throw new Error("subscribeAll not provided");
-    }),
-    releaseAll: fromPromise<void, { principal: string; sessionId: string }>(async () => {
-      throw new Error("releaseAll not provided");
-    }),
-  },
 }).createMachine({
   id: "listen",
   context: ({ input }) => ({ ...input, honored: Object.create(null) as Record<string, SubscriptionTarget>, rejection: undefined }),
   initial: "subscribing",
   states: {
-    // Validates every URI first (an unknown one rejects the request: subscribeAll rejects), then subscribes.
+    // Validates every URI first (an unknown one rejects the request: subscribe.failed), then subscribes.
     subscribing: {
-      on: { "stream.closed": { target: "closing" } },
-      invoke: {
-        src: "subscribeAll",
-        input: ({ context }) => ({ principal: context.principal, sessionId: context.id, uris: context.uris }),
-        onDone: {
+      entry: emit(({ context }) => ({ type: "subscribe.run" as const, input: { principal: context.principal, sessionId: context.id, uris: context.uris } })),
+      on: {
+        "stream.closed": { target: "closing" },
+        "subscribe.done": {
           target: "streaming",
           actions: enqueueActions(({ event, enqueue }) => {
             const honored = Object.create(null) as Record<string, SubscriptionTarget>; // a URI such as __proto__ is just a key
@@ -74,7 +80,7 @@ export const listenMachine = setup({
             if (event.output.refused.length > 0) enqueue.emit({ type: "listen.subscriptions.refused", refused: event.output.refused });
           }),
         },
-        onError: { target: "rejected", actions: assign({ rejection: ({ event }) => asBrokerError(event.error) }) },
+        "subscribe.failed": { target: "rejected", actions: assign({ rejection: ({ event }) => asBrokerError(event.error) }) },
       },
     },
     streaming: {
@@ -90,13 +96,9 @@ export const listenMachine = setup({
         const targets = Object.values(context.honored);
         if (targets.length > 0) enqueue.emit({ type: "interest.remove", targets });
         enqueue.assign({ honored: Object.create(null) as Record<string, SubscriptionTarget> });
+        enqueue.emit({ type: "release.run", principal: context.principal, sessionId: context.id });
       }),
-      invoke: {
-        src: "releaseAll",
-        input: ({ context }) => ({ principal: context.principal, sessionId: context.id }),
-        onDone: { target: "closed" },
-        onError: { target: "closed" },
-      },
+      on: { "release.done": { target: "closed" } },
     },
     closed: { type: "final", entry: emit({ type: "listen.ended" }) },
   },

@@ -28,7 +28,7 @@ import type { ResumeCursors } from "./resume-cursor.js";
 import type { EventId } from "../fanout/event-ids.js";
 import { legacySessionMachine } from "./legacy-session-machine.js";
 import { listenMachine, type ListenEmitted, type ListenFlags } from "./listen-machine.js";
-import { subscribeMany } from "./subscribe-many.js";
+import { subscribeMany, type SubscribeManyInput, type SubscribeManyOutput } from "./subscribe-many.js";
 import { movedError, runSubscriptionFlow, type FlowSteps, type SubscriptionTarget } from "./subscription-flow.js";
 import { LOG_LEVELS, type LogLevel } from "../routing/request-context.js";
 
@@ -117,7 +117,6 @@ export class SessionHost {
   private readonly legacyMachine;
   /** What every legacy session shares. */
   private readonly env: SessionEnv;
-  private readonly listenLogic;
 
   /**
    * Every session and listen actor is a child of this one, so they share one actor system (and
@@ -171,38 +170,37 @@ export class SessionHost {
     };
     const releaseAll = fromPromise<void, { principal: string; sessionId: string }>(async ({ input }) => this.releaseAll(input.principal, input.sessionId));
     this.legacyMachine = legacySessionMachine.provide({ actors: { releaseAll } });
-    this.listenLogic = listenMachine.provide({
-      actors: {
-        // Only the URIs that will be tried (the first maxPerSession) are checked first; an unknown
-        // one rejects the request, one on a backend that is down is just left out (refused).
-        subscribeAll: fromPromise(async ({ input, signal }) => {
-          const tried = Math.min(input.uris.length, deps.limits.perSession);
-          /** What each URI resolved to (or the refusal of one on a backend that is down): subscribeMany takes it from here. */
-          const checked = new Map<string, SubscriptionTarget | BrokerError>();
-          for (let i = 0; i < tried; i++) {
-            const uri = input.uris[i] as string;
-            try {
-              checked.set(uri, this.validate(uri));
-            } catch (error) {
-              if (!(error instanceof BrokerError && error.code === "BACKEND_UNAVAILABLE")) throw error;
-              checked.set(uri, error);
-            }
-            if (i % VALIDATE_BATCH === VALIDATE_BATCH - 1) await new Promise<void>((resolve) => setImmediate(resolve));
-          }
-          const validate = (uri: string): SubscriptionTarget => {
-            const known = checked.get(uri);
-            if (known instanceof BrokerError) throw known;
-            return known ?? this.validate(uri);
-          };
-          const output = await subscribeMany({ ...this.steps, validate }, input, { concurrency: LISTEN_CONCURRENCY, maxPerSession: deps.limits.perSession, signal });
-          // The stream closed meanwhile: its releaseAll may have run before these flows reserved
-          // (subscribeMany waits for the flows it started), so what they made is released here.
-          if (signal.aborted) await this.releaseAll(input.principal, input.sessionId);
-          return output;
-        }),
-        releaseAll,
-      },
-    });
+  }
+
+  /**
+   * A listen's `subscribe.run`: only the URIs that will be tried (the first maxPerSession) are
+   * checked first; an unknown one rejects the request, one on a backend that is down is just left
+   * out (refused). Then subscribeMany, which takes each URI as the check resolved it.
+   */
+  private async subscribeListen(input: SubscribeManyInput, signal: AbortSignal): Promise<SubscribeManyOutput> {
+    const tried = Math.min(input.uris.length, this.deps.limits.perSession);
+    /** What each URI resolved to (or the refusal of one on a backend that is down). */
+    const checked = new Map<string, SubscriptionTarget | BrokerError>();
+    for (let i = 0; i < tried; i++) {
+      const uri = input.uris[i] as string;
+      try {
+        checked.set(uri, this.validate(uri));
+      } catch (error) {
+        if (!(error instanceof BrokerError && error.code === "BACKEND_UNAVAILABLE")) throw error;
+        checked.set(uri, error);
+      }
+      if (i % VALIDATE_BATCH === VALIDATE_BATCH - 1) await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+    const validate = (uri: string): SubscriptionTarget => {
+      const known = checked.get(uri);
+      if (known instanceof BrokerError) throw known;
+      return known ?? this.validate(uri);
+    };
+    const output = await subscribeMany({ ...this.steps, validate }, input, { concurrency: LISTEN_CONCURRENCY, maxPerSession: this.deps.limits.perSession, signal });
+    // The stream closed meanwhile: its release may have run before these flows reserved
+    // (subscribeMany waits for the flows it started), so what they made is released here.
+    if (signal.aborted) await this.releaseAll(input.principal, input.sessionId);
+    return output;
   }
 
   /**
@@ -452,7 +450,9 @@ export class SessionHost {
     }
     const id = `listen-${randomUUID()}`;
     const sink = makeSink(id);
-    const actor = createActor(this.listenLogic, { parent: this.root, id, input: { id, principal, flags, uris: [...new Set(uris)] }, clock: this.deps.clock });
+    const actor = createActor(listenMachine, { parent: this.root, id, input: { id, principal, flags, uris: [...new Set(uris)] }, clock: this.deps.clock });
+    /** Stops a subscribe still running when the stream closes (or the actor failed). */
+    const subscribing = new AbortController();
     let acknowledged = false;
     let forgotten = false;
     /** Once per listen, however it ends (closed, rejected, failed). */
@@ -468,6 +468,18 @@ export class SessionHost {
     };
     actor.on("*", (effect) => {
       switch (effect.type) {
+        case "subscribe.run":
+          this.subscribeListen(effect.input, subscribing.signal).then(
+            (output) => actor.send({ type: "subscribe.done", output }),
+            (error: unknown) => actor.send({ type: "subscribe.failed", error }),
+          );
+          break;
+        case "release.run": {
+          subscribing.abort();
+          const done = () => actor.send({ type: "release.done" });
+          this.releaseAll(effect.principal, effect.sessionId).then(done, done);
+          break;
+        }
         case "interest.add":
           for (const target of effect.targets) void this.deps.fanout.interest.add(target, sink);
           break;
@@ -506,6 +518,7 @@ export class SessionHost {
       }
     });
     this.failureCleanups.set(id, () => {
+      subscribing.abort();
       for (const target of Object.values(actor.getSnapshot().context.honored)) {
         this.deps.fanout.interest.remove(target, sink);
       }

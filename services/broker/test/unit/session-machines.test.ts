@@ -61,15 +61,25 @@ function world(options: { maxPerSession?: number; upstreamFails?: boolean; reser
         queueMicrotask(() => actor.send({ type: "unsubscribe.done", replyTo }));
       });
     },
-    listen: listenMachine.provide({
-      actors: {
-        subscribeAll: fromPromise(async ({ input, signal }) => {
+    /** The host's part of a listen: runs the subscribe and the release its actor asks for. */
+    listenHost(actor: Actor<typeof listenMachine>) {
+      const subscribing = new AbortController();
+      actor.on("subscribe.run", ({ input }) => {
+        void (async () => {
           for (const uri of input.uris) if (uri.startsWith("bad")) throw new BrokerError("UNKNOWN_RESOURCE", "unknown", { uri });
-          return subscribeMany(steps, input, { concurrency: 4, maxPerSession: options.maxPerSession ?? 10, signal });
-        }),
-        releaseAll,
-      },
-    }),
+          return subscribeMany(steps, input, { concurrency: 4, maxPerSession: options.maxPerSession ?? 10, signal: subscribing.signal });
+        })().then(
+          (output) => actor.send({ type: "subscribe.done", output }),
+          (error: unknown) => actor.send({ type: "subscribe.failed", error }),
+        );
+      });
+      actor.on("release.run", ({ sessionId }) => {
+        subscribing.abort();
+        calls.push("releaseAll");
+        held.delete(sessionId);
+        queueMicrotask(() => actor.send({ type: "release.done" }));
+      });
+    },
     steps,
   };
 }
@@ -238,9 +248,10 @@ describe("listen actor", () => {
   });
 
   function start(w: ReturnType<typeof world>, uris: string[]) {
-    const actor = createActor(w.listen, {
+    const actor = createActor(listenMachine, {
       input: { id: "l1", principal: "p", flags: { toolsListChanged: true, promptsListChanged: false, resourcesListChanged: false }, uris },
     });
+    w.listenHost(actor);
     const events = record<ListenEmitted>(actor);
     actor.start();
     return { actor, events };
