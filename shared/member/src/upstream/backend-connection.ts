@@ -72,10 +72,12 @@ const LIST_KINDS: readonly ListKind[] = ["tools", "prompts", "resources"];
 /** Rounds of a modern backend's InputRequiredResult the broker answers for a legacy client in one call. */
 const MAX_INPUT_ROUNDS = 10;
 /**
- * Requests whose legacy-era result is the empty result: sent with that schema named. The SDK's
- * spec-method overload finds a method's result schema by validating `undefined` against it (a
- * failed parse and its error message, on every request: ~6 % of a broker's CPU in a burst of
- * first subscribers); naming the schema skips that probe and validates with the same schema.
+ * Requests whose legacy-era result is the empty result: sent with the spec's EmptyResult schema
+ * named. The SDK's spec-method overload finds a method's result schema by validating `undefined`
+ * against it (a failed parse and its error message, on every request: ~6 % of a broker's CPU in a
+ * burst of first subscribers); naming one skips that probe. The spec's schema is as strict as the
+ * 2025 codec's about fields (anything but `_meta` fails the request, -32003) and laxer only about
+ * what `_meta` holds, which the broker does not read from these answers.
  */
 const EMPTY_RESULT_METHODS: ReadonlySet<string> = new Set(["ping", "resources/subscribe", "resources/unsubscribe"]);
 

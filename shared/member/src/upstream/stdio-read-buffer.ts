@@ -1,5 +1,5 @@
 import { NOTIFICATION } from "@mcp-broker/shared";
-import { parseJSONRPCMessage, STDIO_DEFAULT_MAX_BUFFER_SIZE, type JSONRPCMessage } from "@modelcontextprotocol/client";
+import { parseJSONRPCMessage, serializeMessage, STDIO_DEFAULT_MAX_BUFFER_SIZE, type JSONRPCMessage } from "@modelcontextprotocol/client";
 import type { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
 import type { Writable } from "node:stream";
 
@@ -73,24 +73,41 @@ export function installStdioReadBuffer(transport: StdioClientTransport): boolean
  * corked at the first message of a turn and uncorked once the turn's I/O callbacks have run
  * (`setImmediate`), so the requests of many concurrent clients (a burst of first subscribers)
  * reach the backend in one pipe write instead of one each (a write was ~9 % of a broker's CPU in
- * bench scenario 5). Order is kept; a message waits at most for the rest of the turn. The SDK's
- * `send` still does the writing (its stdin is a private field, read when a message goes out: with
- * no such field, nothing is batched).
+ * bench scenario 5). Order is kept; a message waits at most for the rest of the turn. A message
+ * that would take the held turn past the stream's high-water mark first writes what is held (the
+ * pipe takes it), so that `write` keeps accepting; one that is refused all the same (the backend
+ * is not reading) waits for the stream's one drain, shared by every message refused meanwhile
+ * (the SDK's own `send` adds a drain listener per message). The message is serialized as the SDK
+ * does it. The stdin is a private field of the SDK's transport, read when a message goes out:
+ * without it, the SDK's own `send` runs (and says it is not connected).
  */
 export function batchStdioWrites(transport: StdioClientTransport): void {
   const target = transport as unknown as { _process?: { stdin?: Writable | null } };
   const send = transport.send.bind(transport);
   let corked: Writable | undefined;
+  let drained: Promise<void> | undefined;
   transport.send = (message: JSONRPCMessage) => {
     const stdin = target._process?.stdin ?? undefined;
-    if (stdin !== undefined && corked !== stdin && typeof stdin.cork === "function") {
+    if (stdin === undefined || typeof stdin.cork !== "function") return send(message);
+    const json = serializeMessage(message);
+    if (corked !== stdin) {
       corked = stdin;
       stdin.cork();
       setImmediate(() => {
         corked = undefined;
         if (!stdin.destroyed) stdin.uncork();
       });
+    } else if (stdin.writableLength > 0 && stdin.writableLength + json.length >= stdin.writableHighWaterMark) {
+      stdin.uncork();
+      stdin.cork();
     }
-    return send(message);
+    if (stdin.write(json)) return Promise.resolve();
+    drained ??= new Promise<void>((resolve) =>
+      stdin.once("drain", () => {
+        drained = undefined;
+        resolve();
+      }),
+    );
+    return drained;
   };
 }

@@ -62,4 +62,21 @@ describe("stdio read buffer", () => {
       await transport.close();
     }
   });
+
+  it("writes a turn's messages past the stream's buffer at once, so sending never waits for a drain per message", async () => {
+    const transport = new StdioClientTransport({ command: process.execPath, args: ["-e", 'process.stdin.resume(); process.stdin.on("end", () => process.exit(0));'] });
+    batchStdioWrites(transport);
+    await transport.start();
+    try {
+      const stdin = (transport as unknown as { _process: { stdin: Socket } })._process.stdin;
+      const params = { uri: `x://${"a".repeat(200)}` };
+      // ~250 bytes each: 400 of them are six times the stream's 16 KiB buffer.
+      const sent = Array.from({ length: 400 }, (_, id) => transport.send({ jsonrpc: "2.0", id, method: "resources/subscribe", params }));
+      expect(stdin.listenerCount("drain")).toBe(0);
+      expect(stdin.writableLength).toBeLessThan(stdin.writableHighWaterMark);
+      await Promise.all(sent);
+    } finally {
+      await transport.close();
+    }
+  });
 });
