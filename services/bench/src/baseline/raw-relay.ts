@@ -6,9 +6,9 @@
  * backend's JSON-RPC answer. No SDK, no validation, no state: what a hand-written pass-through costs.
  */
 import { spawn, fork, type ChildProcess } from "node:child_process";
-import { createServer, type Server } from "node:net";
+import { createServer, type AddressInfo, type Server } from "node:net";
 import { Agent, request } from "node:http";
-import type { AddressInfo } from "node:net";
+import { fileURLToPath } from "node:url";
 import { BACKEND_ENV } from "../backend/backend-api.js";
 
 export type RelayTransport = "stdio" | "http";
@@ -39,45 +39,60 @@ async function controlSocket(): Promise<Server> {
 export async function startRelay(transport: RelayTransport): Promise<Relay> {
   const control = await controlSocket();
   const env = { ...process.env, [BACKEND_ENV.controlPort]: String((control.address() as AddressInfo).port) };
+  const child = transport === "stdio" ? spawn(process.execPath, [fileURLToPath(BACKEND)], { env, stdio: ["pipe", "pipe", "inherit"] }) : fork(BACKEND, [], { env: { ...env, [BACKEND_ENV.transport]: "http" } });
   try {
-    return transport === "stdio" ? await stdioRelay(env, control) : await httpRelay(env, control);
+    return transport === "stdio" ? await stdioRelay(child, control) : await httpRelay(child, control);
   } catch (error) {
-    control.close();
+    await stop(child, control);
     throw error;
   }
 }
 
-async function stdioRelay(env: NodeJS.ProcessEnv, control: Server): Promise<Relay> {
-  const child = spawn(process.execPath, [BACKEND.pathname], { env, stdio: ["pipe", "pipe", "inherit"] });
-  const pending = new Map<number, (answer: Message) => void>();
+async function stdioRelay(child: ChildProcess, control: Server): Promise<Relay> {
+  const { stdin, stdout } = child;
+  if (stdin === null || stdout === null) throw new Error("the relay's bench backend has no stdio");
+  const pending = new Map<number, { resolve: (answer: Message) => void; reject: (error: Error) => void }>();
+  let gone: Error | undefined;
+  const fail = (error: Error): void => {
+    gone ??= error;
+    for (const { reject } of pending.values()) reject(gone);
+    pending.clear();
+  };
+  child.once("error", fail);
+  child.once("exit", (code, signal) => fail(new Error(`the relay's bench backend exited (${signal ?? code})`)));
   let nextId = 0;
   let buffered = "";
-  child.stdout.setEncoding("utf8");
-  child.stdout.on("data", (chunk: string) => {
+  stdout.setEncoding("utf8");
+  stdout.on("data", (chunk: string) => {
     buffered += chunk;
     for (let end = buffered.indexOf("\n"); end >= 0; end = buffered.indexOf("\n")) {
       const line = buffered.slice(0, end);
       buffered = buffered.slice(end + 1);
-      const answer = JSON.parse(line) as Message;
-      const resolve = pending.get(answer.id as number);
-      if (resolve === undefined) continue;
+      let answer: Message;
+      try {
+        answer = JSON.parse(line) as Message;
+      } catch {
+        continue; // not JSON-RPC: skipped, as a client skips it
+      }
+      const waiting = pending.get(answer.id as number);
+      if (waiting === undefined) continue;
       pending.delete(answer.id as number);
-      resolve(answer);
+      waiting.resolve(answer);
     }
   });
   const call = (message: Message): Promise<Message> =>
-    new Promise((resolve) => {
+    new Promise((resolve, reject) => {
+      if (gone !== undefined) return reject(gone);
       const id = ++nextId;
-      pending.set(id, (answer) => resolve({ ...answer, id: message.id }));
-      child.stdin.write(`${JSON.stringify({ ...message, id })}\n`);
+      pending.set(id, { resolve: (answer) => resolve({ ...answer, id: message.id }), reject });
+      stdin.write(`${JSON.stringify({ ...message, id })}\n`);
     });
   await call({ jsonrpc: "2.0", id: 0, method: "initialize", params: INITIALIZE });
-  child.stdin.write(`${JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" })}\n`);
+  stdin.write(`${JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" })}\n`);
   return { call, close: () => stop(child, control) };
 }
 
-async function httpRelay(env: NodeJS.ProcessEnv, control: Server): Promise<Relay> {
-  const child = fork(BACKEND, [], { env: { ...env, [BACKEND_ENV.transport]: "http" } });
+async function httpRelay(child: ChildProcess, control: Server): Promise<Relay> {
   const url = await new Promise<string>((resolve, reject) => {
     child.once("exit", () => reject(new Error("the relay's bench backend exited before it listened")));
     child.on("message", (message: { rpc?: string; ok?: boolean; result?: { url: string }; error?: string }) => {
@@ -89,6 +104,8 @@ async function httpRelay(env: NodeJS.ProcessEnv, control: Server): Promise<Relay
   });
   const agent = new Agent({ keepAlive: true });
   let sessionId: string | undefined;
+  // The workers' ids repeat across workers: each request goes out with an id of the relay's own.
+  let nextId = 0;
   const post = (message: Message): Promise<Message | undefined> =>
     new Promise((resolve, reject) => {
       const headers: Record<string, string> = { "content-type": "application/json", accept: "application/json, text/event-stream" };
@@ -116,7 +133,7 @@ async function httpRelay(env: NodeJS.ProcessEnv, control: Server): Promise<Relay
   await post({ jsonrpc: "2.0", id: 0, method: "initialize", params: INITIALIZE });
   await post({ jsonrpc: "2.0", method: "notifications/initialized" });
   return {
-    call: async (message) => (await post(message)) ?? {},
+    call: async (message) => ({ ...((await post({ ...message, id: ++nextId })) ?? {}), id: message.id }),
     close: async () => {
       agent.destroy();
       await stop(child, control);
@@ -125,7 +142,7 @@ async function httpRelay(env: NodeJS.ProcessEnv, control: Server): Promise<Relay
 }
 
 async function stop(child: ChildProcess, control: Server): Promise<void> {
-  const exited = child.exitCode !== null ? Promise.resolve() : new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const exited = child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise<void>((resolve) => child.once("exit", () => resolve()));
   control.close();
   child.kill();
   await exited;
