@@ -9,7 +9,7 @@ export type RawServerApi = {
    * Listens on 127.0.0.1; with `redisUrl`, streams are fed from Redis channels `bench:r:<key>`;
    * with `relays`, POST /relay/<transport> goes through a bench backend of its own over that transport (see raw-relay.ts).
    */
-  start(params: { redisUrl: string | undefined; relays?: RelayTransport[] }): Promise<{ url: string }>;
+  start(params: { redisUrl: string | undefined; relays?: readonly RelayTransport[] }): Promise<{ url: string }>;
   usage(params: { gc: boolean }): ProcessUsage | Promise<ProcessUsage>;
   census(params: Record<string, never>): { connections: number; channels: number };
   stop(params: Record<string, never>): Promise<void>;

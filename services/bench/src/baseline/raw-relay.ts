@@ -10,6 +10,7 @@ import { createServer, type AddressInfo, type Server } from "node:net";
 import { Agent, request } from "node:http";
 import { fileURLToPath } from "node:url";
 import { BACKEND_ENV } from "../backend/backend-api.js";
+import { SseParser } from "../load/sse-parser.js";
 
 export type RelayTransport = "stdio" | "http";
 
@@ -118,13 +119,19 @@ async function httpRelay(child: ChildProcess, control: Server): Promise<Relay> {
         res.on("data", (chunk: string) => (body += chunk));
         res.on("end", () => {
           if (message.id === undefined) return resolve(undefined);
-          // An event-stream answer: its one `data:` line is the response.
-          const json = (res.headers["content-type"] ?? "").startsWith("text/event-stream") ? (/^data: (.*)$/m.exec(body)?.[1] ?? "") : body;
-          try {
-            resolve(JSON.parse(json) as Message);
-          } catch {
-            reject(new Error(`relay: HTTP ${res.statusCode} ${body.slice(0, 200)}`));
+          // An event-stream answer: the event whose data is the response (not a priming event's).
+          const events: string[] = [];
+          if ((res.headers["content-type"] ?? "").startsWith("text/event-stream")) new SseParser((data) => events.push(data)).push(body);
+          else events.push(body);
+          for (const data of events) {
+            try {
+              const answer = JSON.parse(data) as Message;
+              if (answer.id === message.id) return resolve(answer);
+            } catch {
+              // not JSON: not the answer
+            }
           }
+          reject(new Error(`relay: HTTP ${res.statusCode} ${body.slice(0, 200)}`));
         });
       });
       req.on("error", reject);

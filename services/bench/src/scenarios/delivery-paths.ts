@@ -79,7 +79,7 @@ export function describeEngines(ctx: BenchContext): string {
 }
 
 /** The baseline server, optionally fed from Redis by the raw publisher, with one stream per key. */
-export async function startRawPath(ctx: BenchContext, label: string, keys: string[], options: { redis: boolean; generators?: number; relays?: RelayTransport[] } = { redis: true }): Promise<RawPath> {
+export async function startRawPath(ctx: BenchContext, label: string, keys: string[], options: { redis: boolean; generators?: number; relays?: readonly RelayTransport[] } = { redis: true }): Promise<RawPath> {
   const server = ctx.group.fork<RawServerApi>(new URL("../baseline/raw-sse-server.js", import.meta.url), `raw-server-${label}`, { execArgv: ["--expose-gc"] });
   const publisher = options.redis ? ctx.group.fork<RawPublisherApi>(new URL("../baseline/raw-publisher.js", import.meta.url), `raw-publisher-${label}`) : undefined;
   const fleet = LoadFleet.start(ctx.group, label, options.generators ?? ctx.plan.generators);

@@ -58,7 +58,7 @@ export async function runSubscribeCost(ctx: BenchContext): Promise<ScenarioResul
   const table: (string | number)[][] = [];
 
   ctx.log(`subscribe cost: raw request baselines, ${workers} workers × ${opsPerWorker}`);
-  const raw = await startRawPath(ctx, "subscribe-raw", [], { redis: false, relays: [...RELAYS] });
+  const raw = await startRawPath(ctx, "subscribe-raw", [], { redis: false, relays: RELAYS });
   let rawPost: Phase;
   const rawListens = new Map<number, Phase>();
   const rawRelays = new Map<RelayTransport, Phase>();
