@@ -2,7 +2,7 @@ import { getEventListeners } from "node:events";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createNetServer, type AddressInfo, type Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { BackendHttp, closeAgents, keepAliveAgents, type EventTap, type HttpAgents } from "../../src/upstream/backend-http.js";
+import { BackendHttp, TextResponse, closeAgents, keepAliveAgents, type EventTap, type HttpAgents } from "../../src/upstream/backend-http.js";
 
 type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void;
 
@@ -149,6 +149,28 @@ describe("BackendHttp (the fetch of an HTTP backend connection)", () => {
     expect(seen).toEqual(["id: p-1\ndata: ", `event: message\nid: e-2\ndata: ${response}`]);
     expect(await (await http.fetch(url, request)).json()).toEqual(JSON.parse(response));
     expect(sockets.size).toBe(1);
+  });
+
+  it("answers a response read before it was handed over as a Response whose body reads once, in any form, as fetch's would", async () => {
+    const text = '{"jsonrpc":"2.0","id":1,"result":{"é":1}}';
+    const init = { status: 200, statusText: "OK", headers: new Headers({ "content-type": "application/json" }) };
+    const answer = new TextResponse(text, init);
+    expect(answer).toBeInstanceOf(Response);
+    expect([answer.ok, answer.status, answer.statusText, answer.headers.get("content-type"), answer.bodyUsed]).toEqual([true, 200, "OK", "application/json", false]);
+    const copy = answer.clone();
+    expect(await answer.json()).toEqual(JSON.parse(text));
+    expect(answer.bodyUsed).toBe(true);
+    for (const read of [() => answer.text(), () => answer.json(), () => answer.arrayBuffer(), () => answer.bytes()]) await expect(read()).rejects.toThrow(TypeError);
+    expect(() => answer.clone()).toThrow(TypeError);
+    expect(await copy.text()).toBe(text);
+    expect(new TextDecoder().decode(await new TextResponse(text, init).arrayBuffer())).toBe(text);
+    // Read as a stream: the stream is the body, and the body is then used.
+    const streamed = new TextResponse(text, init);
+    const reader = streamed.body?.getReader();
+    expect(new TextDecoder().decode((await reader?.read())?.value)).toBe(text);
+    expect(streamed.bodyUsed).toBe(true);
+    await expect(streamed.text()).rejects.toThrow(TypeError);
+    await expect(new TextResponse("not json", init).json()).rejects.toThrow(SyntaxError);
   });
 
   it("hands a request's event stream over at once, as it is, when anything but the response comes first or follows it", async () => {
