@@ -72,9 +72,10 @@ export interface SubscriptionRegistry {
   /**
    * The watcher has (backend, uri) watched upstream (it just watched it, or answered another
    * member's ask for it): later subscribes need not ask (see `AddOutcome.watched`). The first
-   * subscribe after it removes the mark again: the watcher, asked, marks it again.
+   * subscribe after it removes the mark again: the watcher, asked, marks it again. Returns the
+   * subscriber count read in the same step (a watch just made checks that somebody still wants it).
    */
-  markWatched(backendId: string, uri: string): Promise<void>;
+  markWatched(backendId: string, uri: string): Promise<number>;
   /**
    * This process is alive for `ttlMs` more. Returns false when it had been presumed dead (its last
    * heartbeat expired): its subscriptions may have been reaped, so its sessions must end.

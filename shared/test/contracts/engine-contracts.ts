@@ -80,6 +80,8 @@ export function registryContract(name: string, make: () => Promise<SubscriptionR
       expect(await registry.add(ref("p", "s2", "u"), limits)).toEqual({ status: "added", first: false });
       expect(await registry.add(ref("p", "s1", "u"), limits)).toEqual({ status: "exists" });
       expect(await registry.count("b", "u")).toBe(2);
+      // The watcher's mark reads the same count (every engine; only the Redis one keeps the mark).
+      expect(await registry.markWatched("b", "u")).toBe(2);
       expect(await registry.wanted("b")).toEqual(["u"]);
       expect(await registry.remove(ref("p", "s1", "u"))).toEqual({ removed: true, last: false });
       expect(await registry.remove(ref("p", "s1", "u"))).toEqual({ removed: false, last: false });

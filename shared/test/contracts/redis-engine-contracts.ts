@@ -46,7 +46,8 @@ export function redisEngineContracts(name: string, members: (n: number) => Promi
       expect(await registry.add(ref("s1"), limits)).toEqual({ status: "added", first: true });
       // Not marked yet (the first subscriber's watch is on its way): the watcher is to be asked.
       expect(await registry.add(ref("s2"), limits)).toEqual({ status: "added", first: false });
-      await watcher.markWatched("b", "u");
+      // The mark answers the subscriber count of the same moment (the watcher's check that someone still wants it).
+      expect(await watcher.markWatched("b", "u")).toBe(2);
       expect(await registry.add(ref("s3"), limits)).toEqual({ status: "added", first: false, watched: true });
       // Subscribed still: the release check keeps the watch, and the mark.
       await registry.remove(ref("s1"));
@@ -79,7 +80,7 @@ export function redisEngineContracts(name: string, members: (n: number) => Promi
 
     it("has the first subscribe remove a mark left over, so the one after it asks the watcher too", async () => {
       const [engine] = await members(1);
-      await engine!.registry.markWatched("b", "u"); // a watch marked, then released while no watcher ran
+      expect(await engine!.registry.markWatched("b", "u")).toBe(0); // a watch marked, then released while no watcher ran
       expect(await engine!.registry.add(ref("s1"), limits)).toEqual({ status: "added", first: true });
       expect(await engine!.registry.add(ref("s2"), limits)).toEqual({ status: "added", first: false });
       await engine!.registry.markWatched("b", "u"); // the watcher, asked by s1, watches it

@@ -473,12 +473,12 @@ export class UpstreamSubscriptions implements UpstreamPort {
     slot.watch = watch;
     // Updates from here on are stamped for resumption; what came before this watch is unknown.
     void this.deps.updates.watched(slot.backendId, slot.uri).catch((error: unknown) => this.deps.logger.warn({ backend: slot.backendId, uri: slot.uri, err: (error as Error).message }, "cannot stamp the watch's start"));
-    this.markWatched(slot.backendId, slot.uri);
     this.retries.get(slot.backendId)?.uris.delete(slot.uri);
     this.deps.logger.debug({ backend: slot.backendId, uri: slot.uri, mode }, "upstream subscription established");
-    // Nobody may want it by now (its holder left during the subscribe, or a re-subscribe read a stale
-    // wanted set); with no release pending, nothing else would ever unwatch it.
-    if (slot.grace === undefined && (await this.countOrUnknown(slot)) === 0) this.unwatchInOrder(slot);
+    // Marked watched for the cluster, and in the same step: nobody may want it by now (its holder
+    // left during the subscribe, or a re-subscribe read a stale wanted set); with no release
+    // pending, nothing else would ever unwatch it.
+    if ((await this.markWatchedCounting(slot)) === 0 && slot.grace === undefined) this.unwatchInOrder(slot);
   }
 
   private async unwatchIfUnwanted(slot: Slot): Promise<void> {
@@ -513,12 +513,15 @@ export class UpstreamSubscriptions implements UpstreamPort {
     this.deps.registry.markWatched(backendId, uri).catch((error: unknown) => this.deps.logger.debug({ backend: backendId, uri, err: (error as Error).message }, "cannot mark the watch (later subscribes ask the watcher)"));
   }
 
-  /** The registry count, or -1 when it cannot be read (then the watch is kept: a leak beats a loss). */
-  private async countOrUnknown(slot: Slot): Promise<number> {
+  /**
+   * Marks the watch (see `markWatched`) and returns the registry count read with it, or -1 when
+   * that failed (then the watch is kept: a leak beats a loss; later subscribes ask the watcher).
+   */
+  private async markWatchedCounting(slot: Slot): Promise<number> {
     try {
-      return await this.deps.registry.count(slot.backendId, slot.uri);
+      return await this.deps.registry.markWatched(slot.backendId, slot.uri);
     } catch (error) {
-      this.deps.logger.warn({ backend: slot.backendId, uri: slot.uri, err: (error as Error).message }, "cannot re-check the subscriber count");
+      this.deps.logger.warn({ backend: slot.backendId, uri: slot.uri, err: (error as Error).message }, "cannot mark the watch and re-check the subscriber count");
       return -1;
     }
   }

@@ -230,7 +230,8 @@ describe("upstream subscriptions", () => {
     const { registry, backend, upstream, ref } = world();
     const marked: string[] = [];
     const checked: string[] = [];
-    registry.markWatched = async (_backendId, uri) => void marked.push(uri);
+    const markWatched = registry.markWatched.bind(registry);
+    registry.markWatched = async (backendId, uri) => (marked.push(uri), markWatched(backendId, uri));
     const unwatch = registry.unwatch.bind(registry);
     registry.unwatch = async (backendId, uri) => (checked.push(uri), unwatch(backendId, uri));
     await registry.add(ref("u://a", "s1"), limits);

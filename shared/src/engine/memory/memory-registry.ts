@@ -64,7 +64,10 @@ export class MemoryRegistry implements SubscriptionRegistry {
     return !this.refcounts.has(backendId + SEP + uri);
   }
 
-  async markWatched(_backendId: string, _uri: string): Promise<void> {}
+  /** Nothing is marked here; the count is the one `count` reads. */
+  async markWatched(backendId: string, uri: string): Promise<number> {
+    return this.count(backendId, uri);
+  }
 
   async ofSession(principal: string, sessionId: string): Promise<SubscriptionRef[]> {
     return [...(this.sessions.get(principal + SEP + sessionId)?.keys() ?? [])].map((key) => refOf(principal, sessionId, key));

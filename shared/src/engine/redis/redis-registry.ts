@@ -123,6 +123,12 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 return 1
 `;
 
+/** KEYS: backend refcounts, the backend's watch marks. ARGV: uri. Marks it watched; returns its subscriber count. */
+const MARK_WATCHED = `
+redis.call('HSET', KEYS[2], ARGV[1], '1')
+return tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+`;
+
 /** KEYS: heartbeat, instances; ARGV: instance id, ttl. Returns whether the heartbeat was still there. */
 const HEARTBEAT = `
 local alive = redis.call('EXISTS', KEYS[1])
@@ -174,6 +180,7 @@ const LIMITS = ["session", "principal", "global"] as const;
 
 type RegistryCommands = {
   registryUnwatch(refcounts: string, marks: string, uri: string): Promise<number>;
+  registryMarkWatched(refcounts: string, marks: string, uri: string): Promise<number>;
   registryAddMany(...numberOfKeysKeysAndArgs: (string | number)[]): Promise<number[]>;
   registryRemoveMany(...numberOfKeysKeysAndArgs: (string | number)[]): Promise<number[]>;
   registryHeartbeat(heartbeat: string, instances: string, instanceId: string, ttlMs: number): Promise<number>;
@@ -197,6 +204,7 @@ export class RedisRegistry implements SubscriptionRegistry {
     private readonly instanceId: string,
   ) {
     redis.defineCommand("registryUnwatch", { numberOfKeys: 2, lua: UNWATCH });
+    redis.defineCommand("registryMarkWatched", { numberOfKeys: 2, lua: MARK_WATCHED });
     redis.defineCommand("registryAddMany", { lua: ADD_MANY });
     redis.defineCommand("registryRemoveMany", { lua: REMOVE_MANY });
     redis.defineCommand("registryHeartbeat", { numberOfKeys: 2, lua: HEARTBEAT });
@@ -358,8 +366,8 @@ export class RedisRegistry implements SubscriptionRegistry {
     return (await unavailable(this.redis.registryUnwatch(this.keys.refcounts(backendId), this.keys.watchMarks(backendId), uri))) === 1;
   }
 
-  async markWatched(backendId: string, uri: string): Promise<void> {
-    await unavailable(this.redis.hset(this.keys.watchMarks(backendId), uri, "1"));
+  async markWatched(backendId: string, uri: string): Promise<number> {
+    return Number(await unavailable(this.redis.registryMarkWatched(this.keys.refcounts(backendId), this.keys.watchMarks(backendId), uri)));
   }
 
   /** The connection belongs to whoever made it (see `RedisEngine`). */
