@@ -9,7 +9,6 @@ export type Op = { kind: "subscribe" | "unsubscribe"; uri: string; replyTo: Repl
 export interface LegacySessionInput {
   id: string;
   principal: string;
-  idleTimeoutMs: number;
   /** A session adopted from another member starts with what it holds in the registry. */
   subscriptions?: Record<string, SubscriptionTarget>;
 }
@@ -38,10 +37,13 @@ export type LegacySessionEvent =
   | { type: "subscribe.done"; replyTo: ReplyTo; output: FlowOutput }
   /** The host ran the `unsubscribe.run` effect of operation `replyTo`. */
   | { type: "unsubscribe.done"; replyTo: ReplyTo }
-  /** The idle timer the host armed (see `idle.arm`) ran out: no request came for the session within its timeout. */
+  /**
+   * The host's idle timer ran out: no stream was attached and no request came for the session
+   * within its timeout. The timer is the host's, armed while no stream is attached (see
+   * `SessionHost.streamAttached`): as states of this machine, a stream's opening and closing cost a
+   * macrostep each, a tenth of a broker's CPU in a storm of clients re-attaching.
+   */
   | { type: "session.idle" }
-  | { type: "stream.opened" }
-  | { type: "stream.closed" }
   /** The cluster removed these subscriptions (a limit was lowered): they are no longer held. */
   | { type: "subscription.revoked"; uris: string[] }
   | { type: "session.close"; reason: string }
@@ -59,10 +61,7 @@ export type LegacySessionEmitted =
   | { type: "interest.remove"; uri: string; target: SubscriptionTarget }
   | { type: "session.ended"; reason: string }
   /** The session left this member without ending (see `session.handOff`). */
-  | { type: "session.handedOff"; reason: string }
-  /** Start the idle timer: send `session.idle` once no request came for `ms`, unless disarmed first. */
-  | { type: "idle.arm"; ms: number }
-  | { type: "idle.disarm" };
+  | { type: "session.handedOff"; reason: string };
 
 export const closedError = () => new BrokerError("BAD_PARAMS", "The session is closing; initialize a new one.");
 
@@ -96,9 +95,9 @@ function startNext(context: LegacySessionContext, queue: Op[], emitEffect: (effe
 }
 
 /**
- * One legacy (2025-era) client session. Owns its subscription set and lifecycle: active (with an
- * idle timer while no stream is attached) → closing (releases everything) → closed, or handed
- * off to another member. Its subscribes and unsubscribes queue up and run one at a time, in
+ * One legacy (2025-era) client session. Owns its subscription set and lifecycle: active → closing
+ * (releases everything, on DELETE or when the host's idle timer runs out) → closed, or handed off
+ * to another member. Its subscribes and unsubscribes queue up and run one at a time, in
  * order: the head of `queue` is the one in progress. Pure: I/O and timers are the host's,
  * through the emitted effects (a subscribe or unsubscribe is a `*.run` effect answered by a
  * `*.done` event: a child actor per operation cost more than everything else a subscribe does)
@@ -154,7 +153,6 @@ export const legacySessionMachine = setup({
   initial: "active",
   states: {
     active: {
-      initial: "detached",
       on: {
         "subscription.add": { actions: "enqueue" },
         "subscription.remove": { actions: "enqueue" },
@@ -171,24 +169,8 @@ export const legacySessionMachine = setup({
           }),
         },
         "session.close": { target: "closing" },
+        "session.idle": { target: "closing" },
         "session.handOff": { target: "handedOff" },
-      },
-      states: {
-        // The idle timer is the host's (an xstate delay per session made every actor stop
-        // scan all sessions' timers in the shared actor system); the machine arms and disarms
-        // it. Requests restart it at the host, which sees them (an event per request cost a
-        // macrostep each).
-        detached: {
-          entry: emit(({ context }) => ({ type: "idle.arm" as const, ms: context.idleTimeoutMs })),
-          exit: emit({ type: "idle.disarm" }),
-          on: {
-            "stream.opened": { target: "attached" },
-            "session.idle": { target: "#legacy-session.closing" },
-          },
-        },
-        attached: {
-          on: { "stream.closed": { target: "detached" } },
-        },
       },
     },
     closing: {

@@ -63,6 +63,8 @@ export interface SessionEnv {
   touched(session: LegacySession): void;
   /** The client set its log level (kept in its record). */
   logLevelSet(session: LegacySession, level: LogLevel): void;
+  /** A stream was attached to the session (`true`), or its stream closed and none is attached (`false`): the idle timer runs only while none is. */
+  streamAttached(session: LegacySession, attached: boolean): void;
 }
 
 export class LegacySession implements NotificationSink, LegacySessionPort {
@@ -271,11 +273,11 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     const replacesOpen = previous !== undefined && !previous.closed;
     this.stream = stream;
     previous?.close();
-    this.actor.send({ type: "stream.opened" });
+    this.env.streamAttached(this, true);
     stream.onClose(() => {
       if (this.stream !== stream) return;
       this.stream = undefined;
-      this.actor.send({ type: "stream.closed" });
+      this.env.streamAttached(this, false);
     });
     const given = lastEventId === undefined || lastEventId.trim() === "" ? undefined : lastEventId.trim();
     const parsed = given === undefined ? undefined : parseEventId(given);

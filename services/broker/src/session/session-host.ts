@@ -151,6 +151,11 @@ export class SessionHost {
         deps.sessions.setLogLevel({ principal: session.principal, sessionId: session.id }, level).catch((error: unknown) => deps.logger.warn({ session: session.id, err: (error as Error).message }, "cannot record the log level"));
       },
       exposeUri: (target) => deps.catalog.exposeUri(target.backendId, target.uri),
+      streamAttached: (session, attached) => {
+        if (attached) this.disarmIdle(session.id);
+        // Only a session still running here waits for its idle timeout (a closing or departed one is gone).
+        else if (this.legacy.get(session.id) === session && !session.closed) this.armIdle(session, deps.idleTimeoutMs);
+      },
     };
     this.steps = {
       validate: (uri) => this.validate(uri),
@@ -308,7 +313,7 @@ export class SessionHost {
     const actor = createActor(this.legacyMachine, {
       parent: this.root,
       id,
-      input: { id, principal, idleTimeoutMs: this.deps.idleTimeoutMs, ...(options.subscriptions !== undefined && { subscriptions: options.subscriptions }) },
+      input: { id, principal, ...(options.subscriptions !== undefined && { subscriptions: options.subscriptions }) },
       clock: this.deps.clock,
     });
     const session = new LegacySession(id, principal, actor, this.env, options.epoch, options.protocolVersion);
@@ -337,12 +342,6 @@ export class SessionHost {
         case "interest.remove":
           this.deps.fanout.interest.remove(effect.target, session);
           break;
-        case "idle.arm":
-          this.armIdle(session, effect.ms);
-          break;
-        case "idle.disarm":
-          this.disarmIdle(id);
-          break;
         case "session.ended":
           this.forgetLegacy(session);
           this.deps.sessions.delete({ principal, sessionId: id }).catch((error: unknown) => this.deps.logger.warn({ session: id, err: (error as Error).message }, "cannot delete the ended session's record; it expires"));
@@ -357,6 +356,8 @@ export class SessionHost {
     this.legacy.set(id, session);
     this.deps.fanout.listen(session);
     actor.start();
+    // No stream yet: the idle timer runs until one is attached (see `streamAttached`).
+    this.armIdle(session, this.deps.idleTimeoutMs);
     return session;
   }
 
@@ -671,7 +672,7 @@ export class SessionHost {
   }
 
   /**
-   * Starts a session's idle timer (its actor armed it: no stream is attached), to run out `ms`
+   * Starts a session's idle timer (no stream is attached), to run out `ms`
    * after `since`. When it does, a request that came meanwhile (`lastActive`) arms it again, to
    * run out `ms` after that request; otherwise the actor hears `session.idle`.
    */

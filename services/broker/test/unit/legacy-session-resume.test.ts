@@ -15,7 +15,7 @@ function session(options: { historyLimit?: number; since?: Since } = {}): { s: L
   const machine = legacySessionMachine.provide({ actors: { releaseAll: fromPromise(async (): Promise<void> => {}) } });
   const clock = new EventClock();
   const since = options.since ?? cannotTell;
-  const actor = createActor(machine, { input: { id: "s", principal: "p", idleTimeoutMs: 60_000 } });
+  const actor = createActor(machine, { input: { id: "s", principal: "p" } });
   const s = new LegacySession("s", "p", actor, {
     events: clock,
     historyLimit: options.historyLimit ?? 64,
@@ -24,6 +24,7 @@ function session(options: { historyLimit?: number; since?: Since } = {}): { s: L
     now: () => Date.now(),
     touched: () => undefined,
     logLevelSet: () => undefined,
+    streamAttached: () => undefined,
   });
   actor.on("reply", ({ replyTo, error }) => s.settle(replyTo, error));
   // The host's part: every subscribe succeeds, every unsubscribe is done.

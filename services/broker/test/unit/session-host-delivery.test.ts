@@ -42,6 +42,22 @@ function writer(): NotificationWriter & { uris: string[] } {
   return { uris, closed: false, write: (n) => uris.push(JSON.stringify(n.legacyFrame().toString())), onClose: () => undefined, close: () => undefined };
 }
 
+/** A writer that reports its close to the session, as an SSE stream does when the client goes away. */
+function closable(): NotificationWriter & { close(): void } {
+  const listeners: (() => void)[] = [];
+  const stream = {
+    closed: false,
+    write: () => undefined,
+    onClose: (listener: () => void) => void listeners.push(listener),
+    close: () => {
+      if (stream.closed) return;
+      stream.closed = true;
+      for (const listener of listeners) listener();
+    },
+  };
+  return stream;
+}
+
 const update = (key: string, uri: string, update: number, keys: number): BusMessage => ({ kind: "resource.updated", v: 1, origin: "o", backendId: "b", key, uri, at: 0, update, keys, position: update });
 
 describe("session host: delivery of one backend update published under several keys", () => {
@@ -195,6 +211,32 @@ describe("session host: the idle timeout of a legacy session", () => {
     expect(busy.closed).toBe(false); // the timer ran out, found the request and armed again
     clock.increment(59_999);
     expect(busy.closed).toBe(true);
+    sessions.close();
+  });
+
+  it("never ends a session while a stream is attached; counts the timeout again from when its last stream closed", async () => {
+    const { clock, hostClock } = simulated();
+    const released: string[] = [];
+    const { sessions } = host(new MemoryRegistry(), released, hostClock);
+    const session = await sessions.createLegacySession("p");
+    await session.subscribe("b+x://a");
+    const [first, second] = [closable(), closable()];
+    clock.increment(59_000);
+    await session.attachStream(first, undefined);
+    clock.increment(600_000);
+    expect(session.closed).toBe(false);
+    // A newer stream replaces the first: the first's close leaves the session attached.
+    await session.attachStream(second, undefined);
+    expect(first.closed).toBe(true);
+    clock.increment(600_000);
+    expect(session.closed).toBe(false);
+    second.close();
+    clock.increment(59_999);
+    expect(session.closed).toBe(false);
+    clock.increment(1);
+    expect(session.closed).toBe(true);
+    await vi.waitFor(() => expect(released).toEqual(["x://a"]));
+    expect(sessions.legacySession(session.id, "p")).toBeUndefined();
     sessions.close();
   });
 
