@@ -2,6 +2,7 @@ import { describe, expect, it, vi } from "vitest";
 import type { RedisEngine } from "../../src/engine/redis/redis-engine.js";
 import type { BullJobQueueOptions } from "../../src/engine/redis/bullmq-job-queue.js";
 import type { JobQueue } from "../../src/engine/jobs.js";
+import { CHANNEL } from "../../src/engine/bus.js";
 import { busContract, catalogStoreContract, jobQueueContract, leasesContract, registryContract, sessionStoreContract, updateLogContract } from "./engine-contracts.js";
 
 type QueueOptions = Partial<Omit<BullJobQueueOptions<number>, "connect" | "prefix" | "name">>;
@@ -36,6 +37,53 @@ export function redisEngineContracts(name: string, members: (n: number) => Promi
     return { log: a!.updates, bus: b!.bus, store: a!.catalog };
   });
   leasesContract(name, async () => ({ leases: (await members(1))[0]!.leases, elapse }));
+
+  describe(`Redis leases: ${name}`, () => {
+    // A member is alive while its bus listens on its replies channel (its connections are open).
+    it("hands a lease over before it expires once its holder missed a renewal and its bus connection closed", async () => {
+      const [a, b] = await members(2);
+      await a!.bus.subscribe(CHANNEL.replies("a"));
+      expect(await a!.leases.acquire("backend:x", "a", 1_000)).toBe(true);
+      // Alive, and renewing: nobody else takes it.
+      expect(await b!.leases.acquire("backend:x", "b", 1_000)).toBe(false);
+      await elapse(600);
+      // A renewal missed (a stall), but its connection is there: it keeps the lease.
+      expect(await b!.leases.acquire("backend:x", "b", 1_000)).toBe(false);
+      expect(await a!.leases.renew("backend:x", "a", 1_000)).toBe(true);
+      // Its connections close (SIGKILL): once it has missed a renewal, the lease goes to b.
+      await a!.bus.unsubscribe(CHANNEL.replies("a"));
+      expect(await b!.leases.acquire("backend:x", "b", 1_000)).toBe(false);
+      await elapse(600);
+      // A member that asks for free leases only (it just started) leaves it to the others.
+      expect(await b!.leases.acquire("backend:x", "b", 1_000, { takeOver: false })).toBe(false);
+      expect(await b!.leases.acquire("backend:x", "b", 1_000)).toBe(true);
+      expect(await b!.leases.holder("backend:x")).toBe("b");
+      expect(await a!.leases.renew("backend:x", "a", 1_000)).toBe(false);
+    });
+
+    it("keeps a lease that lapsed while its holder stalled for that holder, alive, for three TTLs; one that is gone, or gave it up, leaves it free", async () => {
+      const [a, b] = await members(2);
+      await a!.bus.subscribe(CHANNEL.replies("a"));
+      expect(await a!.leases.acquire("backend:s", "a", 300)).toBe(true);
+      await elapse(450); // no renewal: the lease lapsed
+      expect(await b!.leases.acquire("backend:s", "b", 300)).toBe(false);
+      // The stalled holder is still the one to ask (it answers once it wakes), and it takes the lease back.
+      expect(await b!.leases.holder("backend:s")).toBe("a");
+      expect(await a!.leases.renew("backend:s", "a", 300)).toBe(false);
+      expect(await a!.leases.acquire("backend:s", "a", 300)).toBe(true);
+      // Stalled past three TTLs: the lease goes.
+      await elapse(1_000);
+      expect(await b!.leases.holder("backend:s")).toBeUndefined();
+      expect(await b!.leases.acquire("backend:s", "b", 300)).toBe(true);
+      // A holder that gave the lease up has no claim left; nor has one whose connections closed.
+      await b!.leases.release("backend:s", "b");
+      expect(await a!.leases.acquire("backend:s", "a", 300)).toBe(true);
+      await a!.bus.unsubscribe(CHANNEL.replies("a"));
+      await elapse(450);
+      expect(await b!.leases.holder("backend:s")).toBeUndefined();
+      expect(await b!.leases.acquire("backend:s", "b", 300, { takeOver: false })).toBe(true);
+    });
+  });
   describe(`Watch marks: ${name}`, () => {
     const limits = { perSession: 10, perPrincipal: 10, total: 10 };
     const ref = (sessionId: string) => ({ principal: "p", sessionId, backendId: "b", uri: "u" });

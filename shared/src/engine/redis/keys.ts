@@ -15,9 +15,13 @@ export class RedisKeys {
     readonly sharded = false,
   ) {}
 
-  /** A Lua script that publishes, with `PUBLISH` made `SPUBLISH` when sharded. */
+  /**
+   * A Lua script that publishes or counts a channel's subscribers, with `PUBLISH` made `SPUBLISH`
+   * and `PUBSUB NUMSUB` made `PUBSUB SHARDNUMSUB` when sharded (the bus's channels are shard
+   * channels there: `NUMSUB` counts none of their subscribers).
+   */
   script(lua: string): string {
-    return this.sharded ? lua.replaceAll("redis.call('PUBLISH',", "redis.call('SPUBLISH',") : lua;
+    return this.sharded ? lua.replaceAll("redis.call('PUBLISH',", "redis.call('SPUBLISH',").replaceAll("redis.call('PUBSUB', 'NUMSUB',", "redis.call('PUBSUB', 'SHARDNUMSUB',") : lua;
   }
 
   /** A bus channel (see `CHANNEL`). */
@@ -121,6 +125,11 @@ export class RedisKeys {
 
   lease(name: string): string {
     return `${this.prefix}lease:${name}`;
+  }
+
+  /** Lease `name`'s last holder, which keeps the first claim on it for a while after it lapsed (see `RedisLeases`). */
+  leaseLastHolder(name: string): string {
+    return `${this.prefix}lease-last:${name}`;
   }
 
   /** Sorted set of the preferred members (workers) competing for lease `name`, by until when their registration holds (ms). */
