@@ -2,7 +2,8 @@
  * Named, expiring ownership (one lease holder per backend watches it). A holder must renew before
  * `ttlMs` passes; a lost lease is reported by `renew` returning false. The Redis engine also hands
  * a lease over before it expires when its holder is gone: it missed a renewal and its bus
- * connection closed (the holder's replies channel has no listener).
+ * connection closed (the holder's replies channel has no listener); and a lease that lapsed while
+ * its holder was alive (it stalled) stays that holder's to take back for three TTLs.
  */
 export interface Leases {
   /**
@@ -12,6 +13,7 @@ export interface Leases {
   acquire(name: string, owner: string, ttlMs: number, options?: LeaseOptions): Promise<boolean>;
   renew(name: string, owner: string, ttlMs: number, options?: Pick<LeaseOptions, "preferred">): Promise<boolean>;
   release(name: string, owner: string): Promise<void>;
+  /** Who holds the lease (in the Redis engine also a live last holder of a lapsed one, which takes it back). */
   holder(name: string): Promise<string | undefined>;
   close(): Promise<void>;
 }

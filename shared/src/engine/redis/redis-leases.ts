@@ -4,6 +4,9 @@ import type { LeaseOptions, Leases } from "../leases.js";
 import type { RedisKeys } from "./keys.js";
 import { unavailable } from "./unavailable.js";
 
+/** For how many TTLs a lease's last holder keeps the first claim on it after it lapsed, while alive. */
+const LAST_HOLDER_TTLS = 3;
+
 /**
  * Takes the lease when it is free or already ours (then extends it), or (ARGV[4] = '1') when its
  * holder is gone: it missed a renewal (under half its time left; a holder renews every third of it)
@@ -25,9 +28,6 @@ import { unavailable } from "./unavailable.js";
  * alive or not, and a member that is not preferred takes no lease while a preferred one is alive
  * (registered, and its bus connection open).
  */
-/** For how many TTLs a lease's last holder keeps the first claim on it after it lapsed, while alive. */
-const LAST_HOLDER_TTLS = 3;
-
 const ACQUIRE = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
