@@ -33,6 +33,7 @@ export class SseStream {
     });
     if (options.retryMs !== undefined) res.write(`retry: ${Math.max(0, Math.round(options.retryMs))}\n\n`);
     else res.flushHeaders();
+    flattenHeaderBlock(res);
     res.on("close", () => this.markClosed());
     this.keepAlive?.add(this);
   }
@@ -90,6 +91,18 @@ export class SseStream {
     if (typeof listeners === "function") listeners();
     else for (const listener of listeners ?? []) listener();
   }
+}
+
+/**
+ * Node keeps a response's header block (`_header`, for as long as the response lives) as it built
+ * it: a string concatenated from some thirty pieces, which V8 holds as a tree of them. For a stream
+ * that stays open for hours that was about 0.9 KB per idle session (heap snapshot, 10 000 legacy
+ * sessions: 290 000 concatenated strings); reading a character makes V8 flatten it into one string
+ * of its ~250 bytes, and the pieces go.
+ */
+function flattenHeaderBlock(res: ServerResponse): void {
+  const header = (res as unknown as { _header?: unknown })._header;
+  if (typeof header === "string") header.charCodeAt(0);
 }
 
 const KEEP_ALIVE_FRAME = Buffer.from(": keep-alive\n\n");
