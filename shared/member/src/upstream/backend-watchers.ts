@@ -345,9 +345,10 @@ export class BackendWatchers implements UpstreamPort {
         return;
       }
       // The lease is gone but nobody else took it (this member stalled past the TTL, and kept its
-      // claim as the last holder; or Redis lost its data): take it back and keep watching. The upstream subscriptions never lapsed; what could not be published meanwhile
-      // is re-announced by the publish gap, so a takeover's re-subscribing and re-announcing
-      // everything would only add churn and a second spurious update per subscriber.
+      // claim as the last holder; or Redis lost its data): take it back and keep watching. The
+      // upstream subscriptions never lapsed; what could not be published meanwhile is re-announced
+      // by the publish gap, so a takeover's re-subscribing and re-announcing everything would only
+      // add churn and a second spurious update per subscriber.
       if (!renewed && (await this.deps.leases.acquire(name, instanceId, leaseTtlMs, { preferred: this.deps.preferred === true }))) {
         this.deps.logger.warn({ backend: backendId }, "the watcher lease had lapsed (this member stalled past the lease TTL, or Redis lost its data); took it back");
         renewed = true;

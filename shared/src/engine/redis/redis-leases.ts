@@ -7,6 +7,9 @@ import { unavailable } from "./unavailable.js";
 /** For how many TTLs a lease's last holder keeps the first claim on it after it lapsed, while alive. */
 const LAST_HOLDER_TTLS = 3;
 
+/** Lua: whether member `id` is alive (its bus listens on its replies channel; the channel prefix is the local `replies`). */
+const ALIVE = `local function alive(id) return redis.call('PUBSUB', 'NUMSUB', replies .. id)[2] > 0 end`;
+
 /**
  * Takes the lease when it is free or already ours (then extends it), or (ARGV[4] = '1') when its
  * holder is gone: it missed a renewal (under half its time left; a holder renews every third of it)
@@ -35,7 +38,8 @@ local ttl = tonumber(ARGV[2])
 local preferred = ARGV[5] == '1'
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if preferred then redis.call('ZADD', KEYS[2], now + 3 * ttl, ARGV[1]) end
-local function alive(id) return redis.call('PUBSUB', 'NUMSUB', ARGV[3] .. id)[2] > 0 end
+local replies = ARGV[3]
+${ALIVE}
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ttl)
@@ -87,10 +91,12 @@ return 0
 
 /** KEYS: the lease, its last holder. ARGV: the replies channel prefix. The holder, or a last holder that may take it back (alive); else nil. */
 const HOLDER = `
+local replies = ARGV[1]
+${ALIVE}
 local holder = redis.call('GET', KEYS[1])
 if holder then return holder end
 local last = redis.call('GET', KEYS[2])
-if last and redis.call('PUBSUB', 'NUMSUB', ARGV[1] .. last)[2] > 0 then return last end
+if last and alive(last) then return last end
 return false
 `;
 
