@@ -9,7 +9,7 @@ export interface BenchPlan {
   hotUri: { sessions: number; rates: number[]; stepSeconds: number; slices: number; p99LimitMs: number };
   broadcast: { sessions: number; updates: number; slices: number; intervalMs: number };
   /**
-   * `settleMs`: idle time before each memory sample (idle keep-alive sockets of the handshakes close after 5 s); the sample itself then takes 6 s more (see settledUsage).
+   * `settleMs`: idle time before each memory sample (idle keep-alive sockets of the handshakes close after 5 s); the sample itself then takes about 10 s more (see settledUsage).
    * `sampleFresh`: also sample the server before any session, to report what the first sessions cost once.
    */
   memory: { counts: number[]; uriPool: number; settleMs: number; sampleFresh: boolean };

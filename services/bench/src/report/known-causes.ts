@@ -38,7 +38,8 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "A listen stream is an open POST, so Node keeps its request objects (IncomingMessage with its parsed headers, the parser's bound callbacks) as long as the stream lives; " +
       "each session or stream also owns an XState actor (≈ 1.9 KB: snapshot, actor scope, mailbox, bound `send`; its actor system is shared), its sink and stream objects, " +
       "and its entries in the registry and interest table. " +
-      "RSS is ≈ 2× the live heap: V8 keeps committed the old-space pages the handshakes fragmented (≈ 14 KB committed per session for ≈ 9 KB live), and each connection holds native memory (socket, HTTP parser) as the raw server's do. " +
+      "RSS is above the live heap: each connection holds native memory (socket, HTTP parser) as the raw server's do, and the old-space pages the handshakes fragmented stay committed until V8's memory reducer compacts them in the idle process. " +
+      "Until 2026-11-27 the settled sample forced GCs that postponed the reducer, so it measured the fragmented heap (≈ 16 KB committed per legacy session for ≈ 10 KB live at 10 000, RSS ≈ 2× heap); it now waits for the reducer (see the samples' reducer column; a sample it skipped keeps the fragmented heap). " +
       "A young generation still grown by the opening burst (see the samples' young generation column: V8 returns it only at a GC after ≥ 5 s of low allocation) would weigh up to 31 KB per session at 1 000 sessions. " +
       "Between runs the RSS per session at 10 000 moves by ±2 KB, so figures near 30 KB can land on either side. " +
       "Node keeps each response's header block as the string it concatenated it from, a tree of some thirty pieces per open stream: since 2026-11-27 it is read once after sending, which flattens it (heap snapshot of 10 000 legacy sessions: 287 738 concatenated strings gone, heap 10.0 → 9.39 KB per session; RSS did not move beyond the noise).",

@@ -50,7 +50,8 @@ export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
   ): Promise<Climb> => {
     const table: (string | number)[][] = [];
     const mb = (bytes: number): string => fmt(kb(bytes) / 1024);
-    const zeroRow = (sessions: string, usage: ProcessUsage): (string | number)[] => [label, sessions, "", mb(usage.rss), "", mb(usage.heapUsed), "", "", mb(usage.youngGen)];
+    const reducer = (usage: ProcessUsage): string | number => usage.reducerGcs ?? "";
+    const zeroRow = (sessions: string, usage: ProcessUsage): (string | number)[] => [label, sessions, "", mb(usage.rss), "", mb(usage.heapUsed), "", "", mb(usage.youngGen), reducer(usage)];
     // A process's first sessions load and compile code and fill caches once (about 5 MB in the
     // broker): that is not a cost per session, so the "empty" sample is taken after some sessions
     // came and went. The fresh process is sampled too, and the difference reported.
@@ -76,7 +77,7 @@ export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
       const point = { sessions: count, rssPerSession: (now.rss - empty.rss) / count, heapPerSession: (now.heapUsed - empty.heapUsed) / count, rss: now.rss, heapUsed: now.heapUsed };
       points.push(point);
       const heapTotalPerSession = (now.heapTotal - empty.heapTotal) / count;
-      table.push([label, count, mb(empty.rss), mb(now.rss), fmt(kb(point.rssPerSession)), mb(now.heapUsed), fmt(kb(point.heapPerSession)), fmt(kb(heapTotalPerSession)), `${mb(empty.youngGen)} → ${mb(now.youngGen)}`]);
+      table.push([label, count, mb(empty.rss), mb(now.rss), fmt(kb(point.rssPerSession)), mb(now.heapUsed), fmt(kb(point.heapPerSession)), fmt(kb(heapTotalPerSession)), `${mb(empty.youngGen)} → ${mb(now.youngGen)}`, reducer(now)]);
       ctx.log(`  ${label} ${count}: RSS ${fmt(kb(point.rssPerSession))} KB/session, heap ${fmt(kb(point.heapPerSession))} KB/session`);
     }
     await snapshot(`${opened}-sessions`);
@@ -163,12 +164,12 @@ export async function runMemory(ctx: BenchContext): Promise<ScenarioResult> {
     id: "memory",
     title: SCENARIO,
     method:
-      `Server process sampled (process.memoryUsage after ${settleMs / 1000} s idle, then a forced full GC, 6 s, two more: V8 gives back a grown young generation only at a GC after ≥ 5 s of low allocation, as its memory reducer does in an idle process) ` +
+      `Server process sampled settled, as V8 leaves an idle process (process.memoryUsage after ${settleMs / 1000} s idle, then a forced full GC, then until V8's memory reducer has compacted the heap (its round of GCs, waited for at most 30 s; the samples table counts them), then two more forced GCs so that V8 gives back a grown young generation; core/process-usage.ts settledUsage) ` +
       `${sampleFresh ? "fresh; then " : ""}after ${WARMUP_SESSIONS} sessions were opened and ended (legacy: DELETE) — the "empty" sample, so that one-time costs of the first sessions (code loaded and compiled, caches) are not counted per session; ` +
       `then with ${counts.join(" and ")} idle sessions, each subscribed to one of ${uriPool} resources; per session = growth over "empty" ÷ sessions. ` +
       "Sessions are opened by the load generators (not counted). Baseline: a plain Node SSE server process holding as many idle streams, sampled the same way. The three servers climb side by side (each its own processes).",
     rows,
-    details: [{ title: `Samples (one-time cost of the first ${WARMUP_SESSIONS} sessions, not counted per session: ${warmups.join("; ")})`, columns: ["server", "sessions", "RSS empty MB", "RSS MB", "RSS/session KB", "heap used MB", "heap used/session KB", "heap committed/session KB", "young generation MB (empty → now)"], rows: table }],
+    details: [{ title: `Samples (one-time cost of the first ${WARMUP_SESSIONS} sessions, not counted per session: ${warmups.join("; ")})`, columns: ["server", "sessions", "RSS empty MB", "RSS MB", "RSS/session KB", "heap used MB", "heap used/session KB", "heap committed/session KB", "young generation MB (empty → now)", "memory reducer GCs while settling"], rows: table }],
     findings,
   };
 }

@@ -159,7 +159,7 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
 
     if (legacy === undefined) throw new Error("the legacy climb did not finish");
     for (const point of [raw.point, legacy.point, modern.point]) {
-      table.push([point.era, at, fmt(point.acceptMs / 1000), point.held, fmt(kb(perSession(point, "rss"))), fmt(kb(perSession(point, "heapUsed"))), fmt(fdsPerSession(point)), fmt(point.full.rss / 1024 / 1024)]);
+      table.push([point.era, at, fmt(point.acceptMs / 1000), point.held, fmt(kb(perSession(point, "rss"))), fmt(kb(perSession(point, "heapUsed"))), fmt(fdsPerSession(point)), fmt(point.full.rss / 1024 / 1024), point.full.reducerGcs ?? ""]);
       if (point.era === "raw") continue;
       const rss = kb(perSession(point, "rss"));
       const rawRss = kb(perSession(raw.point, "rss"));
@@ -186,7 +186,7 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
       `streams connect from loopback aliases (127.0.1.1 and up for the raw server, 127.0.2.x legacy, 127.0.3.x modern; Linux routes all of 127/8 to lo), one per ${STREAMS_PER_SOURCE.toLocaleString("en-US")} streams: a socket bound to a source address takes its port from that address's ~28k ephemeral ports, less those still in TIME_WAIT; more generator processes when one cannot hold its share.`,
     rows,
     details: [
-      { title: "Idle sessions", columns: ["server", "sessions", "accepted in s", "held", "RSS/session KB", "heap/session KB", "fds/session", "RSS MB"], rows: table },
+      { title: "Idle sessions", columns: ["server", "sessions", "accepted in s", "held", "RSS/session KB", "heap/session KB", "fds/session", "RSS MB", "memory reducer GCs while settling"], rows: table },
       { title: "Broadcast", columns: ["sessions", "path", "updates", "incomplete", "last-receiver p50 ms", "last-receiver p99 ms", "worst ms"], rows: broadcastTable },
     ],
     findings,
