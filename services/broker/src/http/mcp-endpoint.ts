@@ -21,6 +21,7 @@ import { resumeOrder } from "../fanout/event-ids.js";
 import type { SessionHost } from "../session/session-host.js";
 import type { EdgeSecurity } from "./edge-security.js";
 import { checkModernRequest } from "./modern-headers.js";
+import { isPlainLegacyRequest, PLAIN_LEGACY_ROUTE } from "./plain-legacy-request.js";
 import { encodeEvent } from "../fanout/sse-event.js";
 import { KeepAlive, SseStream } from "./sse-stream.js";
 
@@ -138,13 +139,15 @@ export class McpEndpoint {
       return;
     }
     const headers = { protocolVersion: header(req, "mcp-protocol-version"), mcpMethod: header(req, "mcp-method"), mcpName: header(req, "mcp-name") };
-    const route = classifyInboundRequest({
-      httpMethod: "POST",
-      protocolVersionHeader: headers.protocolVersion,
-      mcpMethodHeader: headers.mcpMethod,
-      mcpNameHeader: headers.mcpName,
-      body: message,
-    });
+    const route = isPlainLegacyRequest(message, headers.protocolVersion)
+      ? PLAIN_LEGACY_ROUTE
+      : classifyInboundRequest({
+          httpMethod: "POST",
+          protocolVersionHeader: headers.protocolVersion,
+          mcpMethodHeader: headers.mcpMethod,
+          mcpNameHeader: headers.mcpName,
+          body: message,
+        });
     const id = idOf(message);
     if (route.kind === "reject") {
       sendJson(res, route.httpStatus, rpcError(id, route.code, route.message, route.data));
