@@ -52,6 +52,36 @@ export function busContract(name: string, makePair: () => Promise<[Bus, Bus]>): 
       await b.close();
     });
 
+    it("unsubscribes many channels left together, each from a timer of its own, and keeps one subscribed again before they go out", async () => {
+      const [a, b] = await makePair();
+      const got: string[] = [];
+      b.onMessage((channel, m) => got.push(`${channel} ${m.kind === "resource.updated" ? m.uri : ""}`));
+      const channels = Array.from({ length: 40 }, (_, i) => `ch${i}`);
+      for (const channel of [...channels, "kept"]) await b.subscribe(channel);
+      const left = await new Promise<Promise<void>[]>((resolve) => {
+        const calls: Promise<void>[] = [];
+        for (const channel of channels) setTimeout(() => calls.push(b.unsubscribe(channel)), 0);
+        setTimeout(() => calls.push(b.unsubscribe("kept")), 0);
+        setTimeout(() => {
+          calls.push(b.subscribe("kept"));
+          resolve(calls);
+        }, 0);
+      });
+      await Promise.all(left);
+      for (const channel of [...channels, "kept"]) await a.publish(channel, message("after"));
+      // A barrier, as above.
+      await a.publish("probe", message("1"));
+      await b.subscribe("probe");
+      await a.publish("probe", message("2"));
+      await vi.waitFor(() => expect(got).toContain("probe 2"));
+      expect(got.filter((entry) => !entry.startsWith("probe "))).toEqual(["kept after"]);
+      await b.subscribe("ch0");
+      await a.publish("ch0", message("again"));
+      await vi.waitFor(() => expect(got).toContain("ch0 again"));
+      await a.close();
+      await b.close();
+    });
+
     it("is subscribed after subscribe, unsubscribe, subscribe in a row, none awaited before the next", async () => {
       const [a, b] = await makePair();
       const got: string[] = [];
