@@ -59,7 +59,10 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "a request stopped sending the actor an event to restart the idle timer (the host re-arms it for what is left), and the catalog keeps resolved URIs (a listen of 100 URIs spent a quarter of its CPU matching templates): " +
       "33 → 22 µs of CPU per subscribe or unsubscribe in a micro-benchmark of the host; later subscriber 10.3k → 15.8k/s and listen ×100 630 → 852/s in the same session. " +
       "Until this version each subscribe also ran an XState child actor for the flow and one per step (validate, reserve, ensure): 255 µs of CPU per subscribe in a micro-benchmark, 50 µs without them; " +
-      "before that, copying the session's subscription set on every operation took 60 % at 250 subscriptions per session.",
+      "before that, copying the session's subscription set on every operation took 60 % at 250 subscriptions per session. " +
+      "Later on 2026-11-27: the SDK's era classifier (`classifyInboundRequest`) tries the response schemas before the request's, and each failed zod parse builds its issues and an error (~5 % of the broker's CPU in these phases); " +
+      "a plain legacy request (a JSON-RPC request by the SDK's own check, no result or error, no envelope claim, no modern header) now skips it (http/plain-legacy-request.ts). " +
+      "Broker CPU under the profiler, same session: later subscriber 916 → 742 ms for 8 000, unsubscribe 1 064 → 837 ms, first subscriber 1 871 → 1 747 ms; listens are modern requests and still take the classifier.",
   ],
   "subscribe:redis": [
     "Why (Redis engine; step profiles of both brokers): the backend is behind Streamable HTTP here (stdio on the memory engine), and every first subscribe and last release is an HTTP request from the watcher to it, " +
@@ -78,6 +81,8 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "a session's last-seen time is written at most once a second (it was a Redis command per request). Same session: later subscriber 7.0k → 8.4k/s, listen ×100 221 → 539/s (169/s before all of these). " +
       "Concurrent registry scripts go to Redis in one pipeline per event-loop turn (ioredis auto-pipelining on the commands connection). " +
       "On 2026-11-27 (watcher profile, 8 000 first subscribers, same session, the two changes together): undici's `Response` wrapped each answer read before it was handed over in a web stream that the SDK's `json()` read back (extractBody, `makeTransferable`, the stream's pull); " +
-      "such an answer is now a `Response` whose `text()` and `json()` return the text (upstream/backend-http.ts `TextResponse`), and the watch's check that somebody still wants what it just watched rides on the mark's script (one Redis command fewer per first subscribe): busy 12.9 → 12.5 s, undici and web streams 1 s less self time.",
+      "such an answer is now a `Response` whose `text()` and `json()` return the text (upstream/backend-http.ts `TextResponse`), and the watch's check that somebody still wants what it just watched rides on the mark's script (one Redis command fewer per first subscribe): busy 12.9 → 12.5 s, undici and web streams 1 s less self time. " +
+      "Later that day: each channel an interest table let go of after its grace period was an UNSUBSCRIBE of its own, one loopback socket write each (~150–200 ms of each broker's CPU in the last-unsubscribe phase); " +
+      "the bus now gathers them for 50 ms into one command (engine/redis/redis-bus.ts `unsubscribe`): ~30 ms.",
   ],
 };
