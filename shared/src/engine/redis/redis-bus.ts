@@ -23,6 +23,8 @@ export class RedisBus implements Bus {
   private readonly subscribing = new Map<string, Promise<void>>();
   private handler: ((channel: string, message: BusMessage) => void) | undefined;
   private readonly gapHandlers: ((side: GapSide) => void)[] = [];
+  /** Set by `close`: nothing goes to Redis any more. */
+  private closed = false;
 
   private readonly health: NodeJS.Timeout;
 
@@ -220,8 +222,6 @@ export class RedisBus implements Bus {
     this.unsubscribing?.now();
     this.handler = undefined;
   }
-
-  private closed = false;
 
   private receive(redisChannel: Buffer, payload: Buffer): void {
     const channel = this.keys.channelName(redisChannel.toString());
