@@ -54,19 +54,20 @@ export function sampleUsage(): ProcessUsage {
 const REDUCER_WAIT_MS = 30_000;
 /** The reducer's GCs follow each other within about 0.7 s: its round is over after this long without one. */
 const REDUCER_ROUND_GAP_MS = 2_000;
+const REDUCER_POLL_MS = 250;
 
 /** This process's usage as it settles when idle (with --expose-gc; without, as it is). */
 export async function settledUsage(): Promise<ProcessUsage> {
   const collect = (globalThis as { gc?: () => void }).gc;
   if (collect === undefined) return sampleUsage();
   let reducerGcs = 0;
-  let wake: (() => void) | undefined;
+  let lastReducerGc = 0;
   const observer = new PerformanceObserver((list) => {
     for (const entry of list.getEntries()) {
       const { kind, flags } = (entry as PerformanceEntry & { detail: { kind: number; flags: number } }).detail;
       if (kind === constants.NODE_PERFORMANCE_GC_MAJOR && (flags & constants.NODE_PERFORMANCE_GC_FLAGS_ALL_EXTERNAL_MEMORY) !== 0) {
         reducerGcs++;
-        wake?.();
+        lastReducerGc = Date.now();
       }
     }
   });
@@ -74,20 +75,8 @@ export async function settledUsage(): Promise<ProcessUsage> {
   try {
     collect();
     const deadline = Date.now() + REDUCER_WAIT_MS;
-    for (;;) {
-      const seen = reducerGcs;
-      const wait = seen === 0 ? deadline - Date.now() : Math.min(REDUCER_ROUND_GAP_MS, deadline - Date.now());
-      if (wait <= 0) break;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, wait);
-        wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      wake = undefined;
-      if (reducerGcs === seen) break;
-    }
+    const roundOver = () => reducerGcs > 0 && Date.now() - lastReducerGc >= REDUCER_ROUND_GAP_MS;
+    while (Date.now() < deadline && !roundOver()) await new Promise((resolve) => setTimeout(resolve, REDUCER_POLL_MS));
   } finally {
     observer.disconnect();
   }
