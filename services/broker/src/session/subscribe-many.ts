@@ -19,8 +19,11 @@ export interface SubscribeManyOptions {
   concurrency: number;
   /** URIs past this many are refused with the session limit without trying (a new session holds nothing). */
   maxPerSession: number;
-  /** Stops starting anything new (what runs finishes; what was reserved and not completed is the caller's to release). */
-  signal?: AbortSignal;
+  /**
+   * Once `aborted`, stops starting anything new (what runs finishes; what was reserved and not
+   * completed is the caller's to release). An AbortSignal, or a plain flag.
+   */
+  signal?: { readonly aborted: boolean };
 }
 
 /** URIs validated, and subscriptions completed, between yields to the event loop, so one huge request cannot starve everyone else. */
