@@ -11,7 +11,8 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "the SDK's stdio transport parsing each line with its JSON-RPC zod schema (~1–2 % of the time; `resources/updated` then skips the SDK's dispatch, upstream/backend-connection.ts `fastPathUpdates`), " +
       "and the in-process bus hop. " +
       "Where the p99 comes from (memory engine at 5k/s, broker run with --trace-gc-nvp, 2026-11-27): a young-generation GC every ~300 ms that pauses ~3.4 ms; about 1 % of the updates arrive during one, so the p99 is that pause. " +
-      "Each pause copies and promotes ~1.3 MB, about a tenth of what delivering the updates allocated since the last one (~850 B per update that lives 0.3–1.4 s; not the resume history: the same with server.resumeHistory 0). " +
+      "Each pause copies and promotes ~1.3 MB: ~800 B per update delivered since the last one is still alive (the resume history's URIs are ~15 % of it: 1.12 MB with server.resumeHistory 0), and more of it with a longer interval, so allocating less does not shorten the tail: " +
+      "one microtask and no promise per update on the memory bus cut what an update allocates by a fifth (GC every ~390 ms instead of ~310 ms) but each pause got longer (3.9 ms) and the p99 stayed (5.2–7.4 ms): not shipped. " +
       "A 4 MB young generation (node --max-semi-space-size=4, 16 MB by default) made the pauses ~1.7 ms and the p99 1.8 ms (raw 2.7 ms), but cost the bursts: in the same session the memory broadcast's p99 went from 0.98x to 1.67x raw (broker CPU 39 → 56 %) and the memory hot URI from 391k to 295k deliveries/s; 8 MB gave a p99 of 2.3 ms. Not shipped. " +
       "A missed target here is machine noise first: compare the CPU columns, and rerun.",
   ],
