@@ -1,10 +1,12 @@
 import { spawn } from "node:child_process";
-import { Redis } from "ioredis";
+import type { EventEmitter } from "node:events";
+import { Cluster, Redis } from "ioredis";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import { parseConfig } from "../../src/config/parse.js";
 import type { BusMessage, ResourceUpdatedMessage } from "../../src/engine/bus.js";
 import type { JobQueue } from "../../src/engine/jobs.js";
+import { RedisBus } from "../../src/engine/redis/redis-bus.js";
 import { createRedisEngine, type RedisEngine } from "../../src/engine/redis/redis-engine.js";
 import { deleteClusterKeys, freePort, testRedisCluster, testRedisUrl, uniquePrefix, waitForClusterOk } from "../../src/testing/test-redis.js";
 import { redisEngineContracts } from "../contracts/redis-engine-contracts.js";
@@ -187,6 +189,49 @@ describe("Redis engine on a Redis Cluster, its slot migrated", () => {
     );
     // What was published while the channels moved may be lost: the receiver heard of the gap.
     await vi.waitFor(() => expect(gaps).toContain("receive"), { timeout: 5_000 });
+  });
+});
+
+describe("Redis engine on a Redis Cluster, its slot migrated unannounced", () => {
+  it.skipIf(processes.size === 0)("follows the slot to its new master when the old master's SUNSUBSCRIBE never reached the subscriber", async () => {
+    const [a] = await members(1);
+    const seeds = nodes.map((node) => ({ host: node.slice(0, node.lastIndexOf(":")), port: Number(node.slice(node.lastIndexOf(":") + 1)) }));
+    const publisher = new Cluster(seeds);
+    const subscriber = new Cluster(seeds, { shardedSubscribers: true });
+    publisher.on("error", () => undefined);
+    subscriber.on("error", () => undefined);
+    const bus = new RedisBus(publisher, subscriber, a!.keys, () => undefined);
+    try {
+      await Promise.all([publisher.ping(), subscriber.ping()]);
+      // The client refreshes its slots on the old master's SUNSUBSCRIBE (or a MOVED answer to a
+      // SSUBSCRIBE): without either, only the bus's own check of the slot's owner can notice.
+      (subscriber as unknown as { subscriberGroupEmitter: EventEmitter }).subscriberGroupEmitter.removeAllListeners("moved");
+      const got: string[] = [];
+      const gaps: string[] = [];
+      bus.onMessage((_channel, message) => {
+        if (message.kind === "resource.updated") got.push(message.uri);
+      });
+      bus.onGap((side) => gaps.push(side));
+      await bus.subscribe("ch");
+      await a!.bus.publish("ch", { ...update, uri: "before-move" });
+      await vi.waitFor(() => expect(got).toContain("before-move"), { timeout: 5_000 });
+      const slot = Number(await a!.redis.cluster("KEYSLOT", a!.keys.total()));
+      const before = await slotOwner(a!, slot);
+      await migrateSlot(slot);
+      expect(await slotOwner(a!, slot)).not.toBe(before);
+      await vi.waitFor(
+        async () => {
+          await a!.bus.publish("ch", { ...update, uri: "after-move" });
+          expect(got).toContain("after-move");
+        },
+        { timeout: 10_000, interval: 200 },
+      );
+      expect(gaps).toContain("receive");
+    } finally {
+      await bus.close();
+      publisher.disconnect();
+      subscriber.disconnect();
+    }
   });
 });
 

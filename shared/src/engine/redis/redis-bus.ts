@@ -27,6 +27,8 @@ export class RedisBus implements Bus {
   private closed = false;
 
   private readonly health: NodeJS.Timeout;
+  /** On a cluster: checks every `SLOT_CHECK_MS` that the subscriber follows the slot (see the constructor). */
+  private follow: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly publisher: RedisClient,
@@ -67,9 +69,10 @@ export class RedisBus implements Bus {
       subscriber.on("+subscriber", () => {
         if (this.channels.size > 0) void this.resubscribe();
       });
-      // A slot moved to another master (resharding): the old one drops the channels of the slot,
-      // and the client does not subscribe them on the new one. Seen at the next refresh of the
-      // slots (on MOVED, or every second), they are subscribed there, then the gap is announced.
+      // A slot moved to another master (resharding): the old one drops the channels of the slot
+      // (an unsolicited SUNSUBSCRIBE, on which the client refreshes its slots), and the client does
+      // not subscribe them on the new one. Seen at that refresh, they are subscribed there, then
+      // the gap is announced.
       subscriber.on("refresh", () => {
         const now = this.slot === undefined ? undefined : subscriber.slots[this.slot]?.[0];
         if (now === undefined || now === this.owner) return;
@@ -77,6 +80,19 @@ export class RedisBus implements Bus {
         this.owner = now;
         if (moved && this.channels.size > 0) void this.resubscribe();
       });
+      // That SUNSUBSCRIBE can come before every node knows the new owner, and the refresh then
+      // finds the old one. The command connection learns the owner from the MOVED answer to a
+      // command on the slot: one touches it every second, and a subscriber whose table says
+      // otherwise refreshes it (no periodic refresh of the slots otherwise: see RedisEngine).
+      if (publisher instanceof Cluster) {
+        this.follow = setInterval(() => {
+          if (this.slot === undefined || this.owner === undefined || publisher.status !== "ready") return;
+          const owner = publisher.slots[this.slot]?.[0];
+          if (owner !== undefined && owner !== this.owner) subscriber.refreshSlotsCache();
+          publisher.exists(this.keys.cluster()).catch(() => undefined);
+        }, SLOT_CHECK_MS);
+        this.follow.unref();
+      }
     }
     if (publisher instanceof Cluster) {
       // A node left (a master died, a failover): publishes may have failed meanwhile; once a
@@ -217,6 +233,7 @@ export class RedisBus implements Bus {
   /** The connections belong to whoever made them (see `RedisEngine`). */
   async close(): Promise<void> {
     clearInterval(this.health);
+    clearInterval(this.follow);
     this.closed = true;
     this.channels.clear();
     this.unsubscribing?.now();
@@ -241,6 +258,9 @@ export class RedisBus implements Bus {
     this.handler?.(channel, decoded.message);
   }
 }
+
+/** How often, on a cluster, the bus checks which master serves its slot (see `RedisBus`). */
+const SLOT_CHECK_MS = 1_000;
 
 /** How long unsubscribes gather before they go out as one command (see `RedisBus.unsubscribe`). */
 const UNSUBSCRIBE_BATCH_MS = 50;
