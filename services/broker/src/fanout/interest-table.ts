@@ -19,6 +19,8 @@ export interface NotificationSink {
 interface Interest {
   readonly target: SubscriptionTarget;
   readonly sinks: Set<NotificationSink>;
+  /** The bus SUBSCRIBE made when the first sink came (settled once it is subscribed, or failed). */
+  readonly subscribed: Promise<void>;
 }
 
 /**
@@ -41,15 +43,13 @@ export class InterestTable {
       this.graceTimers.delete(channel);
     }
     let interest = this.interests.get(channel);
-    let subscribed: Promise<void> | undefined;
     if (interest === undefined) {
-      interest = { target: { backendId: target.backendId, uri: target.uri }, sinks: new Set() };
+      interest = { target: { backendId: target.backendId, uri: target.uri }, sinks: new Set(), subscribed: this.deps.bus.subscribe(channel).catch(this.deps.onError) };
       this.interests.set(channel, interest);
-      subscribed = this.deps.bus.subscribe(channel).catch(this.deps.onError);
     }
     interest.sinks.add(sink);
-    // The bus joins a SUBSCRIBE already in flight, so a later sink waits for it too.
-    return subscribed ?? this.deps.bus.subscribe(channel).catch(this.deps.onError);
+    // A later sink waits for the same SUBSCRIBE (settled already, most of the time).
+    return interest.subscribed;
   }
 
   remove(target: SubscriptionTarget, sink: NotificationSink): void {
