@@ -164,6 +164,19 @@ export function registryContract(name: string, make: () => Promise<SubscriptionR
       await registry.close();
     });
 
+    it("takes any URI in a batch: quotes, backslashes, control characters, non-ASCII, a lone surrogate", async () => {
+      const registry = await make();
+      const wide = { perSession: 10, perPrincipal: 20, total: 20 };
+      const uris = ['q"uote', "back\\slash", "tab\tnew\nline", "\u0001ctl", "ünï/😀", "lone\ud800"];
+      expect(await registry.addMany(uris.map((uri) => ref("p", "s1", uri)), wide)).toEqual(uris.map(() => ({ status: "added", first: true })));
+      expect(await registry.addMany(uris.map((uri) => ref("p", "s2", uri)), wide)).toEqual(uris.map(() => ({ status: "added", first: false })));
+      expect((await registry.ofSession("p", "s1")).map((r) => r.uri)).toEqual(expect.arrayContaining(uris.slice(0, 5)));
+      expect(await registry.removeMany(uris.map((uri) => ref("p", "s1", uri)))).toEqual(uris.map(() => ({ removed: true, last: false })));
+      expect(await registry.removeMany(uris.map((uri) => ref("p", "s2", uri)))).toEqual(uris.map(() => ({ removed: true, last: true })));
+      expect((await registry.audit()).repairs).toEqual([]);
+      await registry.close();
+    });
+
     it("holds limits exactly under concurrent adds", async () => {
       const registry = await make();
       const outcomes = await Promise.all(Array.from({ length: 20 }, (_, i) => registry.add(ref("p", "s", `u${i}`), { perSession: 5, perPrincipal: 100, total: 100 })));
