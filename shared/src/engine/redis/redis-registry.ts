@@ -252,10 +252,9 @@ export class RedisRegistry implements SubscriptionRegistry {
    * principal's session index, the set of principals, the session's record, then `backendKeys` of
    * each backend; ARGV: principal, session (for the instance's set), the session holdings' key,
    * the epoch fence, the number of refs, `extra`, then per ref member, uri and its backend's index
-   * in one JSON array. One argument for all refs: ioredis writes a command as a string built
-   * piece by piece, five pieces per argument, and flattening that for the socket took 10 % of each
-   * broker's CPU in the subscribe-cost bench's listen ×100 phase (a listen is one batch of 100);
-   * in a micro-benchmark, 80 → 20 µs to build and flatten a batch of 100.
+   * in one JSON array. One argument for all refs: ioredis builds a command as a string piece by
+   * piece, five pieces per argument, and a listen of 100 URIs is a batch of 100 (~300 arguments):
+   * 80 → 20 µs to build one and make it bytes, in a micro-benchmark.
    */
   private batch(refs: readonly SubscriptionRef[], instanceId: string, backendKeys: (backendId: string) => string[], extra: number[] = []): (string | number)[] {
     const first = refs[0] as SubscriptionRef;
