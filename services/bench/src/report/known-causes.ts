@@ -28,6 +28,9 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "Timed per hop inside the brokers at 5k/s (URI emit stamp → watcher intake → publish acknowledged → bus message on each broker): p50 0.09 / 0.26 / 0.30 ms, p99 1.4–2.5 / 3.0–4.6 / 3.1–4.7 ms. " +
       "The intake's tail is the watcher's young-generation GC (a 2 ms scavenge every ~180 ms) and waiting for a core; the Redis round trip doubles it. Smaller young generations (--max-semi-space-size=4) shortened the pauses and helped the single Redis in some runs but not the Redis Cluster: not shipped. " +
       "On a Redis Cluster every key and channel of a deployment is in one slot (keys.ts), so one master and its replica carry all of its updates, while the raw baseline's per-URI channels spread over the three masters. " +
+      "Until late on 2026-11-27 each member's subscriber connection also refreshed the cluster's slot table every second: a new connection to a node, CLUSTER SLOTS, and a rebuild of the 16 384-slot table (~1.5 ms of the member's CPU each time). " +
+      "In a probe of the update log and the bus alone (one process, ~4.5k updates/s, the test cluster), the publish's p99 went 1.8–2.0 → 1.0–1.3 ms without it, against 0.55–0.7 ms on one Redis; " +
+      "in the bench's unicast step at 5k/s, two runs of each build taking turns gave 10.9 and 9.0 ms before and 10.3 and 4.6 ms after (raw 2.5–3.9 ms): within this machine's noise. A slot that moves is now followed on the old master's SUNSUBSCRIBE, or by the MOVED answer to a command each member sends on the slot once a second (engine/redis/redis-bus.ts). " +
       "On this 2-core machine six processes (backend, two brokers, Redis, two load generators) share the cores, and the p99 of both paths moves by 2× between runs: compare the CPU columns, and rerun.",
   ],
   "hot-uri": [
@@ -69,7 +72,10 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "before that, copying the session's subscription set on every operation took 60 % at 250 subscriptions per session. " +
       "Later on 2026-11-27: the SDK's era classifier (`classifyInboundRequest`) tries the response schemas before the request's, and each failed zod parse builds its issues and an error (~5 % of the broker's CPU in these phases); " +
       "a plain legacy request (a JSON-RPC request by the SDK's own check, no result or error, no envelope claim, no modern header) now skips it (http/plain-legacy-request.ts). " +
-      "Broker CPU under the profiler, same session: later subscriber 916 → 742 ms for 8 000, unsubscribe 1 064 → 837 ms, first subscriber 1 871 → 1 747 ms; listens are modern requests and still take the classifier.",
+      "Broker CPU under the profiler, same session: later subscriber 916 → 742 ms for 8 000, unsubscribe 1 064 → 837 ms, first subscriber 1 871 → 1 747 ms; listens are modern requests and still take the classifier. " +
+      "Late on 2026-11-27 (listen ×100 step profile, memory engine): the registry awaited each ref of a listen's batch and built the session's key again for each: its adds and releases were 17 % of the broker's CPU in that phase, 10 % as one loop (engine/memory/memory-registry.ts `eachRef`; 118 → 65 µs per listen of 100 held URIs in a micro-benchmark), " +
+      "and the interest table now hands a later sink the SUBSCRIBE made for the first instead of asking the bus again. Two runs of each build taking turns: listen ×100 806 and 678 → 973 and 950/s, listen ×10 1 127 and 909 → 1 264 and 1 158/s. " +
+      "Per URI a listen still resolves it in the catalog, reserves it, checks its upstream watch and adds its interest, each a lookup of a string made for that request (about 1 µs each), where the raw server adds it to one set.",
   ],
   "subscribe:redis": [
     "Why (Redis engine; step profiles of both brokers): the backend is behind Streamable HTTP here (stdio on the memory engine), and every first subscribe and last release is an HTTP request from the watcher to it, " +
@@ -90,6 +96,9 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "On 2026-11-27 (watcher profile, 8 000 first subscribers, same session, the two changes together): undici's `Response` wrapped each answer read before it was handed over in a web stream that the SDK's `json()` read back (extractBody, `makeTransferable`, the stream's pull); " +
       "such an answer is now a `Response` whose `text()` and `json()` return the text (upstream/backend-http.ts `TextResponse`), and the watch's check that somebody still wants what it just watched rides on the mark's script (one Redis command fewer per first subscribe): busy 12.9 → 12.5 s, undici and web streams 1 s less self time. " +
       "Later that day: each channel an interest table let go of after its grace period was an UNSUBSCRIBE of its own, one loopback socket write each (~150–200 ms of each broker's CPU in the last-unsubscribe phase); " +
-      "the bus now gathers them for 50 ms into one command (engine/redis/redis-bus.ts `unsubscribe`): ~30 ms.",
+      "the bus now gathers them for 50 ms into one command (engine/redis/redis-bus.ts `unsubscribe`): ~30 ms. " +
+      "Late on 2026-11-27 (listen ×100 step profiles): a batch's refs went to the registry's scripts as three arguments each (~300 for a listen of 100), and ioredis builds a command as a string, five pieces an argument; " +
+      "they are now one JSON argument (engine/redis/redis-registry.ts `batch`; 80 → 20 µs per batch of 100 in a micro-benchmark): each broker's busy time in that phase, one profiled run each, 3.5/3.3 → 2.4/2.4 s, ioredis's own time 457/440 → 240/301 ms (with the interest-table change of the memory engine's entry). " +
+      "What stays is the socket: the largest single item of both brokers' profiles in that phase is `writeUtf8String` (7–10 %), the loopback write of each pipeline of commands to Redis, one per event-loop turn that has any; the raw baseline makes none.",
   ],
 };
