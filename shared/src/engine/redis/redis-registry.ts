@@ -12,10 +12,11 @@ const SEP = "\u0000";
  * session's record, then each backend's refcounts and watch marks (a pair per backend). ARGV:
  * principal, session (for the instance's set), the session holdings' key, the epoch fence ('' for
  * none), the number of refs, perSession, perPrincipal, total, then the refs as one JSON array:
- * per ref, member, uri, its backend's pair (0-based), flat. A session's holdings are a sorted set scored by when each was
- * added (Redis's clock, µs), so the newest can be found when limits are lowered. The first
- * subscriber of a (backend, uri) removes any mark left over (a watch released while no watcher
- * ran, or one still in its release grace): it asks the watcher, which marks it again.
+ * per ref, member, uri, its backend's pair (0-based), flat. A session's holdings are a sorted set
+ * scored by when each was added (Redis's clock, µs), so the newest can be found when limits are
+ * lowered. The first subscriber of a (backend, uri) removes any mark left over (a watch released
+ * while no watcher ran, or one still in its release grace): it asks the watcher, which marks it
+ * again.
  * Returns {3} (moved: the record names another epoch, or is gone), or per ref three numbers:
  * {0, 0, 0} exists, {1, first, watched} added, {2, which, max} limit (which: 1 session,
  * 2 principal, 3 global).
@@ -265,7 +266,8 @@ export class RedisRegistry implements SubscriptionRegistry {
       let index = backends.indexOf(ref.backendId);
       if (index < 0) index = backends.push(ref.backendId) - 1;
       const uri = wellFormed(ref.uri);
-      perRef.push(wellFormed(ref.backendId) + SEP + uri, uri, index);
+      // Backend ids are ASCII (config's BACKEND_ID_PATTERN): only the URI can hold a lone surrogate.
+      perRef.push(ref.backendId + SEP + uri, uri, index);
     }
     const holdings = this.keys.session(first.principal, first.sessionId);
     const keys = [
