@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { isJsonObject } from "../protocol/wire-methods.js";
 import { listBodySchema } from "./catalog-store.js";
+import type { UpdateToPublish } from "./update-log.js";
 
 /**
  * Messages between broker instances and workers. Decoded at the boundary: a message that does
@@ -208,11 +209,21 @@ export type ResourceUpdatedMessage = Extract<BusMessage, { kind: "resource.updat
 const isCount = (value: unknown, min: number): value is number => typeof value === "number" && Number.isInteger(value) && value >= min;
 
 /**
+ * The `resource.updated` of one backend update for one of its keys. Built field by field, not as
+ * `{ ...update, key, keys, position }`: V8 (Node 20) adds properties to a spread's copy on its slow
+ * path, ~2.5 µs a message against ~0.1 µs (a micro-benchmark), once per update and key on the
+ * watcher (~9 % of the memory engine broker's CPU at 20k updates/s, step profile).
+ */
+export function resourceUpdatedMessage(update: UpdateToPublish, key: string, keys: number, position: number): ResourceUpdatedMessage {
+  return { kind: update.kind, v: update.v, origin: update.origin, backendId: update.backendId, key, uri: update.uri, params: update.params, at: update.at, update: update.update, keys, position };
+}
+
+/**
  * A `resource.updated` as JSON without its position: the encoding ends `,"position":` so that the
  * one who assigns the position (the update log, atomically with the publish) appends it and `}`.
  */
-export function encodeUpdateHead(message: Omit<ResourceUpdatedMessage, "position">): string {
-  const { kind, v, origin, backendId, key, uri, params, at, update, keys } = message;
+export function encodeUpdateHead(message: UpdateToPublish, key: string, keys: number): string {
+  const { kind, v, origin, backendId, uri, params, at, update } = message;
   const json = JSON.stringify({ kind, v, origin, backendId, key, uri, params, at, update, keys });
   return `${json.slice(0, -1)},"position":`;
 }
@@ -230,7 +241,7 @@ export function encodeCatalogHead(message: Omit<Extract<BusMessage, { kind: "cat
 /** A bus message as JSON. */
 export function encodeBusMessage(message: BusMessage): string {
   if (message.kind !== "resource.updated") return JSON.stringify(message);
-  return `${encodeUpdateHead(message)}${message.position}}`;
+  return `${encodeUpdateHead(message, message.key, message.keys)}${message.position}}`;
 }
 
 /**

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { busMessageSchema, decodeBusMessage, encodeBusMessage, encodeUpdateHead, type BusMessage } from "../../src/engine/bus.js";
+import { busMessageSchema, decodeBusMessage, encodeBusMessage, encodeUpdateHead, resourceUpdatedMessage, type BusMessage } from "../../src/engine/bus.js";
 
 const valid = { kind: "resource.updated", v: 1, origin: "o", backendId: "b", key: "k", uri: "u", at: 1.5, update: 0, keys: 1, position: 7 };
 
@@ -44,10 +44,11 @@ describe("encodeBusMessage", () => {
   it("ends every resource update with its position, so the update log can append it to the head, and decodes back", () => {
     const scrambled = { position: 12, keys: 2, update: 7, at: 3, uri: "u/x", key: "u", backendId: "b", origin: 'in"st', v: 1, kind: "resource.updated" } as const;
     const encoded = encodeBusMessage(scrambled);
-    expect(encoded).toBe(`${encodeUpdateHead(scrambled)}12}`);
+    expect(encoded).toBe(`${encodeUpdateHead(scrambled, "u", 2)}12}`);
     expect(decodeBusMessage(JSON.parse(encoded))).toEqual({ ok: true, message: scrambled });
     const withParams = { ...scrambled, params: { _meta: { seq: 4 } } };
     expect(decodeBusMessage(JSON.parse(encodeBusMessage(withParams)))).toEqual({ ok: true, message: withParams });
+    expect(resourceUpdatedMessage(withParams, "u", 2, 12)).toEqual(withParams);
     const release: BusMessage = { kind: "watch.release", v: 1, origin: 'in"st', backendId: "b", uri: "u" };
     expect(JSON.parse(encodeBusMessage(release))).toEqual(release);
   });

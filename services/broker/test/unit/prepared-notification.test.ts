@@ -43,6 +43,16 @@ describe("PreparedNotification.resourceUpdated", () => {
     expect(JSON.parse(note.jsonLine({ subscriptionId: 5, cursorPrefix: "p:" })).params).toEqual(expected);
   });
 
+  it("passes on a `__proto__` key as the backend's JSON had it, in the params and in `_meta`", () => {
+    const passed = JSON.parse('{"__proto__": {"polluted": true}, "_meta": {"__proto__": {"x": 1}, "k": 2}}') as Record<string, unknown>;
+    const note = PreparedNotification.resourceUpdated("u", id, passed);
+    const text = Buffer.concat(note.modernBody(listenStreamPart(5, "p:"))).toString("utf8");
+    expect(text).toContain('"__proto__":{"polluted":true}');
+    expect(text).toContain('"_meta":{"__proto__":{"x":1},"k":2,');
+    expect(JSON.parse(note.jsonLine({ subscriptionId: 5, cursorPrefix: "p:" })).params._meta.k).toBe(2);
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+  });
+
   it("is kept by a session's history as its URI alone only when it says nothing more", () => {
     expect(PreparedNotification.resourceUpdated("u", id).bareUpdatedUri).toBe("u");
     expect(PreparedNotification.resourceUpdated("u", id, passedOn).bareUpdatedUri).toBeUndefined();

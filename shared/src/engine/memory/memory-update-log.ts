@@ -1,4 +1,4 @@
-import { CHANNEL, type Bus } from "../bus.js";
+import { CHANNEL, resourceUpdatedMessage, type Bus } from "../bus.js";
 import type { KeyStamp, UpdateLog, UpdateToPublish } from "../update-log.js";
 import type { MemoryPositions } from "./memory-positions.js";
 
@@ -19,7 +19,7 @@ export class MemoryUpdateLog implements UpdateLog {
       stamp.updated = position;
       stamp.at = update.at;
     }
-    await Promise.all(keys.map((key) => this.bus.publish(CHANNEL.resource(update.backendId, key), { ...update, key, keys: keys.length, position })));
+    await Promise.all(keys.map((key) => this.bus.publish(CHANNEL.resource(update.backendId, key), resourceUpdatedMessage(update, key, keys.length, position))));
     return position;
   }
 

@@ -102,7 +102,7 @@ export class RedisUpdateLog implements UpdateLog {
   publish(update: UpdateToPublish, keys: readonly string[]): Promise<number> {
     if (this.redis.status !== "ready") return Promise.reject(new Error(`Redis is not connected (${this.redis.status})`));
     const channels = keys.map((key) => this.keys.channel(CHANNEL.resource(update.backendId, key)));
-    const heads = keys.map((key) => encodeUpdateHead({ ...update, key, keys: keys.length }));
+    const heads = keys.map((key) => encodeUpdateHead(update, key, keys.length));
     return new Promise((resolve, reject) => {
       if (this.pending.length === 0) process.nextTick(() => this.flush());
       this.pending.push({ stamps: this.keys.stamps(update.backendId), args: [keys.length, update.at, ...keys, ...channels, ...heads], resolve, reject });
