@@ -14,11 +14,13 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "Each pause copies and promotes ~1.3 MB: ~800 B per update delivered since the last one is still alive (the resume history's URIs are ~15 % of it: 1.12 MB with server.resumeHistory 0), and more of it with a longer interval, so allocating less does not shorten the tail: " +
       "one microtask and no promise per update on the memory bus cut what an update allocates by a fifth (GC every ~390 ms instead of ~310 ms) but each pause got longer (3.9 ms) and the p99 stayed (5.2–7.4 ms): not shipped. " +
       "A 4 MB young generation (node --max-semi-space-size=4, 16 MB by default) made the pauses ~1.7 ms and the p99 1.8 ms (raw 2.7 ms), but cost the bursts: in the same session the memory broadcast's p99 went from 0.98x to 1.67x raw (broker CPU 39 → 56 %) and the memory hot URI from 391k to 295k deliveries/s; 8 MB gave a p99 of 2.3 ms. Not shipped. " +
+      "Late on 2026-11-27 (step profile at 20k/s): the update log built each update's bus message as `{ ...update, key, keys, position }`, and V8 (Node 20) adds properties to a spread's copy on its slow path: ~2.5 µs a message against ~0.1 µs built field by field (micro-benchmark), ~9 % of the broker's CPU at 20k/s (shared/src/engine/bus.ts `resourceUpdatedMessage`). " +
+      "Two runs of each build taking turns at 20k/s: broker CPU 65 and 62 → 52 and 52 %, p99 24.2 and 24.4 → 3.9 and 4.0 ms (raw 16.2 and 9.8 → 9.4 and 9.9 ms). " +
       "A missed target here is machine noise first: compare the CPU columns, and rerun.",
   ],
   "unicast:redis": [
     "Why (Redis engine; step profiles, GC traces and event-loop lag of the watcher): the update crosses two process hops more than on the raw path: the backend's HTTP event stream to the broker that watches it, " +
-      "and that broker's publish through Redis to the broker holding the session (the watcher serves its own sessions directly). " +
+      "and that broker's publish through Redis to the broker holding the session (the watcher's own sessions too: they get each update back from Redis, so every session sees the cluster's order). " +
       "Slow updates come in bursts that hit the sessions of both brokers alike, so they start in the watcher, the busiest process on the path (~30 % of a core at 5k/s): " +
       "over a third of its busy time is the kernel's `writev` (its own sessions' SSE writes, and one corked write of each tick's publishes to Redis), about a sixth the HTTP intake (the backend's event stream and the update filter; undici's fetch until the backend connection got its own node:http fetch, see the subscribe scenario), " +
       "and when it stalls (a GC pause, or waiting for a core) the updates queue in the backend's stream and drain at its per-update cost. " +
@@ -31,6 +33,8 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "Until late on 2026-11-27 each member's subscriber connection also refreshed the cluster's slot table every second: a new connection to a node, CLUSTER SLOTS, and a rebuild of the 16 384-slot table (~1.5 ms of the member's CPU each time). " +
       "In a probe of the update log and the bus alone (one process, ~4.5k updates/s, the test cluster), the publish's p99 went 1.8–2.0 → 1.0–1.3 ms without it, against 0.55–0.7 ms on one Redis; " +
       "in the bench's unicast step at 5k/s, two runs of each build taking turns gave 10.9 and 9.0 ms before and 10.3 and 4.6 ms after (raw 2.5–3.9 ms): within this machine's noise. A slot that moves is now followed on the old master's SUNSUBSCRIBE, or by the MOVED answer to a command each member sends on the slot once a second (engine/redis/redis-bus.ts). " +
+      "Late on 2026-11-27 (watcher step profile at 20k/s): building each update's message head from a spread with added keys (see the memory engine's entry) was ~12 % of the watcher's busy time, ~4 % since. " +
+      "What stays: each tick's script is one write to Redis, and a write on this machine's loopback costs ~30 µs of the kernel whatever its size (a probe: 50 B to 16 KB, 27–32 µs; 64 KB, 46 µs); at 20k/s a script carried ~14 updates (Redis INFO commandstats: 14 343 scripts for ~200 000 updates), and those writes were ~11 % of the watcher's profile. " +
       "On this 2-core machine six processes (backend, two brokers, Redis, two load generators) share the cores, and the p99 of both paths moves by 2× between runs: compare the CPU columns, and rerun.",
   ],
   "hot-uri": [
