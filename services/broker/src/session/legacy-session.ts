@@ -127,7 +127,10 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   }
 
   get closed(): boolean {
-    return this.actor.getSnapshot().status !== "active" || this.actor.getSnapshot().matches("closing");
+    // The state value compared as it is: `snapshot.matches` allocated ~1.3 KB a call (sampled
+    // allocation profile of the subscribe bench), and this is read twice per subscribe.
+    const snapshot = this.actor.getSnapshot();
+    return snapshot.status !== "active" || snapshot.value !== "active";
   }
 
   /** The actor failed: whoever waits for an answer gets `error`. */

@@ -116,6 +116,22 @@ describe("legacy session actor", () => {
     expect(Object.keys(actor.getSnapshot().context.subscriptions)).toEqual(["u1"]);
   });
 
+  it("runs operations sent together one at a time, in order; one answered at once waits its turn", async () => {
+    const w = world();
+    const { actor, events } = start(w);
+    actor.send({ type: "subscription.add", uri: "u1", replyTo: 1 });
+    actor.send({ type: "subscription.remove", uri: "never", replyTo: 2 });
+    actor.send({ type: "subscription.remove", uri: "u1", replyTo: 3 });
+    actor.send({ type: "subscription.add", uri: "u2", replyTo: 4 });
+    actor.send({ type: "subscription.remove", uri: "also-never", replyTo: 5 });
+    actor.send({ type: "subscription.add", uri: "bad", replyTo: 6 });
+    await vi.waitFor(() => expect(replies(events)).toHaveLength(6));
+    expect(replies(events)).toEqual([[1, "ok"], [2, "ok"], [3, "ok"], [4, "ok"], [5, "ok"], [6, "UNKNOWN_RESOURCE"]]);
+    expect(w.calls).toEqual(["validate u1", "reserve u1", "ensure u1", "unsubscribe u1", "validate u2", "reserve u2", "ensure u2", "validate bad"]);
+    expect(Object.keys(actor.getSnapshot().context.subscriptions)).toEqual(["u2"]);
+    expect(actor.getSnapshot().context.queue).toEqual([]);
+  });
+
   it("treats URIs that are Object.prototype names as plain keys", async () => {
     const w = world();
     const { actor, events } = start(w);
