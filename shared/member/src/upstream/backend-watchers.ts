@@ -144,7 +144,14 @@ export class BackendWatchers implements UpstreamPort {
     void this.step(backendId);
   }
 
-  async ensure(backendId: string, uri: string): Promise<void> {
+  ensure(backendId: string, uri: string): Promise<void> {
+    // This member watches the backend: no lookup to refresh, and no async frames on the way (a
+    // listen asks this for each of its URIs).
+    if (this.held.has(backendId)) return this.deps.local.ensure(backendId, uri);
+    return this.ensureVia(backendId, uri);
+  }
+
+  private async ensureVia(backendId: string, uri: string): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       try {
         return await this.ensureOnce(backendId, uri, attempt > 1);

@@ -164,7 +164,7 @@ export class UpstreamSubscriptions implements UpstreamPort {
     this.backends = backends;
   }
 
-  async ensure(backendId: string, uri: string): Promise<void> {
+  ensure(backendId: string, uri: string): Promise<void> {
     const slot = this.slot(backendId, uri);
     this.cancelGrace(slot);
     return this.watchInOrder(slot);
