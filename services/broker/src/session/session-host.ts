@@ -171,6 +171,7 @@ export class SessionHost {
         return outcomes;
       },
       ensureUpstream: (target) => deps.upstream.ensure(target.backendId, target.uri),
+      upstreamWatched: (target) => deps.upstream.watching?.(target.backendId, target.uri) === true,
       release: (ref) => this.release(ref),
     };
     const releaseAll = fromPromise<void, { principal: string; sessionId: string }>(async ({ input }) => this.releaseAll(input.principal, input.sessionId));

@@ -1,5 +1,5 @@
 import { BrokerError, type AddOutcome, type SubscriptionRef } from "@mcp-broker/shared";
-import { asBrokerError, completeSubscription, limitError, type FlowOutput, type FlowSteps, type SubscriptionTarget } from "./subscription-flow.js";
+import { asBrokerError, ensureOrRollBack, limitError, settledAtOnce, type FlowOutput, type FlowSteps, type SubscriptionTarget } from "./subscription-flow.js";
 
 export interface SubscribeManyInput {
   principal: string;
@@ -64,7 +64,8 @@ export async function subscribeMany(steps: FlowSteps, input: SubscribeManyInput,
     while (next < reserved.length && !stopped()) {
       const k = next++;
       const { index, target, ref } = valid[k] as (typeof valid)[number];
-      outcomes[index] = await completeSubscription(steps, ref, target, input.uris[index] as string, reserved[k] as AddOutcome, stopped);
+      const uri = input.uris[index] as string;
+      outcomes[index] = settledAtOnce(steps, target, uri, reserved[k] as AddOutcome, stopped) ?? (await ensureOrRollBack(steps, ref, target, uri, stopped));
       if (++done % YIELD_EVERY === 0) await new Promise<void>((resolve) => setImmediate(resolve));
     }
   };

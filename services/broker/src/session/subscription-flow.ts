@@ -43,6 +43,8 @@ export interface FlowSteps {
   reserveMany(refs: readonly SubscriptionRef[]): Promise<AddOutcome[]>;
   /** Makes sure the backend resource is subscribed upstream for the cluster. */
   ensureUpstream(target: SubscriptionTarget): Promise<void>;
+  /** Whether `ensureUpstream` has nothing to do for `target` right now (a synchronous look; absent: always ensure). */
+  upstreamWatched?(target: SubscriptionTarget): boolean;
   /** Releases a reservation (the rollback of a failed subscribe). */
   release(ref: SubscriptionRef): Promise<void>;
 }
@@ -83,7 +85,17 @@ export async function runSubscriptionFlow(steps: FlowSteps, input: FlowInput, st
  * reservation is released again if whoever asked has stopped meanwhile, else its upstream
  * subscription is ensured (released when that fails). Never rejects.
  */
-export async function completeSubscription(steps: FlowSteps, ref: SubscriptionRef, target: SubscriptionTarget, uri: string, outcome: AddOutcome, stopped: () => boolean): Promise<FlowOutput> {
+export function completeSubscription(steps: FlowSteps, ref: SubscriptionRef, target: SubscriptionTarget, uri: string, outcome: AddOutcome, stopped: () => boolean): Promise<FlowOutput> {
+  const settled = settledAtOnce(steps, target, uri, outcome, stopped);
+  return settled !== undefined ? Promise.resolve(settled) : ensureOrRollBack(steps, ref, target, uri, stopped);
+}
+
+/**
+ * `completeSubscription`'s output when nothing is left to wait for (a refusal, a subscription held
+ * already, or one whose upstream is watched already), else undefined. A listen of many held URIs
+ * completes them here, without an async function (its promise and frame) for each.
+ */
+export function settledAtOnce(steps: FlowSteps, target: SubscriptionTarget, uri: string, outcome: AddOutcome, stopped: () => boolean): FlowOutput | undefined {
   switch (outcome.status) {
     case "limit":
       return { ok: false, error: limitError(outcome.limit, outcome.max, uri) };
@@ -96,12 +108,19 @@ export async function completeSubscription(steps: FlowSteps, ref: SubscriptionRe
     case "added":
       break;
   }
+  if (stopped()) return undefined;
+  // Not the first, and its watcher has it watched upstream already (see AddOutcome.watched), or
+  // this member watches it itself with nothing pending on it.
+  if (outcome.watched === true || steps.upstreamWatched?.(target) === true) return { ok: true, target, added: true };
+  return undefined;
+}
+
+/** A new reservation whose upstream is to be ensured, or released because whoever asked has stopped. Never rejects. */
+export async function ensureOrRollBack(steps: FlowSteps, ref: SubscriptionRef, target: SubscriptionTarget, uri: string, stopped: () => boolean): Promise<FlowOutput> {
   if (stopped()) {
     await steps.release(ref).catch(() => undefined);
     return { ok: false, error: new BrokerError("BAD_PARAMS", "The session or stream ended while this subscription was being made.", { uri }) };
   }
-  // Not the first, and its watcher has it watched upstream already (see AddOutcome.watched).
-  if (outcome.watched === true) return { ok: true, target, added: true };
   try {
     await steps.ensureUpstream(target);
   } catch (error) {

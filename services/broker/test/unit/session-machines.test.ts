@@ -291,6 +291,14 @@ describe("listen actor", () => {
     expect([...(w.held.get("s") ?? [])].sort()).toEqual(["a", "b", "watched"]);
   });
 
+  it("skips the upstream call for what this member says it watches already", async () => {
+    const w = world({ maxPerSession: 100 });
+    const steps: FlowSteps = { ...w.steps, upstreamWatched: (target) => target.uri.startsWith("held") };
+    const out = await subscribeMany(steps, { principal: "p", sessionId: "s", uris: ["held1", "new", "held2"] }, { concurrency: 2, maxPerSession: 100 });
+    expect(out.honored.map((h) => h.uri)).toEqual(["held1", "new", "held2"]);
+    expect(w.calls.filter((c) => c.startsWith("ensure"))).toEqual(["ensure new"]);
+  });
+
   it("stops starting subscriptions once aborted and reports the rest as refused", async () => {
     const w = world({ maxPerSession: 100 });
     const abort = new AbortController();

@@ -144,6 +144,11 @@ export class BackendWatchers implements UpstreamPort {
     void this.step(backendId);
   }
 
+  /** Only what this member watches itself is known at once (see `UpstreamPort.watching`). */
+  watching(backendId: string, uri: string): boolean {
+    return this.held.has(backendId) && this.deps.local.watching(backendId, uri);
+  }
+
   ensure(backendId: string, uri: string): Promise<void> {
     // This member watches the backend: no lookup to refresh, and no async frames on the way (a
     // listen asks this for each of its URIs).

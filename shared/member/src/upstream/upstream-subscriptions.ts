@@ -88,6 +88,12 @@ export interface UpstreamPort {
    */
   ensure(backendId: string, uri: string): Promise<void>;
   /**
+   * Whether `ensure` has nothing to do for (backend, uri) right now: watched upstream by this
+   * member, nothing queued on it and no release pending. A synchronous look, so that a listen of
+   * many held URIs does not make a promise for each (optional: absent means always `ensure`).
+   */
+  watching?(backendId: string, uri: string): boolean;
+  /**
    * The cluster-wide count for (backend, uri) reached zero: unwatch after the grace period, once any
    * operation on it in flight has finished, unless someone wants it again by then.
    */
@@ -162,6 +168,11 @@ export class UpstreamSubscriptions implements UpstreamPort {
 
   attach(backends: WatchedBackends): void {
     this.backends = backends;
+  }
+
+  watching(backendId: string, uri: string): boolean {
+    const slot = this.slots.get(backendId)?.get(uri);
+    return slot !== undefined && slot.ops === 0 && slot.watch !== undefined && slot.grace === undefined;
   }
 
   ensure(backendId: string, uri: string): Promise<void> {

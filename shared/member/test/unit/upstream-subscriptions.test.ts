@@ -261,12 +261,19 @@ describe("upstream subscriptions", () => {
   it("shares one subscribe among concurrent ensures, and a release cancelled in its grace period sends nothing", async () => {
     const { registry, backend, upstream, ref } = world();
     await registry.add(ref("u://a", "s1"), limits);
-    await Promise.all([upstream.ensure("b", "u://a"), upstream.ensure("b", "u://a"), upstream.ensure("b", "u://a")]);
+    const ensures = [upstream.ensure("b", "u://a"), upstream.ensure("b", "u://a"), upstream.ensure("b", "u://a")];
+    // `watching` says ensure has nothing to do only once the watch is made, and not while a release is pending.
+    expect(upstream.watching("b", "u://a")).toBe(false);
+    await Promise.all(ensures);
+    expect(upstream.watching("b", "u://a")).toBe(true);
     await registry.remove(ref("u://a", "s1"));
     upstream.release("b", "u://a");
+    expect(upstream.watching("b", "u://a")).toBe(false);
     await vi.advanceTimersByTimeAsync(GRACE_MS / 2);
     await registry.add(ref("u://a", "s2"), limits);
     await upstream.ensure("b", "u://a");
+    expect(upstream.watching("b", "u://a")).toBe(true);
+    expect(upstream.watching("b", "u://other")).toBe(false);
     await vi.advanceTimersByTimeAsync(GRACE_MS * 2);
     expect(backend.calls).toEqual(["resources/subscribe u://a"]);
     expect(upstream.watched("b")).toEqual(["u://a"]);
