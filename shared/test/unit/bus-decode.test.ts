@@ -48,7 +48,8 @@ describe("encodeBusMessage", () => {
     expect(decodeBusMessage(JSON.parse(encoded))).toEqual({ ok: true, message: scrambled });
     const withParams = { ...scrambled, params: { _meta: { seq: 4 } } };
     expect(decodeBusMessage(JSON.parse(encodeBusMessage(withParams)))).toEqual({ ok: true, message: withParams });
-    expect(resourceUpdatedMessage(withParams, "u", 2, 12)).toEqual(withParams);
+    const update = { kind: "resource.updated", v: 1, origin: 'in"st', backendId: "b", uri: "u/x", params: { _meta: { seq: 4 } }, at: 3, update: 7 } as const;
+    expect(resourceUpdatedMessage(update, "u", 2, 12)).toEqual(withParams);
     const release: BusMessage = { kind: "watch.release", v: 1, origin: 'in"st', backendId: "b", uri: "u" };
     expect(JSON.parse(encodeBusMessage(release))).toEqual(release);
   });

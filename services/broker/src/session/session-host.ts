@@ -729,8 +729,7 @@ export class SessionHost {
    */
   private fenced(ref: SubscriptionRef): SubscriptionRef {
     const session = this.legacy.get(ref.sessionId);
-    // Field by field: V8 adds `epoch` to a spread's copy on its slow path (see `resourceUpdatedMessage`).
-    return session !== undefined && session.principal === ref.principal ? { principal: ref.principal, sessionId: ref.sessionId, backendId: ref.backendId, uri: ref.uri, epoch: session.epoch } : ref;
+    return session !== undefined && session.principal === ref.principal ? { ...ref, epoch: session.epoch } : ref;
   }
 
   private async release(ref: SubscriptionRef): Promise<void> {

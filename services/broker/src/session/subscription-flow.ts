@@ -77,23 +77,14 @@ export async function runSubscriptionFlow(steps: FlowSteps, input: FlowInput, st
   } catch (error) {
     return { ok: false, error: asBrokerError(error) };
   }
-  return completeSubscription(steps, ref, target, input.uri, outcome, stopped);
+  return settledAtOnce(steps, target, input.uri, outcome, stopped) ?? ensureOrRollBack(steps, ref, target, input.uri, stopped);
 }
 
 /**
- * The rest of a subscribe once its reservation is answered: a refusal is the output; a new
- * reservation is released again if whoever asked has stopped meanwhile, else its upstream
- * subscription is ensured (released when that fails). Never rejects.
- */
-export function completeSubscription(steps: FlowSteps, ref: SubscriptionRef, target: SubscriptionTarget, uri: string, outcome: AddOutcome, stopped: () => boolean): Promise<FlowOutput> {
-  const settled = settledAtOnce(steps, target, uri, outcome, stopped);
-  return settled !== undefined ? Promise.resolve(settled) : ensureOrRollBack(steps, ref, target, uri, stopped);
-}
-
-/**
- * `completeSubscription`'s output when nothing is left to wait for (a refusal, a subscription held
- * already, or one whose upstream is watched already), else undefined. A listen of many held URIs
- * completes them here, without an async function (its promise and frame) for each.
+ * The rest of a subscribe once its reservation is answered, when nothing is left to wait for: a
+ * refusal, a subscription held already, or one whose upstream is watched already; else undefined
+ * (`ensureOrRollBack` does the rest). A listen of many held URIs completes them here, without an
+ * async function (its promise and frame) for each.
  */
 export function settledAtOnce(steps: FlowSteps, target: SubscriptionTarget, uri: string, outcome: AddOutcome, stopped: () => boolean): FlowOutput | undefined {
   switch (outcome.status) {
@@ -115,7 +106,10 @@ export function settledAtOnce(steps: FlowSteps, target: SubscriptionTarget, uri:
   return undefined;
 }
 
-/** A new reservation whose upstream is to be ensured, or released because whoever asked has stopped. Never rejects. */
+/**
+ * A new reservation whose upstream is to be ensured (released again when that fails), or released
+ * because whoever asked has stopped meanwhile. Never rejects.
+ */
 export async function ensureOrRollBack(steps: FlowSteps, ref: SubscriptionRef, target: SubscriptionTarget, uri: string, stopped: () => boolean): Promise<FlowOutput> {
   if (stopped()) {
     await steps.release(ref).catch(() => undefined);
