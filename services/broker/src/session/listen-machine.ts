@@ -1,6 +1,6 @@
 import { BrokerError } from "@mcp-broker/shared";
 import { assign, emit, enqueueActions, setup } from "xstate";
-import type { SubscribeManyInput, SubscribeManyOutput } from "./subscribe-many.js";
+import type { HonoredUri, SubscribeManyInput, SubscribeManyOutput } from "./subscribe-many.js";
 import type { SubscriptionTarget } from "./subscription-flow.js";
 
 export interface ListenFlags {
@@ -19,7 +19,8 @@ export interface ListenInput {
 }
 
 export interface ListenContext extends ListenInput {
-  honored: Record<string, SubscriptionTarget>;
+  /** The honored URIs with their targets, in request order (the URIs are deduplicated: one entry each). */
+  honored: readonly HonoredUri[];
   rejection: BrokerError | undefined;
 }
 
@@ -62,7 +63,7 @@ export const listenMachine = setup({
   types: {} as { input: ListenInput; context: ListenContext; events: ListenEvent; emitted: ListenEmitted },
 }).createMachine({
   id: "listen",
-  context: ({ input }) => ({ ...input, honored: Object.create(null) as Record<string, SubscriptionTarget>, rejection: undefined }),
+  context: ({ input }) => ({ ...input, honored: [], rejection: undefined }),
   initial: "subscribing",
   states: {
     // Validates every URI first (an unknown one rejects the request: subscribe.failed), then subscribes.
@@ -73,10 +74,8 @@ export const listenMachine = setup({
         "subscribe.done": {
           target: "streaming",
           actions: enqueueActions(({ event, enqueue }) => {
-            const honored = Object.create(null) as Record<string, SubscriptionTarget>; // a URI such as __proto__ is just a key
-            for (const { uri, target } of event.output.honored) honored[uri] = target;
-            enqueue.assign({ honored });
-            if (event.output.honored.length > 0) enqueue.emit({ type: "interest.add", targets: event.output.honored.map(({ target }) => target) });
+            enqueue.assign({ honored: event.output.honored });
+            if (event.output.honored.length > 0) enqueue.emit({ type: "interest.add", targets: targetsOf(event.output.honored) });
             if (event.output.refused.length > 0) enqueue.emit({ type: "listen.subscriptions.refused", refused: event.output.refused });
           }),
         },
@@ -85,7 +84,7 @@ export const listenMachine = setup({
     },
     streaming: {
       on: { "stream.closed": { target: "closing" } },
-      entry: emit(({ context }) => ({ type: "listen.acknowledged" as const, honored: Object.keys(context.honored), flags: context.flags })),
+      entry: emit(({ context }) => ({ type: "listen.acknowledged" as const, honored: context.honored.map(({ uri }) => uri), flags: context.flags })),
     },
     rejected: {
       entry: emit(({ context }) => ({ type: "listen.rejected" as const, error: context.rejection ?? new BrokerError("INTERNAL", "listen rejected") })),
@@ -93,9 +92,8 @@ export const listenMachine = setup({
     },
     closing: {
       entry: enqueueActions(({ context, enqueue }) => {
-        const targets = Object.values(context.honored);
-        if (targets.length > 0) enqueue.emit({ type: "interest.remove", targets });
-        enqueue.assign({ honored: Object.create(null) as Record<string, SubscriptionTarget> });
+        if (context.honored.length > 0) enqueue.emit({ type: "interest.remove", targets: targetsOf(context.honored) });
+        enqueue.assign({ honored: [] });
         enqueue.emit({ type: "release.run", principal: context.principal, sessionId: context.id });
       }),
       on: { "release.done": { target: "closed" } },
@@ -103,6 +101,10 @@ export const listenMachine = setup({
     closed: { type: "final", entry: emit({ type: "listen.ended" }) },
   },
 });
+
+export function targetsOf(honored: readonly HonoredUri[]): SubscriptionTarget[] {
+  return honored.map(({ target }) => target);
+}
 
 function asBrokerError(error: unknown): BrokerError {
   return error instanceof BrokerError ? error : new BrokerError("INTERNAL", error instanceof Error ? error.message : String(error));

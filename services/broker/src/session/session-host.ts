@@ -27,7 +27,7 @@ import type { SessionResume } from "./session-resume.js";
 import type { ResumeCursors } from "./resume-cursor.js";
 import type { EventId } from "../fanout/event-ids.js";
 import { legacySessionMachine } from "./legacy-session-machine.js";
-import { listenMachine, type ListenEmitted, type ListenFlags } from "./listen-machine.js";
+import { listenMachine, targetsOf, type ListenEmitted, type ListenFlags } from "./listen-machine.js";
 import { subscribeMany, type SubscribeManyInput, type SubscribeManyOutput } from "./subscribe-many.js";
 import { movedError, runSubscriptionFlow, type FlowSteps, type SubscriptionTarget } from "./subscription-flow.js";
 import { LOG_LEVELS, type LogLevel } from "../routing/request-context.js";
@@ -505,7 +505,7 @@ export class SessionHost {
           acknowledged = true;
           this.listens.add(sink);
           this.listensById.set(id, sink);
-          this.listenHoldings.set(id, { principal, honored: () => Object.values(actor.getSnapshot().context.honored), since: Date.now() });
+          this.listenHoldings.set(id, { principal, honored: () => targetsOf(actor.getSnapshot().context.honored), since: Date.now() });
           this.deps.fanout.listen(sink);
           if (cursor === undefined) {
             onOutcome(effect);
@@ -516,7 +516,7 @@ export class SessionHost {
           sink.hold?.();
           onOutcome({ ...effect, resumed: from === undefined ? "everything" : "exact" });
           if (from === undefined) this.deps.logger.info({ principal, stream: id }, "listen: a cursor not of this cluster and principal; everything it honors is announced once");
-          void this.resumeListen(Object.values(actor.getSnapshot().context.honored), sink, from);
+          void this.resumeListen(targetsOf(actor.getSnapshot().context.honored), sink, from);
           break;
         }
         case "listen.ended":
@@ -526,7 +526,7 @@ export class SessionHost {
     });
     this.failureCleanups.set(id, () => {
       subscribing.aborted = true;
-      for (const target of Object.values(actor.getSnapshot().context.honored)) {
+      for (const target of targetsOf(actor.getSnapshot().context.honored)) {
         this.deps.fanout.interest.remove(target, sink);
       }
       if (acknowledged) sink.end?.();

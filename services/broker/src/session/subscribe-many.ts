@@ -8,9 +8,15 @@ export interface SubscribeManyInput {
   uris: readonly string[];
 }
 
+/** A URI a listen honored, with the backend resource it names. */
+export interface HonoredUri {
+  uri: string;
+  target: SubscriptionTarget;
+}
+
 export interface SubscribeManyOutput {
   /** In request order. */
-  honored: { uri: string; target: SubscriptionTarget }[];
+  honored: HonoredUri[];
   refused: { uri: string; error: BrokerError }[];
 }
 
