@@ -47,10 +47,11 @@ export async function subscribeMany(steps: FlowSteps, input: SubscribeManyInput,
   const tried = Math.min(input.uris.length, options.maxPerSession);
   const stopped = (): boolean => options.signal?.aborted === true;
   const valid: { index: number; target: SubscriptionTarget; ref: SubscriptionRef }[] = [];
+  const epoch = steps.epoch(input.principal, input.sessionId);
   for (let index = 0; index < tried && !stopped(); index++) {
     try {
       const target = steps.validate(input.uris[index] as string);
-      valid.push({ index, target, ref: steps.fence({ principal: input.principal, sessionId: input.sessionId, backendId: target.backendId, uri: target.uri }) });
+      valid.push({ index, target, ref: { principal: input.principal, sessionId: input.sessionId, backendId: target.backendId, uri: target.uri, epoch } });
     } catch (error) {
       outcomes[index] = { ok: false, error: asBrokerError(error) };
     }

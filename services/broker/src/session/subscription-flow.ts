@@ -33,10 +33,11 @@ export interface FlowSteps {
   /** The backend resource a client URI names; throws the error to answer (unknown URI, backend down). */
   validate(uri: string): SubscriptionTarget;
   /**
-   * The ref as the registry is to see it (a legacy session's carries the epoch its member holds it
-   * at): taken once, so a release after the session left this member is fenced as the reservation was.
+   * The epoch at which this member holds the legacy session (the refs' fence; undefined for a
+   * listen stream): taken once, so a release after the session left this member is fenced as the
+   * reservation was.
    */
-  fence(ref: SubscriptionRef): SubscriptionRef;
+  epoch(principal: string, sessionId: string): number | undefined;
   /** Reserves the subscription against the limits, atomically. */
   reserve(ref: SubscriptionRef): Promise<AddOutcome>;
   /** `reserve` for several refs of one session, in one atomic step, in order. */
@@ -70,7 +71,7 @@ export async function runSubscriptionFlow(steps: FlowSteps, input: FlowInput, st
   } catch (error) {
     return { ok: false, error: asBrokerError(error) };
   }
-  const ref = steps.fence({ principal: input.principal, sessionId: input.sessionId, backendId: target.backendId, uri: target.uri });
+  const ref: SubscriptionRef = { principal: input.principal, sessionId: input.sessionId, backendId: target.backendId, uri: target.uri, epoch: steps.epoch(input.principal, input.sessionId) };
   let outcome: AddOutcome;
   try {
     outcome = await steps.reserve(ref);

@@ -11,7 +11,7 @@ function world(options: { maxPerSession?: number; upstreamFails?: boolean; reser
   const held = new Map<string, Set<string>>();
   const calls: string[] = [];
   const steps: FlowSteps = {
-    fence: (ref) => ref,
+    epoch: () => undefined,
     validate: (uri) => {
       calls.push(`validate ${uri}`);
       if (uri.startsWith("bad")) throw new BrokerError("UNKNOWN_RESOURCE", "unknown", { uri });
