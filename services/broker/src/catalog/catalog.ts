@@ -203,7 +203,7 @@ export class Catalog {
     if (listed !== undefined) return { backendId: listed.backendId, uri: listed.key, match: "listed" };
     for (const candidate of this.candidates(exposedUri)) {
       for (const template of this.backendItems("resourceTemplates", candidate.backendId)) {
-        if (template.template?.match(candidate.uri)) return { ...candidate, match: "template" };
+        if (template.template?.match(candidate.uri)) return { backendId: candidate.backendId, uri: candidate.uri, match: "template" };
       }
       // Only ancestors as long as one of the backend's listed resources are looked up: the walk
       // then hashes no string longer than those, however long (and slashed) the client's URI.
@@ -211,7 +211,7 @@ export class Catalog {
       if (lengths === undefined) continue;
       for (const parent of ancestorsOf(candidate.uri, (length) => lengths.has(length))) {
         if (this.get("resources", this.exposeUri(candidate.backendId, parent))?.backendId === candidate.backendId) {
-          return { ...candidate, match: "sub-resource" };
+          return { backendId: candidate.backendId, uri: candidate.uri, match: "sub-resource" };
         }
       }
     }
