@@ -866,3 +866,48 @@ describe("templates that MCP servers use", () => {
     expect(template.match("ui://widget/a/b")).toBeNull();
   });
 });
+
+describe("UriTemplate.matches", () => {
+  /** A small deterministic generator (mulberry32), so a failure names a seed that reproduces it. */
+  const random = (seed: number) => () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const ALPHABET = ["a", "b", "7", "/", "?", "#", "&", ",", "=", "%", "%2F", "%zz", ".", ";", "-", "~", ":", "é", " ", "{", "+"];
+
+  it("answers as match does, for the literal-then-one-variable shape it answers itself and for every other", () => {
+    const templates = [
+      "bench://r/{id}",
+      "file:///{+path}",
+      "x:{v}",
+      "ui://w/{+rest}",
+      "a/b{x}",
+      // Not the shape: answered by the matcher.
+      "bench://r/{id}/x",
+      "bench://r/{id:3}",
+      "bench://r/{id*}",
+      "bench://r/{a,b}",
+      "bench://r/{#f}",
+      "bench://r/{/p}",
+      "bench://r/{?q}",
+      "{id}",
+      "ü://{x}",
+    ];
+    const next = random(20261127);
+    for (const text of templates) {
+      const template = new UriTemplate(text);
+      const literal = text.slice(0, text.indexOf("{"));
+      for (let i = 0; i < 3_000; i++) {
+        let tail = "";
+        const length = Math.floor(next() * 6);
+        for (let j = 0; j < length; j++) tail += ALPHABET[Math.floor(next() * ALPHABET.length)] ?? "";
+        const uri = (next() < 0.9 ? literal : literal.slice(0, -1)) + tail;
+        expect({ text, uri, matches: template.matches(uri) }).toEqual({ text, uri, matches: template.match(uri) !== null });
+      }
+      const long = `${literal}${"a".repeat(MAX_MATCH_LENGTH + 1)}`;
+      expect(template.matches(long)).toBe(false);
+    }
+  });
+});

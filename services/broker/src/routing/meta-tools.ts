@@ -134,7 +134,7 @@ export class MetaTools {
     }
     const listed = resolved.match === "listed" ? catalog.get("resources", uri) : undefined;
     const matched =
-      resolved.match === "template" ? catalog.list("resourceTemplates").find((item) => item.backendId === resolved.backendId && item.template?.match(resolved.uri)) : undefined;
+      resolved.match === "template" ? catalog.list("resourceTemplates").find((item) => item.backendId === resolved.backendId && item.template?.matches(resolved.uri) === true) : undefined;
     const source = listed ?? matched;
     const subscribers = await this.deps.subscribers(resolved.backendId, resolved.uri).catch((error: unknown) => {
       throw new ToolFailure(`The cluster-wide subscriber count of '${uri}' could not be read (${(error as Error).message}); retry later.`);
