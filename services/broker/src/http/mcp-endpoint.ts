@@ -26,6 +26,11 @@ import { encodeEvent } from "../fanout/sse-event.js";
 import { KeepAlive, SseStream } from "./sse-stream.js";
 
 const SESSION_HEADER = "mcp-session-id";
+/**
+ * A modern request needs a capability its client did not declare (a backend's answer, passed on):
+ * the 2026-07-28 schema has HTTP answer it 400. Every other error of a dispatched request is in-band (200).
+ */
+const MISSING_CLIENT_CAPABILITY = -32021;
 /** What a browser page on a `server.corsOrigins` origin may send and read. */
 const CORS_ALLOWED = "authorization, content-type, accept, last-event-id, mcp-session-id, mcp-protocol-version, mcp-method, mcp-name";
 const CORS_EXPOSED = "mcp-session-id, www-authenticate";
@@ -165,6 +170,12 @@ export class McpEndpoint {
       }
       if (route.message.method === "subscriptions/listen") {
         this.listen(req, res, route.message, principal);
+        return;
+      }
+      // Method resolution comes before dispatch, and the 2026-07-28 transport answers a method the server does not have 404.
+      const unknown = this.deps.dispatcher.unknownMethod(route.message.method, "modern");
+      if (unknown !== undefined) {
+        sendJson(res, 404, this.deps.dispatcher.errorResponse(id, unknown, "modern"));
         return;
       }
       await this.respond(req, res, route.message, { era: "modern", principal, session: undefined });
@@ -377,7 +388,7 @@ export class McpEndpoint {
       sse.write(encodeEvent(response));
       sse.close();
     } else if (!res.writableEnded && !res.destroyed) {
-      sendJson(res, 200, response, headers);
+      sendJson(res, who.era === "modern" && "error" in response && response.error.code === MISSING_CLIENT_CAPABILITY ? 400 : 200, response, headers);
     }
   }
 

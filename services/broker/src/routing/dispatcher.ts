@@ -60,9 +60,11 @@ const LIST_KINDS: Record<string, CatalogKind> = {
 };
 
 
-/** Methods that exist only in one era. */
-const LEGACY_ONLY = new Set(["initialize", "resources/subscribe", "resources/unsubscribe", "logging/setLevel"]);
+/** Methods that exist only in one era (the 2026-07-28 schema has no ping either). */
+const LEGACY_ONLY = new Set(["initialize", "ping", "resources/subscribe", "resources/unsubscribe", "logging/setLevel"]);
 const MODERN_ONLY = new Set(["server/discover"]);
+/** Every method `execute` serves, in one era or the other (`subscriptions/listen` is the edge's). */
+const SERVED = new Set([...Object.keys(LIST_KINDS), ...LEGACY_ONLY, ...MODERN_ONLY, "tools/call", "prompts/get", "resources/read", "completion/complete"]);
 
 export interface DispatcherOptions {
   serverInfo: { name: string; version: string };
@@ -113,11 +115,22 @@ export class Dispatcher {
     return { jsonrpc: "2.0", id, error: this.toWireError(error, era, undefined) };
   }
 
+  /**
+   * The error for a method this broker does not serve in `era`, before any dispatch: on HTTP, a
+   * modern request for one is answered 404 (the 2026-07-28 transport's method-not-found status).
+   */
+  unknownMethod(method: string, era: ProtocolEra): BrokerError | undefined {
+    if ((era === "modern" && LEGACY_ONLY.has(method)) || (era === "legacy" && MODERN_ONLY.has(method))) {
+      return new BrokerError("UNKNOWN_METHOD", `Method '${method}' does not exist in the ${era} protocol era.`, { method });
+    }
+    if (!SERVED.has(method)) return new BrokerError("UNKNOWN_METHOD", `Method '${method}' is not served by this broker.`, { method });
+    return undefined;
+  }
+
   private async execute(request: JsonRpcRequest, ctx: RequestContext, session: LegacySessionPort | undefined): Promise<Result> {
     const { method } = request;
-    if ((ctx.era === "modern" && LEGACY_ONLY.has(method)) || (ctx.era === "legacy" && MODERN_ONLY.has(method))) {
-      throw new BrokerError("UNKNOWN_METHOD", `Method '${method}' does not exist in the ${ctx.era} protocol era.`, { method });
-    }
+    const unknown = this.unknownMethod(method, ctx.era);
+    if (unknown !== undefined) throw unknown;
     const params = validateParams(method, request.params ?? {});
     const listKind = Object.hasOwn(LIST_KINDS, method) ? LIST_KINDS[method] : undefined;
     if (listKind !== undefined) return this.router.list(listKind, params);

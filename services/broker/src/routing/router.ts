@@ -243,8 +243,8 @@ export class Router {
     const progressToken = ctx.progressToken;
     try {
       const forwarded = stripMeta(params);
-      // Modern backends take the log level per request; legacy ones got logging/setLevel.
-      if (ctx.logLevel !== undefined && backend.era === "modern") forwarded._meta = { [META.logLevel]: ctx.logLevel };
+      const meta = backend.era === "modern" ? modernMeta(params, ctx) : undefined;
+      if (meta !== undefined) forwarded._meta = meta;
       const onprogress = progressToken === undefined ? undefined : (progress: { progress: number; total?: number; message?: string }) => ctx.notify(NOTIFICATION.progress, { progressToken, ...progress });
       const interaction = this.options.interaction;
       if (ctx.era === "modern" && interaction !== undefined && INPUT_REQUIRED_METHODS.has(method)) {
@@ -301,6 +301,21 @@ function backendOwnFieldsRemoved(result: Result): Result {
   if (Object.keys(otherMeta).length === 0) delete rest._meta;
   else rest._meta = otherMeta;
   return rest;
+}
+
+/**
+ * What a modern backend is told of the client per request: its log level (legacy backends got
+ * logging/setLevel), and a modern client's declared capabilities, so that the backend asks it only
+ * for what it can answer and refuses with -32021 otherwise (the SDK client would declare the
+ * broker's own, which can relay anything). Undefined when there is nothing to tell.
+ */
+function modernMeta(params: Params, ctx: RequestContext): Params | undefined {
+  const declared = ctx.era === "modern" && isJsonObject(params._meta) ? params._meta[META.clientCapabilities] : undefined;
+  if (ctx.logLevel === undefined && declared === undefined) return undefined;
+  const meta: Params = {};
+  if (ctx.logLevel !== undefined) meta[META.logLevel] = ctx.logLevel;
+  if (declared !== undefined) meta[META.clientCapabilities] = declared;
+  return meta;
 }
 
 /** The client's `_meta` (progress token, envelope) is the broker's, not the backend's. */

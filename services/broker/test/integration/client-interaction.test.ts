@@ -325,6 +325,16 @@ describe("interaction: a modern client's questions as InputRequiredResult rounds
     await modern.close();
   });
 
+  it("tells a modern backend the modern client's own capabilities: one without elicitation is refused by the backend, 400 and -32021", async () => {
+    const bare = { ...META, "io.modelcontextprotocol/clientCapabilities": {} };
+    const refused = await call("m__confirm", { question: "ok?" }, { _meta: bare });
+    expect(refused.status).toBe(400);
+    expect(refused.json).toMatchObject({ error: { code: -32021, data: { requiredCapabilities: { elicitation: expect.anything() } } } });
+    const asked = await call("m__confirm", { question: "ok?" });
+    expect(asked.status).toBe(200);
+    expect(asked.json).toMatchObject({ result: { resultType: "input_required" } });
+  });
+
   it("holds a legacy backend's call while a modern client answers its question, and returns the call's result to the retry", async () => {
     const { client, asked } = await answering(running.url, "modern", { name: "Mo" });
     try {

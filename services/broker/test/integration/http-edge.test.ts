@@ -152,6 +152,23 @@ describe("HTTP edge", () => {
     expect(JSON.parse(ok.body)).toMatchObject({ result: { tools: [], resultType: "complete", ttlMs: 0, cacheScope: "private" } });
   });
 
+  it("answers a modern request for a method it does not have 404 and -32601, as the 2026-07-28 transport does, and a legacy one in-band", async () => {
+    const modern = async (method: string) => {
+      const body = JSON.stringify({ jsonrpc: "2.0", id: 7, method, params: { _meta: MODERN_META } });
+      const response = await raw(running.url, { body, headers: { ...auth(KEY_A), "mcp-protocol-version": "2026-07-28", "mcp-method": method } });
+      return { status: response.status, body: JSON.parse(response.body) as unknown };
+    };
+    // Unknown, of the other era only (no ping in 2026-07-28), or an Object.prototype name.
+    for (const method of ["nope/nope", "ping", "resources/subscribe", "logging/setLevel", "constructor"]) {
+      expect(await modern(method), method).toEqual({ status: 404, body: { jsonrpc: "2.0", id: 7, error: { code: -32601, message: expect.any(String), data: { method } } } });
+    }
+    expect(await modern("tools/list")).toMatchObject({ status: 200, body: { result: { tools: [] } } });
+    const init = await raw(running.url, { body: initialize, headers: auth(KEY_A) });
+    const session = { ...auth(KEY_A), "mcp-session-id": String(init.headers["mcp-session-id"]) };
+    const legacy = await raw(running.url, { body: JSON.stringify({ jsonrpc: "2.0", id: 8, method: "server/discover" }), headers: session });
+    expect({ status: legacy.status, body: JSON.parse(legacy.body) as unknown }).toMatchObject({ status: 200, body: { id: 8, error: { code: -32601 } } });
+  });
+
   it("requires the modern standard headers, and an Mcp-Name that names what the body names", async () => {
     const call = JSON.stringify({ jsonrpc: "2.0", id: 3, method: "tools/call", params: { name: "a__b", arguments: {}, _meta: MODERN_META } });
     const std = { ...auth(KEY_A), "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call" };
