@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { classifyInboundRequest, isJsonContentType } from "@modelcontextprotocol/server";
+import { classifyInboundRequest, isJsonContentType, ProtocolErrorCode } from "@modelcontextprotocol/server";
 import {
   BrokerError,
   LEGACY_PROTOCOL_VERSIONS,
@@ -26,11 +26,6 @@ import { encodeEvent } from "../fanout/sse-event.js";
 import { KeepAlive, SseStream } from "./sse-stream.js";
 
 const SESSION_HEADER = "mcp-session-id";
-/**
- * A modern request needs a capability its client did not declare (a backend's answer, passed on):
- * the 2026-07-28 schema has HTTP answer it 400. Every other error of a dispatched request is in-band (200).
- */
-const MISSING_CLIENT_CAPABILITY = -32021;
 /** What a browser page on a `server.corsOrigins` origin may send and read. */
 const CORS_ALLOWED = "authorization, content-type, accept, last-event-id, mcp-session-id, mcp-protocol-version, mcp-method, mcp-name";
 const CORS_EXPOSED = "mcp-session-id, www-authenticate";
@@ -388,7 +383,10 @@ export class McpEndpoint {
       sse.write(encodeEvent(response));
       sse.close();
     } else if (!res.writableEnded && !res.destroyed) {
-      sendJson(res, who.era === "modern" && "error" in response && response.error.code === MISSING_CLIENT_CAPABILITY ? 400 : 200, response, headers);
+      // A modern request needing a capability its client did not declare (a backend's -32021, passed
+      // on) is answered 400, as the 2026-07-28 schema has it; every other error is in-band (200).
+      const missingCapability = who.era === "modern" && "error" in response && response.error.code === Number(ProtocolErrorCode.MissingRequiredClientCapability);
+      sendJson(res, missingCapability ? 400 : 200, response, headers);
     }
   }
 
