@@ -151,9 +151,15 @@ export class BackendWatchers implements UpstreamPort {
 
   ensure(backendId: string, uri: string): Promise<void> {
     // This member watches the backend: no lookup to refresh, and no async frames on the way (a
-    // listen asks this for each of its URIs).
-    if (this.held.has(backendId)) return this.deps.local.ensure(backendId, uri);
+    // listen asks this for each of its URIs). It may stop watching while the subscribe is made
+    // (another member took the lease over): then the new watcher is asked, as from any member.
+    if (this.held.has(backendId)) return this.deps.local.ensure(backendId, uri).catch((error: unknown) => this.afterLocalEnsure(error, backendId, uri));
     return this.ensureVia(backendId, uri);
+  }
+
+  private afterLocalEnsure(error: unknown, backendId: string, uri: string): Promise<void> {
+    if (error instanceof BrokerError && error.data?.watcherChanged === true) return this.ensureVia(backendId, uri);
+    throw error;
   }
 
   private async ensureVia(backendId: string, uri: string): Promise<void> {

@@ -1,4 +1,4 @@
-import { MemoryBus, MemoryBusHub, MemoryLeases, systemClock, watcherLease, type Leases } from "@mcp-broker/shared";
+import { BrokerError, MemoryBus, MemoryBusHub, MemoryLeases, systemClock, watcherLease, type Leases } from "@mcp-broker/shared";
 import { pino } from "pino";
 import { describe, expect, it, vi } from "vitest";
 import { BackendWatchers } from "../../src/upstream/backend-watchers.js";
@@ -109,6 +109,28 @@ describe("backend watchers across members", () => {
     expect(second.local.ensured).toEqual(["u://5"]);
     expect(lookups.count).toBe(2);
     await Promise.all([second.watchers.close(), asking.watchers.close()]);
+  });
+
+  it("asks the new watcher when this member stops watching while it subscribes (another member took the lease over)", async () => {
+    const hub = new MemoryBusHub();
+    const leases = new MemoryLeases();
+    const first = member(hub, leases, "first", true);
+    const second = member(hub, leases, "second", true);
+    await Promise.all([first.watchers.start(), second.watchers.start()]);
+    await first.watchers.backendConnected("x");
+    expect(first.watchers.holds("x")).toBe(true);
+    // The upstream subscribe is under way when the lease moves: it is undone, and says so.
+    let fail: (error: Error) => void = () => undefined;
+    first.local.ensure = () => new Promise<void>((_resolve, reject) => (fail = reject));
+    const ensured = first.watchers.ensure("x", "u://1");
+    await leases.release(watcherLease("x"), "first");
+    await second.watchers.backendConnected("x");
+    await first.watchers.backendConnected("x"); // its renewal fails: it stops watching
+    expect(first.local.relinquished).toEqual(["x"]);
+    fail(new BrokerError("BACKEND_UNAVAILABLE", "Backend 'x': its watcher changed while subscribing; retry.", { backend: "x", watcherChanged: true }));
+    await ensured;
+    expect(second.local.ensured).toEqual(["u://1"]);
+    await Promise.all([first.watchers.close(), second.watchers.close()]);
   });
 
   it("asks the new watcher when the one an ensure waits on died and another took its lease over", async () => {
