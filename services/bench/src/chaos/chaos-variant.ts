@@ -293,6 +293,7 @@ function describe(ctx: VariantContext, variant: VariantPlan, m: Measured): Chaos
   const liveRefusals = refusals.filter((r) => r.atMicros >= m.t0);
   const restarted = legacy.filter((c) => c.sessionIds.length > 1);
   const restartedLive = legacy.filter((c) => c.initializedAt.slice(1).some((at) => at >= m.t0));
+  const setupFailed = m.clients.filter((c) => c.setupError !== undefined);
   const foreign = m.clients.reduce((sum, c) => sum + c.foreign, 0);
   const unreadable = m.clients.reduce((sum, c) => sum + c.unreadable, 0);
   const moved = m.clients.reduce((sum, c) => sum + c.movedRetries, 0);
@@ -328,6 +329,7 @@ function describe(ctx: VariantContext, variant: VariantPlan, m: Measured): Chaos
   const failoverWord = variant.chaos.kind === "kill-brokers" ? "failover (broker kill)" : "failover (Redis restart)";
   const rows: ChaosRow[] = [
     row("updates emitted (numbered, round-robin)", m.emitted.emitted, "", "≥ 2000/s", rate >= 2_000 * 0.98, `${Math.round(rate)}/s over ${(m.emitted.tookMs / 1000).toFixed(0)} s; ${m.notHeard} reached no broker (no upstream subscription at that moment)`),
+    row("clients whose setup failed (an error answered to initialize, a subscribe or a stream)", setupFailed.length, "", "0", setupFailed.length === 0, setupFailed.length === 0 ? undefined : `first: ${setupFailed[0]?.setupError?.slice(0, 200) ?? ""}; their sessions are left out of the other rows`),
     row(`lost updates (${judged} basis)`, pos.lost.updates, "", "0", pos.lost.updates === 0, `${pos.lost.pairs} (session, URI) pairs, ${pos.lost.clients} clients${basisNote}`),
     row(`lost updates (${other} basis)`, time.lost.updates, "", null, null, `${time.lost.pairs} pairs`),
     row("granted subscriptions missing from the cluster's registry at the end", m.registry.mismatches.length, "", null, null, `legacy sessions of ${m.registry.checked} checked (see findings)`),
