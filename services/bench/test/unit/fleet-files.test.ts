@@ -23,6 +23,11 @@ describe("haproxyVariant (deploy/haproxy.cfg for local fleets)", () => {
     expect(variant).toContain("balance roundrobin");
   });
 
+  it("keeps deploy/haproxy.cfg passing SSE frames on at once (without it each waits up to ~200 ms)", () => {
+    expect(cfg.split("\n").map((line) => line.trim())).toContain("option http-no-delay");
+    expect(haproxyVariant(cfg, { brokers: 2, balancing: "round-robin" })).toContain("option http-no-delay");
+  });
+
   it("refuses a file without a server line to repeat", () => {
     expect(() => haproxyVariant("backend brokers\n  balance roundrobin\n", { brokers: 2, balancing: "sticky" })).toThrow(/server brokerN/);
   });
