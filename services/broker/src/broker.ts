@@ -88,10 +88,8 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     subscribers: (backendId, uri) => registry.count(backendId, uri),
     updates: (backendId) => (pool.get(backendId).state !== "connected" ? "none" : pushes(backendId) ? "push" : "poll"),
   });
-  const seal = new RequestStateSeal(config.interaction.stateKey, clock, config.interaction.heldCallMs);
-  if (member.engine !== "memory" && config.interaction.stateKey === undefined) {
-    logger.warn("interaction.stateKey is not set: a modern client's retry that reaches another instance of the cluster than the one that answered it is refused; set the same key on every instance");
-  }
+  const { stateKey } = config.interaction;
+  const seal = new RequestStateSeal(stateKey !== undefined ? () => stateKey : () => member.sharedSecret(), clock, config.interaction.heldCallMs);
   const held = new HeldCalls({ clock, seal, bus, instanceId: member.instanceId });
   const router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name), metaTools, interaction: { held, seal } });
   const dispatcher = new Dispatcher(router, logger, { serverInfo, cacheScope: config.auth.apiKeys.length > 0 ? "private" : "public" });

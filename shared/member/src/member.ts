@@ -1,4 +1,4 @@
-import { randomUUID } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import {
   CHANNEL,
   MemoryBus,
@@ -113,6 +113,12 @@ export interface Member {
   readonly version: string;
   /** This cluster's id (known once started): resume cursors carry it. */
   clusterId(): string;
+  /**
+   * A secret every member of the cluster shares (known once started; kept in Redis, drawn by the
+   * first member, drawn again when Redis lost its data): what one member seals, any member opens.
+   * The memory engine: this process's own.
+   */
+  sharedSecret(): string;
   attach(hooks: MemberHooks): void;
   /** Connects the engine (rejects when Redis cannot be reached), joins the cluster and starts the backends. */
   start(): Promise<void>;
@@ -305,6 +311,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
 
   let started = false;
   let clusterId: string = randomUUID();
+  let sharedSecret = randomBytes(32).toString("base64url");
   let recovering: Promise<void> | undefined;
   let lastRecovery = Number.NEGATIVE_INFINITY;
   /** The incarnation of the cluster's state this member knows (see `RedisKeys.generation`). */
@@ -329,6 +336,8 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       await redis.redis.set(redis.keys.cluster(), clusterId, "NX");
       const named = await redis.redis.get(redis.keys.cluster());
       if (named !== null && named !== clusterId) logger.warn({ was: clusterId, now: named }, "another member named the cluster first; cursors this member wrote no longer resume");
+      // The first member to write its secret back gives it to the others; what another sealed meanwhile is refused (call again).
+      sharedSecret = (await redis.redis.set(redis.keys.sharedSecret(), sharedSecret, "NX", "GET")) ?? sharedSecret;
       await updates.raiseTo(hooks.newestPosition?.() ?? 0);
       await registry.heartbeat(config.redis.instanceTtlMs);
       await hooks.recover?.();
@@ -354,6 +363,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     metrics,
     version: BROKER_VERSION,
     clusterId: () => clusterId,
+    sharedSecret: () => sharedSecret,
     attach(next) {
       hooks = next;
     },
@@ -372,6 +382,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
         // The first member to start names the cluster; every later one reads the name.
         const named = await redis.redis.set(redis.keys.cluster(), clusterId, "NX", "GET");
         if (named !== null) clusterId = named;
+        sharedSecret = (await redis.redis.set(redis.keys.sharedSecret(), sharedSecret, "NX", "GET")) ?? sharedSecret;
         const fresh = randomUUID();
         generation = (await redis.redis.set(redis.keys.generation(), fresh, "NX", "GET")) ?? fresh;
       }

@@ -1,4 +1,4 @@
-import { createHmac, randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
+import { createHmac, randomUUID, timingSafeEqual } from "node:crypto";
 import type { ClientInteraction, InteractionMethod, InteractionSupport } from "@mcp-broker/member";
 import { ProtocolError } from "@modelcontextprotocol/client";
 import { BrokerError, CHANNEL, jsonRpcCode, type Bus, type BusMessage, type Clock } from "@mcp-broker/shared";
@@ -7,21 +7,20 @@ type Params = Record<string, unknown>;
 
 /**
  * The broker's `requestState` (2026-07-28): what it hands a modern client with an
- * `InputRequiredResult`, sealed (HMAC-SHA256 with `interaction.stateKey`, the same key on every
- * instance of a cluster) so that the retry cannot name another backend, another principal's call or
+ * `InputRequiredResult`, sealed (HMAC-SHA256 with `interaction.stateKey`, or else the cluster's
+ * shared secret: the same key on every instance of a cluster) so that the retry cannot name another backend, another principal's call or
  * a state the backend never issued, and expires after `interaction.heldCallMs`.
  */
 export class RequestStateSeal {
-  private readonly key: Buffer;
-
+  /**
+   * @param key the configured key, or the cluster's shared secret (read at each use: it is known
+   *   once the member started, and drawn again when Redis lost its data).
+   */
   constructor(
-    key: string | undefined,
+    private readonly key: () => string,
     private readonly clock: Clock,
     readonly ttlMs: number,
-  ) {
-    // Without a configured key each instance draws its own: a retry then works on the instance that answered.
-    this.key = key !== undefined ? Buffer.from(key, "utf8") : randomBytes(32);
-  }
+  ) {}
 
   seal(payload: Params): string {
     const body = Buffer.from(JSON.stringify({ ...payload, x: this.clock.now() + this.ttlMs })).toString("base64url");
@@ -44,7 +43,7 @@ export class RequestStateSeal {
   }
 
   private mac(body: string): string {
-    return createHmac("sha256", this.key).update(body).digest("base64url");
+    return createHmac("sha256", this.key()).update(body).digest("base64url");
   }
 
   private verifies(body: string, mac: string): boolean {

@@ -1,4 +1,6 @@
 import { Client, StreamableHTTPClientTransport, type ClientCapabilities } from "@modelcontextprotocol/client";
+import { deleteKeys, testRedisUrl } from "@mcp-broker/shared/testing";
+import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startLegacyHttpBackend, startModernHttpBackend, type HttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
 import { createTestServer } from "../fixtures/test-server.js";
@@ -271,11 +273,14 @@ describe("interaction across broker instances (Redis engine)", () => {
     }
   });
 
-  it("completes a modern client's retry that reaches another instance than the one holding its call", async () => {
+  it.each([
+    { key: "the cluster's shared secret (no interaction.stateKey)", interaction: {} },
+    { key: "a configured interaction.stateKey", interaction: { stateKey: "a-key-every-instance-of-the-cluster-shares" } },
+  ])("completes a modern client's retry that reaches another instance than the one holding its call, sealed with $key", async ({ interaction }) => {
     const backend = await startLegacyHttpBackend(createTestServer({ name: "asker", interactive: true }));
     const cluster = await startEngineBrokers("redis", {
       backends: [{ id: "b", url: backend.url, era: "legacy", timeoutMs: 5_000, healthIntervalMs: 60_000 }],
-      interaction: { stateKey: "a-key-every-instance-of-the-cluster-shares" },
+      interaction,
     });
     const [holding, other] = cluster.brokers as [RunningBroker, RunningBroker];
     const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": { elicitation: {} } };
@@ -297,7 +302,41 @@ describe("interaction across broker instances (Redis engine)", () => {
       await backend.close();
     }
   });
+
+  it("keeps the cluster's shared secret when Redis loses its data: the members write it back, and a state sealed before still opens on another instance", async () => {
+    const backend = await startLegacyHttpBackend(createTestServer({ name: "asker", interactive: true }));
+    const cluster = await startEngineBrokers("redis", {
+      backends: [{ id: "b", url: backend.url, era: "legacy", timeoutMs: 5_000, healthIntervalMs: 60_000 }],
+      redis: { instanceTtlMs: 1_000 },
+    });
+    const [holding, other] = cluster.brokers as [RunningBroker, RunningBroker];
+    const prefix = holding.broker.config.redis.keyPrefix;
+    const redis = new Redis(await testRedisUrl());
+    try {
+      const secret = await redis.get(`${prefix}shared-secret`);
+      expect(secret).toMatch(/^[A-Za-z0-9_-]{43}$/);
+      const round = (await modernCall(holding.url, "b__ask_user", { message: "name?" })).json as { result: { inputRequests: Record<string, unknown>; requestState: string } };
+      // Redis restarted without persistence, for this cluster: every key gone.
+      await deleteKeys(await testRedisUrl(), prefix);
+      await eventually(async () => (await redis.get(`${prefix}generation`)) !== null && (await redis.get(`${prefix}shared-secret`)) !== null, "the members' recovery", 10_000);
+      expect(await redis.get(`${prefix}shared-secret`)).toBe(secret);
+      const [key] = Object.keys(round.result.inputRequests);
+      const retry = { requestState: round.result.requestState, inputResponses: { [String(key)]: { action: "accept", content: { name: "Ray" } } } };
+      const done = (await modernCall(other.url, "b__ask_user", { message: "name?" }, retry)).json as { result: { content: { text: string }[] } };
+      expect(done.result.content[0]?.text).toBe('user: accept {"name":"Ray"}');
+    } finally {
+      redis.disconnect();
+      await cluster.close();
+      await backend.close();
+    }
+  });
 });
+
+/** A modern `tools/call` with elicitation declared, as POSTed by a 2026-07-28 client. */
+function modernCall(url: string, name: string, args: Record<string, unknown>, extra: Record<string, unknown> = {}) {
+  const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": { elicitation: {} } };
+  return post(url, { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name, arguments: args, _meta: meta, ...extra } }, { "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": name });
+}
 
 describe("interaction: a modern client's questions as InputRequiredResult rounds", () => {
   let legacy: LegacyHttpBackend;

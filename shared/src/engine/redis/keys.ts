@@ -157,6 +157,11 @@ export class RedisKeys {
     return `${this.prefix}cluster`;
   }
 
+  /** A secret the cluster's members share (drawn by the first member that starts): it seals what clients hand back to any member. */
+  sharedSecret(): string {
+    return `${this.prefix}shared-secret`;
+  }
+
   /**
    * A name for this incarnation of the cluster's state: set by the first member, again after Redis
    * lost its data. A member that finds another than it knew writes back what it holds.
