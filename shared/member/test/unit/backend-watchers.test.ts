@@ -61,6 +61,18 @@ function lookupsOf(leases: MemoryLeases, answer: (lookup: number) => string | un
   return counted;
 }
 
+/** Two members that reach the backend, the first of them its watcher. */
+async function firstWatchingSecondConnected() {
+  const hub = new MemoryBusHub();
+  const leases = new MemoryLeases();
+  const first = member(hub, leases, "first", true);
+  const second = member(hub, leases, "second", true);
+  await Promise.all([first.watchers.start(), second.watchers.start()]);
+  await first.watchers.backendConnected("x");
+  expect(first.watchers.holds("x")).toBe(true);
+  return { hub, leases, first, second };
+}
+
 describe("backend watchers across members", () => {
   it("sends an ensure to the holder, and looks the holder up again when the one it found no longer watches", async () => {
     const hub = new MemoryBusHub();
@@ -86,13 +98,7 @@ describe("backend watchers across members", () => {
   });
 
   it("looks the watcher up once for a burst of ensures, and again once it no longer watches", async () => {
-    const hub = new MemoryBusHub();
-    const leases = new MemoryLeases();
-    const first = member(hub, leases, "first", true);
-    const second = member(hub, leases, "second", true);
-    await Promise.all([first.watchers.start(), second.watchers.start()]);
-    await first.watchers.backendConnected("x");
-    expect(first.watchers.holds("x")).toBe(true);
+    const { hub, leases, first, second } = await firstWatchingSecondConnected();
     const lookups = lookupsOf(leases);
     const asking = member(hub, lookups.leases, "asking", false);
     await asking.watchers.start();
@@ -112,13 +118,7 @@ describe("backend watchers across members", () => {
   });
 
   it("asks the new watcher when this member stops watching while it subscribes (another member took the lease over)", async () => {
-    const hub = new MemoryBusHub();
-    const leases = new MemoryLeases();
-    const first = member(hub, leases, "first", true);
-    const second = member(hub, leases, "second", true);
-    await Promise.all([first.watchers.start(), second.watchers.start()]);
-    await first.watchers.backendConnected("x");
-    expect(first.watchers.holds("x")).toBe(true);
+    const { leases, first, second } = await firstWatchingSecondConnected();
     // The upstream subscribe is under way when the lease moves: it is undone, and says so.
     let fail: (error: Error) => void = () => undefined;
     first.local.ensure = () => new Promise<void>((_resolve, reject) => (fail = reject));
