@@ -251,7 +251,10 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       else logger.warn("the heartbeat had expired with the rest of Redis's data: recovered, not presumed dead");
     },
     retryReleases: () => hooks.retryReleases?.(),
-    beforeHeartbeat: () => recoverIfLost(),
+    beforeHeartbeat: async () => {
+      await recoverIfLost();
+      await reclaimJobs();
+    },
   });
   const metrics = createMemberMetrics({
     backends: () => pool.all(),
@@ -307,6 +310,18 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     await jobs.repeat(jobKey(audit), audit, config.jobs.auditIntervalMs);
     // A member that starts with lower limits than the cluster ran with finds the holdings beyond them now.
     await jobs.schedule(jobKey(audit), audit, 0);
+  };
+
+  /**
+   * The jobs members presumed dead were running go to the others now, not once their locks lapse
+   * (up to twice `jobs.lockMs`, their keys' later runs held up meanwhile: a reap, for one).
+   */
+  const reclaimJobs = async (): Promise<void> => {
+    if (redis === undefined || !started) return;
+    for (const dead of await registry.deadInstances()) {
+      const moved = await jobs.reclaim(dead);
+      if (moved > 0) logger.warn({ instance: dead, jobs: moved }, "a member died running jobs: they go to another member now");
+    }
   };
 
   let started = false;

@@ -167,7 +167,7 @@ export const brokerConfigSchema = z
         /** Runs a failing job gets before it fails for good; the retries back off exponentially from backoffMs. */
         attempts: z.number().int().min(1).max(100).default(10),
         backoffMs: positiveMs.default(500),
-        /** A running job's lock (Redis engine): a member that dies mid-job loses the job to another within about twice this. */
+        /** A running job's lock (Redis engine): a member that stops renewing it loses the job to another within about twice this (one found dead, sooner). */
         lockMs: z.number().int().min(1_000).max(MAX_TIMER_MS, TOO_LONG).default(30_000),
         /** How often the subscription counts are recounted from the sessions' sets and repaired. */
         auditIntervalMs: positiveMs.default(5 * 60_000),

@@ -19,6 +19,11 @@ export interface JobQueue<T> {
   stopRepeat(key: string): Promise<void>;
   /** Starts running jobs in this process with `handler` (members configured to process jobs). */
   process(handler: (key: string, data: T) => Promise<void>): void;
+  /**
+   * The jobs `member` (an instance presumed dead) was running go back to waiting, for another member
+   * to run now rather than once their locks lapse; resolves with how many. Nothing to do in one process.
+   */
+  reclaim(member: string): Promise<number>;
   /** Keys waiting, delayed or running (repetitions not counted). */
   pending(): Promise<string[]>;
   stats(): Promise<JobStats>;

@@ -92,6 +92,29 @@ describe("Redis job queue", () => {
     await vi.waitFor(async () => expect(await queue.pending()).toEqual([]));
   });
 
+  it("gives a job whose member died to another member at once when it is reclaimed, long before its lock lapses", async () => {
+    const { queue, engine, name } = await jobQueue({ lockMs: 500 });
+    // The doomed member's lock lasts a minute: stalled-job recovery alone would not run it in time.
+    const child = spawn(process.execPath, ["--import", "tsx", fileURLToPath(new URL("../fixtures/job-worker.ts", import.meta.url)), url, engine.keys.prefix, name, "60000"], { stdio: ["ignore", "pipe", "inherit"] });
+    let output = "";
+    child.stdout.on("data", (chunk: Buffer) => (output += chunk.toString()));
+    const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()));
+    await vi.waitFor(() => expect(output).toContain("ready"), { timeout: 20_000 });
+    await queue.schedule("k", 7, 0);
+    await vi.waitFor(() => expect(output).toContain("started k 7"), { timeout: 10_000 });
+    child.kill("SIGKILL");
+    await exited;
+    const runs: [string, number][] = [];
+    queue.process(async (key, data) => {
+      runs.push([key, data]);
+    });
+    // Its key's later runs wait for it (deduplicated): the schedule below runs only after it.
+    await queue.schedule("k", 8, 0);
+    expect(await queue.reclaim("someone else")).toBe(0);
+    expect(await queue.reclaim("doomed")).toBe(1);
+    await vi.waitFor(() => expect(runs).toEqual([["k", 7], ["k", 8]]), { timeout: 5_000, interval: 50 });
+  });
+
   it("fails a job whose payload does not decode, with the reason, without retrying it", async () => {
     const failures: { key: string; error: string; final: boolean }[] = [];
     const { queue, engine, name } = await jobQueue({ attempts: 5, onError: (key, error, final) => failures.push({ key, error: (error as Error).message, final }) });

@@ -43,9 +43,6 @@ describe.each([
   const config = (limits: { maxPerPrincipal?: number } = {}) => ({
     backends: [{ id: "leg", url: backend.url, era: "legacy" as const, reconnect: { initialDelayMs: 50, maxDelayMs: 200 }, healthIntervalMs: 200 }],
     subscriptions: { releaseGraceMs: 0, ...limits },
-    // A member killed during a reap (one runs every 400 ms here) holds the reap's key until its
-    // job's lock lapses and a live member's stalled-job check finds it: about 2 s here.
-    jobs: { lockMs: 1_000 },
     ...(onCluster ? {} : { redisUrl }),
     redis: { keyPrefix: prefix, leaseTtlMs: 1_000, instanceTtlMs: 2_000, watcherTimeoutMs: 3_000, ...(onCluster && { cluster: clusterNodes }) },
   });

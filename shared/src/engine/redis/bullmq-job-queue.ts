@@ -24,11 +24,14 @@ export interface BullJobQueueOptions<T> extends JobQueueOptions {
   name: string;
   /** Validates a payload read from Redis; throws when it is not a `T` (the job then fails without retry). */
   decode: (data: unknown) => T;
+  /** This member's instance id: the jobs it runs carry it, so that `reclaim` finds them once it died. */
+  owner?: string;
   /** Jobs one member runs at once (of different keys: a key never runs twice at once). */
   concurrency?: number;
   /**
    * How long a running job's lock lasts without renewal (renewed at half of it). A member that
-   * dies mid-job loses the job to another member within about twice this.
+   * stops renewing it loses the job to another member within about twice this (see `reclaim` for
+   * one found dead).
    */
   lockMs?: number;
   onError?: (key: string, error: unknown, final: boolean) => void;
@@ -39,8 +42,8 @@ export interface BullJobQueueOptions<T> extends JobQueueOptions {
  * `JobQueue` on BullMQ. Each key is one BullMQ deduplication id with `keepLastIfActive`: adding a
  * key that waits is dropped (a burst gives one run), adding it while its job runs stores the newest
  * data and BullMQ adds exactly one job when the running one finishes (so runs of a key never
- * overlap). Retries are BullMQ's (exponential backoff); a job whose member died is found stalled
- * by the other members' workers and runs again. Repetitions are BullMQ job schedulers, one per key
+ * overlap). Retries are BullMQ's (exponential backoff); a job whose member died is reclaimed once
+ * the cluster finds it dead, or found stalled by the other members' workers, and runs again. Repetitions are BullMQ job schedulers, one per key
  * for the cluster, whose jobs only schedule the key (so a slow run never overlaps the next).
  */
 export class BullJobQueue<T> implements JobQueue<T> {
@@ -81,6 +84,7 @@ export class BullJobQueue<T> implements JobQueue<T> {
     if (this.worker !== undefined) throw new Error("this queue already has a handler");
     const lockMs = this.options.lockMs ?? 30_000;
     this.worker = new Worker(this.options.name, (job) => this.run(job, handler), {
+      ...(this.options.owner !== undefined && { name: this.options.owner }),
       connection: this.connection(),
       prefix: this.options.prefix,
       concurrency: this.options.concurrency ?? 8,
@@ -92,6 +96,26 @@ export class BullJobQueue<T> implements JobQueue<T> {
       runRetryDelay: 1_000,
     });
     this.worker.on("error", () => undefined);
+  }
+
+  /**
+   * Without this a dead member's job waits for its lock to lapse and a stalled-job check (up to
+   * twice `lockMs`), and its key's later runs (deduplicated) wait with it: a member that died
+   * during a reap held up the cluster's reaping that long. BullMQ moves a job back without its
+   * lock when no token is given; a member wrongly presumed dead then finds its lock taken.
+   */
+  async reclaim(member: string): Promise<number> {
+    let moved = 0;
+    for (const job of await this.queue.getJobs(["active"])) {
+      if (job.processedBy !== member) continue;
+      try {
+        await job.moveToWait();
+        moved++;
+      } catch {
+        // Finished or moved meanwhile (another member reclaimed it first).
+      }
+    }
+    return moved;
   }
 
   async pending(): Promise<string[]> {

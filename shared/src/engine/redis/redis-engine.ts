@@ -102,6 +102,7 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
       new BullJobQueue({
         ...queueOptions,
         name,
+        owner: options.instanceId,
         // BullMQ on a cluster: a hash tag in its prefix keeps each queue's keys in one slot (keys.jobs() has it).
         prefix: keys.jobs(),
         // BullMQ's commands wait out a Redis restart (a job scheduled then is not lost).
