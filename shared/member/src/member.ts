@@ -115,8 +115,8 @@ export interface Member {
   clusterId(): string;
   /**
    * A secret every member of the cluster shares (known once started; kept in Redis, drawn by the
-   * first member, drawn again when Redis lost its data): what one member seals, any member opens.
-   * The memory engine: this process's own.
+   * first member, written back by the members when Redis lost its data): what one member seals, any
+   * member opens. The memory engine: this process's own.
    */
   sharedSecret(): string;
   attach(hooks: MemberHooks): void;

@@ -8,13 +8,14 @@ type Params = Record<string, unknown>;
 /**
  * The broker's `requestState` (2026-07-28): what it hands a modern client with an
  * `InputRequiredResult`, sealed (HMAC-SHA256 with `interaction.stateKey`, or else the cluster's
- * shared secret: the same key on every instance of a cluster) so that the retry cannot name another backend, another principal's call or
- * a state the backend never issued, and expires after `interaction.heldCallMs`.
+ * shared secret: the same key on every instance of a cluster) so that the retry cannot name
+ * another backend, another principal's call or a state the backend never issued, and expires after
+ * `interaction.heldCallMs`.
  */
 export class RequestStateSeal {
   /**
    * @param key the configured key, or the cluster's shared secret (read at each use: it is known
-   *   once the member started, and drawn again when Redis lost its data).
+   *   once the member started, and may change when Redis lost its data).
    */
   constructor(
     private readonly key: () => string,
