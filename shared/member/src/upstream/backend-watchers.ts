@@ -216,6 +216,9 @@ export class BackendWatchers implements UpstreamPort {
       }, this.deps.watcherTimeoutMs);
       this.pending.set(id, { resolve, reject, timer, backendId, holder });
     });
+    // The answer may come before the publish below resolves (it and the reply use different Redis
+    // connections): a rejection then would find no handler yet, and take the process down.
+    answered.catch(() => undefined);
     try {
       await this.deps.bus.publish(CHANNEL.watcher(backendId), {
         kind: "watch.ensure",

@@ -26,9 +26,15 @@ function localRole(): UpstreamSubscriptions & { ensured: string[]; marked: strin
   } as unknown as UpstreamSubscriptions & { ensured: string[]; marked: string[]; relinquished: string[]; connected: string[] };
 }
 
-function member(hub: MemoryBusHub, leases: Leases, instanceId: string, connected: boolean, timing = { leaseTtlMs: 60_000, watcherTimeoutMs: 2_000 }) {
+/** `publishDelayMs`: a publish resolves that long after its message went out (a slow commands connection). */
+function member(hub: MemoryBusHub, leases: Leases, instanceId: string, connected: boolean, timing = { leaseTtlMs: 60_000, watcherTimeoutMs: 2_000 }, publishDelayMs = 0) {
   const local = localRole();
   const bus = new MemoryBus(hub);
+  const publish = bus.publish.bind(bus);
+  bus.publish = async (...args) => {
+    await publish(...args);
+    await new Promise((resolve) => setTimeout(resolve, publishDelayMs));
+  };
   const watchers = new BackendWatchers({
     local,
     leases,
@@ -83,9 +89,10 @@ describe("backend watchers across members", () => {
     await holder.watchers.backendConnected("x");
     expect(holder.watchers.holds("x")).toBe(true);
 
-    // The asking member's first lookup still names the instance that watched before.
+    // The asking member's first lookup still names the instance that watched before, whose answer
+    // comes back before the asking member's publish resolves: no unhandled rejection.
     const lookups = lookupsOf(leases, (lookup) => (lookup === 1 ? "stale" : undefined));
-    const asking = member(hub, lookups.leases, "asking", false);
+    const asking = member(hub, lookups.leases, "asking", false, undefined, 50);
     await asking.watchers.start();
     await asking.watchers.ensure("x", "u://1");
     expect(lookups.count).toBe(2);
