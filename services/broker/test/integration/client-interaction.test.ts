@@ -283,13 +283,7 @@ describe("interaction across broker instances (Redis engine)", () => {
       interaction,
     });
     const [holding, other] = cluster.brokers as [RunningBroker, RunningBroker];
-    const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": { elicitation: {} } };
-    const call = (url: string, extra: Record<string, unknown> = {}) =>
-      post(
-        url,
-        { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "b__ask_user", arguments: { message: "name?" }, _meta: meta, ...extra } },
-        { "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "b__ask_user" },
-      );
+    const call = (url: string, extra: Record<string, unknown> = {}) => modernCall(url, "b__ask_user", { message: "name?" }, extra);
     try {
       const round = (await call(holding.url)).json as { result: { inputRequests: Record<string, unknown>; requestState: string } };
       const [key] = Object.keys(round.result.inputRequests);

@@ -30,11 +30,13 @@ function localRole(): UpstreamSubscriptions & { ensured: string[]; marked: strin
 function member(hub: MemoryBusHub, leases: Leases, instanceId: string, connected: boolean, timing = { leaseTtlMs: 60_000, watcherTimeoutMs: 2_000 }, publishDelayMs = 0) {
   const local = localRole();
   const bus = new MemoryBus(hub);
-  const publish = bus.publish.bind(bus);
-  bus.publish = async (...args) => {
-    await publish(...args);
-    await new Promise((resolve) => setTimeout(resolve, publishDelayMs));
-  };
+  if (publishDelayMs > 0) {
+    const publish = bus.publish.bind(bus);
+    bus.publish = async (...args) => {
+      await publish(...args);
+      await new Promise((resolve) => setTimeout(resolve, publishDelayMs));
+    };
+  }
   const watchers = new BackendWatchers({
     local,
     leases,

@@ -43,8 +43,9 @@ export interface BullJobQueueOptions<T> extends JobQueueOptions {
  * key that waits is dropped (a burst gives one run), adding it while its job runs stores the newest
  * data and BullMQ adds exactly one job when the running one finishes (so runs of a key never
  * overlap). Retries are BullMQ's (exponential backoff); a job whose member died is reclaimed once
- * the cluster finds it dead, or found stalled by the other members' workers, and runs again. Repetitions are BullMQ job schedulers, one per key
- * for the cluster, whose jobs only schedule the key (so a slow run never overlaps the next).
+ * the cluster finds it dead, or found stalled by the other members' workers, and runs again.
+ * Repetitions are BullMQ job schedulers, one per key for the cluster, whose jobs only schedule the
+ * key (so a slow run never overlaps the next).
  */
 export class BullJobQueue<T> implements JobQueue<T> {
   private readonly queue: Queue;
@@ -112,7 +113,8 @@ export class BullJobQueue<T> implements JobQueue<T> {
         await job.moveToWait();
         moved++;
       } catch {
-        // Finished or moved meanwhile (another member reclaimed it first).
+        // Gone meanwhile (finished and removed). One another member moved back at the same time
+        // is counted by both: the count only goes into a log line.
       }
     }
     return moved;
