@@ -1,11 +1,11 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { connectClient, eventually, startBroker, type RunningBroker } from "../helpers/harness.js";
+import { connectClient, eventually, post, startBroker, type RunningBroker } from "../helpers/harness.js";
 
 const BROKER_DIR = resolve(import.meta.dirname, "../..");
 const DEMO_BACKEND = join(BROKER_DIR, "src/demo/demo-backend.ts");
@@ -145,6 +145,42 @@ describe("backend health: a backend that stops answering", () => {
     });
 
     await client.callTool({ name: "mal__pid" });
+    expect(await readyz(running)).toMatchObject({ status: 200, body: { backends: [{ id: "mal", state: "connected" }] } });
+  });
+
+  it("does not count cancelled requests: a client that cancels or drops three calls leaves the backend ready", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "broker-cancel-"));
+    cleanup.push(() => rm(dir, { recursive: true, force: true }));
+    const malLog = join(dir, "mal.log");
+    const running = await startBroker({
+      backends: [{ id: "mal", command: process.execPath, args: ["--import", "tsx", MALFORMED_BACKEND], cwd: BROKER_DIR, env: { MAL_LOG: malLog }, era: "legacy", timeoutMs: 60_000, healthIntervalMs: 600_000 }],
+    });
+    cleanup.push(() => running.close());
+    const logged = async (line: string) => (await readFile(malLog, "utf8").catch(() => "")).split("\n").filter((l) => l === line).length;
+
+    // Legacy: notifications/cancelled. The broker cancels the backend's request and answers -32800.
+    const init = await post(running.url, { jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
+    const session = { "mcp-session-id": init.headers.get("mcp-session-id") ?? "" };
+    for (let id = 1; id <= 3; id++) {
+      const call = post(running.url, { jsonrpc: "2.0", id, method: "tools/call", params: { name: "mal__slow", arguments: { ms: 60_000 } } }, session);
+      await eventually(async () => (await logged("call slow")) === id, "the call to reach the backend");
+      await post(running.url, { jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: id } }, session);
+      expect((await call).json).toMatchObject({ id, error: { code: -32800 } });
+    }
+    expect(await readyz(running)).toMatchObject({ status: 200, body: { backends: [{ id: "mal", state: "connected" }] } });
+
+    // Modern: no session to cancel through; the client closes the request's connection.
+    const client = await connectClient(running.url, "modern");
+    cleanup.push(() => client.close());
+    for (let i = 1; i <= 3; i++) {
+      const abort = new AbortController();
+      const call = client.callTool({ name: "mal__slow", arguments: { ms: 60_000 } }, { signal: abort.signal });
+      await eventually(async () => (await logged("call slow")) === 3 + i, "the call to reach the backend");
+      abort.abort();
+      await expect(call).rejects.toThrow();
+      // The broker cancelled its request to the backend: it has handled the closed connection.
+      await eventually(async () => (await logged("cancelled")) === 3 + i, "the broker to cancel the backend's request");
+    }
     expect(await readyz(running)).toMatchObject({ status: 200, body: { backends: [{ id: "mal", state: "connected" }] } });
   });
 });

@@ -235,6 +235,10 @@ export class BackendConnection {
       this.answered(client);
       return result;
     } catch (error) {
+      // Cancelled by the caller (the client's `notifications/cancelled`, or its connection closed):
+      // says nothing of the backend. The SDK rejects it as a timeout, which three times in a row
+      // marked the backend degraded (any client could take it out of a load balancer's rotation).
+      if (options.signal?.aborted === true) throw cancelled(options.signal);
       throw this.translateError(client, error);
     }
   }
@@ -669,6 +673,13 @@ export class BackendConnection {
 
 function isTimeout(error: unknown): boolean {
   return error instanceof SdkError && error.code === SdkErrorCode.RequestTimeout;
+}
+
+/** The error of a request its caller aborted: an AbortError (answered -32800, Request cancelled). */
+function cancelled(signal: AbortSignal): Error {
+  const reason: unknown = signal.reason;
+  if (reason instanceof Error && reason.name === "AbortError") return reason;
+  return new DOMException(reason instanceof Error ? reason.message : typeof reason === "string" ? reason : "The request was cancelled", "AbortError");
 }
 
 function isAbort(error: unknown): boolean {
