@@ -102,6 +102,8 @@ describe("the broker's meta tools", () => {
     expect(await call("describe_resource", {})).toMatchObject({ isError: true, content: [{ text: expect.stringContaining("uri") }] });
     expect(await call("search_resources", { query: "x", limit: 0 })).toMatchObject({ isError: true, content: [{ text: expect.stringContaining("limit") }] });
     expect(await call("search_resources", { query: 7 })).toMatchObject({ isError: true, content: [{ text: expect.stringContaining("query") }] });
+    expect(await call("search_resources", { query: "k".repeat(1_001) })).toMatchObject({ isError: true, content: [{ text: expect.stringContaining("query") }] });
+    expect(await call("search_resources", { query: "k".repeat(1_000) })).toMatchObject({ structuredContent: { resources: [] } });
     expect(await call("catalog_resources", "not an object")).toMatchObject({ isError: true });
   });
 
