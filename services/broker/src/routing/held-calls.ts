@@ -9,7 +9,8 @@ type Params = Record<string, unknown>;
  * The broker's `requestState` (2026-07-28): what it hands a modern client with an
  * `InputRequiredResult`, sealed (HMAC-SHA256 with `interaction.stateKey`, or else the cluster's
  * shared secret: the same key on every instance of a cluster) so that the retry cannot name
- * another backend, another principal's call or a state the backend never issued, and expires after
+ * another call (backend, method, tool, prompt or resource), another principal's call or a state
+ * the backend never issued, and expires after
  * `interaction.heldCallMs`.
  */
 export class RequestStateSeal {
@@ -87,6 +88,8 @@ class HeldCall {
   constructor(
     readonly principal: string,
     supports: InteractionSupport,
+    /** What its state is bound to (backend, method, tool, prompt or resource: see the router), sealed with it. */
+    private readonly bound: Params,
     private readonly deps: { clock: Clock; seal: RequestStateSeal; instanceId: string; forget: (call: HeldCall) => void },
   ) {
     this.interaction = {
@@ -168,7 +171,7 @@ class HeldCall {
     this.arm();
     const inputRequests: Params = {};
     for (const question of this.questions.values()) inputRequests[question.key] = { method: question.method, params: question.params };
-    return { kind: "input", result: { resultType: "input_required", inputRequests, requestState: this.deps.seal.seal({ h: this.id, p: this.principal, i: this.deps.instanceId }) } };
+    return { kind: "input", result: { resultType: "input_required", inputRequests, requestState: this.deps.seal.seal({ ...this.bound, h: this.id, p: this.principal, i: this.deps.instanceId }) } };
   }
 
   /** Ends the held call: the upstream call is aborted, its questions withdrawn, and a waiting round gets the error. */
@@ -211,9 +214,9 @@ export class HeldCalls {
     return this.calls.size;
   }
 
-  /** Starts a call that may be held: `send` runs it upstream with the interaction its questions go through. */
-  async begin(principal: string, supports: InteractionSupport, signal: AbortSignal, send: (interaction: ClientInteraction, signal: AbortSignal) => Promise<Params>): Promise<Params> {
-    const call = new HeldCall(principal, supports, { clock: this.deps.clock, seal: this.deps.seal, instanceId: this.deps.instanceId, forget: (done) => this.calls.delete(done.id) });
+  /** Starts a call that may be held: `send` runs it upstream with the interaction its questions go through; `bound` goes into its sealed states. */
+  async begin(principal: string, supports: InteractionSupport, bound: Params, signal: AbortSignal, send: (interaction: ClientInteraction, signal: AbortSignal) => Promise<Params>): Promise<Params> {
+    const call = new HeldCall(principal, supports, bound, { clock: this.deps.clock, seal: this.deps.seal, instanceId: this.deps.instanceId, forget: (done) => this.calls.delete(done.id) });
     this.calls.set(call.id, call);
     call.start(send(call.interaction, call.abort.signal));
     return (await call.next(signal)).result;

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { ProtocolError, ProtocolErrorCode, ResourceNotFoundError } from "@modelcontextprotocol/client";
 import { BrokerError, INPUT_REQUIRED_METHODS, META, NOTIFICATION, isJsonObject, splitPrefixedName } from "@mcp-broker/shared";
 import { BROKER_TOOLS_ID, type Catalog, type CatalogKind } from "../catalog/catalog.js";
@@ -216,19 +217,22 @@ export class Router {
     onprogress: ((progress: { progress: number; total?: number; message?: string }) => void) | undefined,
   ): Promise<Result> {
     const { requestState, inputResponses, ...plain } = forwarded;
+    const call = callOf(backend.id, method, plain);
     const opened = requestState === undefined ? undefined : interaction.seal.open(requestState, ctx.principal);
+    if (opened !== undefined && (opened.b !== call.b || opened.m !== call.m || opened.n !== call.n)) {
+      throw new BrokerError("BAD_PARAMS", "requestState belongs to another call (another backend, method, tool, prompt or resource): call again without it.");
+    }
     if (typeof opened?.h === "string") return interaction.held.resume(opened, inputResponses, ctx.signal, backend.config.timeoutMs + HELD_ROUND_SLACK_MS);
-    if (opened !== undefined && opened.b !== backend.id) throw new BrokerError("BAD_PARAMS", "requestState belongs to another backend's call: call again without it.");
     if (backend.era === "legacy") {
       const meta = isJsonObject(params._meta) ? params._meta : {};
-      return interaction.held.begin(ctx.principal, supportOf(meta[META.clientCapabilities]), ctx.signal, (asking, signal) =>
+      return interaction.held.begin(ctx.principal, supportOf(meta[META.clientCapabilities]), call, ctx.signal, (asking, signal) =>
         backend.request(method, plain, { signal, interaction: asking, onprogress }),
       );
     }
     const upstream = { ...plain, ...(inputResponses !== undefined && { inputResponses }), ...(typeof opened?.s === "string" && { requestState: opened.s }) };
     const result = await backend.request(method, upstream, { signal: ctx.signal, onprogress });
     if (result.resultType !== "input_required") return result;
-    return { ...result, requestState: interaction.seal.seal({ b: backend.id, p: ctx.principal, ...(typeof result.requestState === "string" && { s: result.requestState }) }) };
+    return { ...result, requestState: interaction.seal.seal({ ...call, p: ctx.principal, ...(typeof result.requestState === "string" && { s: result.requestState }) }) };
   }
 
   private async forward(backendId: string, method: string, params: Params, ctx: RequestContext): Promise<Result> {
@@ -353,4 +357,14 @@ function decodeCursor(cursor: unknown, kind: CatalogKind): { after: string; next
     }
   }
   throw new BrokerError("BAD_PARAMS", "Invalid cursor: pass back a nextCursor from the same list, unchanged.");
+}
+
+/**
+ * What a sealed `requestState` was handed out for, and must come back with: the backend, the
+ * method and the tool, prompt or resource (a digest: a URI may be long). A held call's state
+ * retried with another tool would otherwise get the held call's answer.
+ */
+function callOf(backendId: string, method: string, params: Params): { b: string; m: string; n: string } {
+  const name = typeof params.name === "string" ? params.name : typeof params.uri === "string" ? params.uri : "";
+  return { b: backendId, m: method, n: createHash("sha256").update(name).digest("base64url").slice(0, 22) };
 }

@@ -385,6 +385,16 @@ describe("interaction: a modern client's questions as InputRequiredResult rounds
     expect(first.result.content[0]?.text).toMatch(/^error -32601: .*does not support sampling/);
   });
 
+  it("binds a requestState to its call: retried with another tool of the same backend it gets -32602, and the held call still takes its own retry", async () => {
+    const round = (await call("b__ask_user", { message: "who?" })).json as { result: { inputRequests: Record<string, unknown>; requestState: string } };
+    const [key] = Object.keys(round.result.inputRequests);
+    const answer = { [String(key)]: { action: "accept", content: { name: "Ray" } } };
+    const other = (await call("b__echo", { text: "x" }, { requestState: round.result.requestState, inputResponses: answer })).json as { error: { code: number; message: string } };
+    expect(other.error).toMatchObject({ code: -32602, message: expect.stringMatching(/another call/) });
+    const done = (await call("b__ask_user", { message: "who?" }, { requestState: round.result.requestState, inputResponses: answer })).json as { result: { content: { text: string }[] } };
+    expect(done.result.content[0]?.text).toBe('user: accept {"name":"Ray"}');
+  });
+
   it("seals the requestState it hands out: a changed, foreign or expired one gets -32602 and a message that says to call again", async () => {
     const round = (await call("b__ask_user", { message: "who?" })).json as { result: { resultType: string; inputRequests: Record<string, unknown>; requestState: string } };
     expect(round.result.resultType).toBe("input_required");
