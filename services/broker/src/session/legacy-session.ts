@@ -178,7 +178,14 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     return () => {
       inflight.delete(requestId);
       if (inflight.size === 0 && this.inflight === inflight) this.inflight = undefined;
+      // Its idle time counts from the answer: a call may outlast `sessionIdleMs`.
+      this.lastActive = this.env.now();
     };
+  }
+
+  /** A request of it is in flight (see `trackRequest`): the idle timer does not end it meanwhile. */
+  get busy(): boolean {
+    return this.inflight !== undefined;
   }
 
   /** The client sent `notifications/cancelled` for a request. */

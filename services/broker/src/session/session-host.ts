@@ -680,14 +680,16 @@ export class SessionHost {
   /**
    * Starts a session's idle timer (no stream is attached), to run out `ms`
    * after `since`. When it does, a request that came meanwhile (`lastActive`) arms it again, to
-   * run out `ms` after that request; otherwise the actor hears `session.idle`.
+   * run out `ms` after that request, as does one still in flight (`busy`, from now); otherwise the
+   * actor hears `session.idle`.
    */
   private armIdle(session: LegacySession, ms: number, since = this.deps.clock.now()): void {
     this.disarmIdle(session.id);
     const timer = this.deps.clock.setTimeout(() => {
       this.idleTimers.delete(session.id);
-      const active = Math.max(session.lastActive, since);
-      if (active + ms > this.deps.clock.now()) this.armIdle(session, ms, active);
+      const now = this.deps.clock.now();
+      const active = session.busy ? now : Math.max(session.lastActive, since);
+      if (active + ms > now) this.armIdle(session, ms, active);
       else session.actor.send({ type: "session.idle" });
     }, since + ms - this.deps.clock.now());
     timer.unref?.();

@@ -195,6 +195,20 @@ describe("subscriptions", () => {
     }
   });
 
+  it("does not end a session for idleness while a request of it runs: its idle time counts from the answer", async () => {
+    const shortLived = await startBroker({ backends: [{ id: "leg", url: legacyBackend.url, era: "legacy" }], server: { sessionIdleMs: 1_000 } });
+    try {
+      const init = await post(shortLived.url, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "busy", version: "1" } } });
+      const headers = { "mcp-session-id": init.headers.get("mcp-session-id") ?? "" };
+      const slow = await post(shortLived.url, { jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "leg__slow", arguments: { ms: 2_500 } } }, headers);
+      expect(slow.json).toMatchObject({ id: 2, result: { content: [{ text: "waited 2500ms" }] } });
+      expect((await post(shortLived.url, { jsonrpc: "2.0", id: 3, method: "ping" }, headers)).status).toBe(200);
+      await eventually(() => shortLived.broker.sessions.legacySessions().length === 0, "idle expiry after the answer", 5_000);
+    } finally {
+      await shortLived.close();
+    }
+  });
+
   it("re-establishes wanted subscriptions after a backend restart, without any client action", async () => {
     const server = createTestServer({ name: "restartable" });
     let backend = await startLegacyHttpBackend(server);
