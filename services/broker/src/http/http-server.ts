@@ -40,6 +40,9 @@ export function createHttpServer(deps: {
   mcpPath?: string;
 }): Server {
   const mcpPath = deps.mcpPath ?? "/mcp";
+  // A modern request's Mcp-Name repeats its URI (up to MAX_URI_BYTES, Base64-encoded when not ASCII:
+  // ~22 KB), and Node's default allows 16 KB for all of a request's headers: it answered 431.
+  const MAX_HEADER_BYTES = 64 * 1024;
   // Timeouts are checked on this period (Node's default is 30 s, far coarser than the timeout).
   const connectionsCheckingInterval = Math.max(50, Math.min(5_000, Math.floor(deps.requestTimeoutMs / 4)));
   const handleMcp = (req: IncomingMessage, res: ServerResponse): void => {
@@ -65,7 +68,7 @@ export function createHttpServer(deps: {
       };
     },
   };
-  const server = createServer({ connectionsCheckingInterval }, (req: IncomingMessage, res: ServerResponse) => {
+  const server = createServer({ connectionsCheckingInterval, maxHeaderSize: MAX_HEADER_BYTES }, (req: IncomingMessage, res: ServerResponse) => {
     const path = (req.url ?? "/").split("?")[0];
     if (path === mcpPath) {
       if (deps.gate.state === "open") handleMcp(req, res);

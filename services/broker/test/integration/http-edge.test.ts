@@ -193,6 +193,22 @@ describe("HTTP edge", () => {
     expect(unsupported.error?.message).toContain("2099-01-01");
   });
 
+  it("takes the Mcp-Name of the longest URI it allows: Base64-encoded, over Node's default 16 KB for all headers", async () => {
+    const defaults = await startBroker({ backends: [] });
+    try {
+      // 16 383 bytes, non-ASCII: its Mcp-Name is Base64 (~22 KB).
+      const uri = `x+demo://${"é".repeat(8_187)}`;
+      const body = JSON.stringify({ jsonrpc: "2.0", id: 6, method: "resources/read", params: { uri, _meta: MODERN_META } });
+      const headers = { "mcp-protocol-version": "2026-07-28", "mcp-method": "resources/read", "mcp-name": `=?base64?${Buffer.from(uri).toString("base64")}?=` };
+      const response = await raw(defaults.url, { body, headers });
+      expect(response.status).toBe(200);
+      // Routing answers: no such resource here.
+      expect(JSON.parse(response.body)).toMatchObject({ id: 6, error: { code: -32602 } });
+    } finally {
+      await defaults.close();
+    }
+  });
+
   it("serves one standalone GET stream per session and 406/400 for bad GETs", async () => {
     const init = await raw(running.url, { body: initialize, headers: auth(KEY_A) });
     const sessionId = String(init.headers["mcp-session-id"]);
