@@ -28,7 +28,7 @@ export const ERROR_CATALOG = {
   },
   CLUSTER_UNAVAILABLE: {
     jsonRpc: -32004,
-    summary: "The cluster's shared state (Redis engine) did not answer, so a subscribe or unsubscribe could not be confirmed; retry later (retrying is safe).",
+    summary: "The cluster's shared state (Redis engine) did not answer, so a subscribe or unsubscribe could not be confirmed, or a session held in it could not be adopted (HTTP 503); retry later (retrying is safe).",
   },
   STARTING: {
     jsonRpc: -32005,

@@ -126,7 +126,7 @@ export const brokerConfigSchema = z
     /** A modern client's InputRequiredResult rounds (see README, "Questions from backends"). */
     interaction: z
       .object({
-        /** Seals the requestState handed to modern clients; the same on every instance of a cluster (each draws its own when unset). */
+        /** Seals the requestState handed to modern clients; the same on every instance of a cluster (unset: the cluster's shared secret in Redis, or a lone memory-engine broker's own). */
         stateKey: z.string().min(32, { error: "must be at least 32 characters" }).optional(),
         /** How long a held call and a sealed requestState wait for the client's retry. */
         heldCallMs: positiveMs.default(5 * 60_000),
