@@ -38,12 +38,20 @@ export const KNOWN_CAUSES: Record<string, string[]> = {
       "On this 2-core machine six processes (backend, two brokers, Redis, two load generators) share the cores, and the p99 of both paths moves by 2× between runs: compare the CPU columns, and rerun.",
   ],
   "hot-uri": [
-    "Why: each delivery is one `res.write` of a frame encoded once for all streams (event id included), as in the raw server; the broker adds a history entry per session " +
+    "Why: each delivery is one socket write of an HTTP chunk encoded once for all streams (event id included; the raw server makes a `res.write` of a shared frame, which Node sends as four writes); the broker adds a history entry per session " +
       "(session/legacy-session.ts `remember`) and the interest-table lookup. The rest is the socket writes both sides pay.",
   ],
   broadcast: [
-    "Why: the fan-out loop (session/session-host.ts `onBusMessage` → `deliver` per sink) writes one shared frame per stream, like the raw server; " +
-      "the broker adds a history entry per session. Both loops run to the end before the event loop turns, so p99 ≈ the loop's length.",
+    "Why: the fan-out loop (session/session-host.ts `onBusMessage` → `deliver` per sink) writes one shared chunk per stream, like the raw server its shared frame; " +
+      "the broker adds a history entry per session. Both loops run to the end before the event loop turns, so p99 ≈ the loop's length, and a GC in the loop.",
+  ],
+  scale: [
+    "Why (GC traces of both servers, 19 000 streams): the broadcast's tail is V8's old-space collections. Node's `res.write` on a chunked response is four socket writes (size line, CRLF, the frame, CRLF), " +
+      "and what they leave until the loop ends (the corked writes, their callbacks) outlived the young-generation GCs inside the loop: ~0.4 KB per stream went to the old space per broadcast, on both servers, " +
+      "and a mark-compact followed every few broadcasts, its incremental steps (up to 26 ms each, ~125 ms in all) landing in a broadcast's loop; the broker's heap is twice the raw server's (its sessions), so its marking took longer. " +
+      "Late on 2026-11-27 a legacy notification is encoded once as a whole HTTP chunk and written to each chunked response's socket in one write (http/sse-stream.ts `write`; a probe of 9 000 plain SSE responses: " +
+      "~110 → ~85 ms per broadcast and 3.8 → 0 MB to the old space), and one `nextTick` uncorks the streams written in a tick, each 4 096 at most, instead of one per response. " +
+      "Scenario 10 alone, old and new build taking turns (one run each): broker p50/p99 296/552 → 232/325 ms against raw 259/397 and 248/499 ms.",
   ],
   memory: [
     "Why (heap snapshot diff, 10 000 sessions minus none): ~9.6 KB of live heap per legacy session and ~11.4 KB per modern listen stream vs ~4.8 KB for a raw SSE connection. " +

@@ -1,6 +1,6 @@
 import { META, NOTIFICATION, LIST_CHANGED_METHOD, type ListName } from "@mcp-broker/shared";
 import { formatEventId, type EventId } from "./event-ids.js";
-import { encodeEvent } from "./sse-event.js";
+import { chunkBody, encodeEvent, httpChunk } from "./sse-event.js";
 
 /**
  * One notification on its way to many streams, encoded at most once per era: legacy streams all
@@ -8,7 +8,8 @@ import { encodeEvent } from "./sse-event.js";
  * their own subscription id.
  */
 export class PreparedNotification {
-  private legacy: Buffer | undefined;
+  /** The legacy frame as an HTTP/1.1 chunk (see `legacyChunk`), and the frame inside it. */
+  private legacy: { chunk: Buffer; frame: Buffer } | undefined;
   private modern: { head: Buffer; tail: Buffer } | undefined;
   private line: string | undefined;
 
@@ -58,7 +59,19 @@ export class PreparedNotification {
 
   /** The whole SSE event for legacy streams, its id line included. */
   legacyFrame(): Buffer {
-    this.legacy ??= encodeEvent({ jsonrpc: "2.0", method: this.method, params: this.params }, this.eventId);
+    return this.encodedLegacy().frame;
+  }
+
+  /** `legacyFrame` as one HTTP/1.1 chunk, the same bytes for every chunked stream (see `SseStream.write`). */
+  legacyChunk(): Buffer {
+    return this.encodedLegacy().chunk;
+  }
+
+  private encodedLegacy(): { chunk: Buffer; frame: Buffer } {
+    if (this.legacy === undefined) {
+      const chunk = httpChunk(encodeEvent({ jsonrpc: "2.0", method: this.method, params: this.params }, this.eventId));
+      this.legacy = { chunk, frame: chunkBody(chunk) };
+    }
     return this.legacy;
   }
 

@@ -470,7 +470,7 @@ class LegacyStreamWriter implements NotificationWriter {
   }
 
   write(notification: PreparedNotification): void {
-    this.stream.write(notification.legacyFrame());
+    this.stream.write(notification.legacyFrame(), notification.legacyChunk());
   }
 
   onClose(listener: () => void): void {

@@ -11,6 +11,8 @@ function response(): ServerResponse & { written: string[] } {
     writableLength: 0,
     writeHead: () => res,
     flushHeaders: () => undefined,
+    cork: () => undefined,
+    uncork: () => undefined,
     write: (chunk: Buffer | string) => res.written.push(chunk.toString()),
     end: () => res.emit("close"),
   });
