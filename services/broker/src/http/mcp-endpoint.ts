@@ -391,6 +391,10 @@ export class McpEndpoint {
   }
 
   private listen(req: IncomingMessage, res: ServerResponse, message: JsonRpcRequest, principal: string): void {
+    if (!acceptsEventStream(req.headers.accept)) {
+      sendJson(res, 406, rpcError(message.id, -32600, "Not Acceptable: subscriptions/listen answers with an event stream; Accept must list text/event-stream."));
+      return;
+    }
     let request: ListenRequest;
     try {
       request = parseListenRequest(message.params);
@@ -507,12 +511,24 @@ const acceptedHeaders = new Set<string>();
 function acceptsPostAnswer(accept: string | undefined): boolean {
   if (accept === undefined || acceptedHeaders.has(accept)) return true;
   if (accept.trim() === "") return true;
-  const accepted = accept.split(",").some((range) => {
-    const [type = "", ...params] = range.split(";").map((part) => part.trim().toLowerCase());
-    return POST_ANSWER_TYPES.includes(type) && !params.some((param) => /^q=0(?:\.0{0,3})?$/.test(param));
-  });
+  const accepted = acceptsOneOf(accept, POST_ANSWER_TYPES);
   if (accepted && acceptedHeaders.size < 64) acceptedHeaders.add(accept);
   return accepted;
+}
+
+/** Whether `accept` takes an event stream (no Accept, or an empty one, takes anything). */
+function acceptsEventStream(accept: string | undefined): boolean {
+  return accept === undefined || accept.trim() === "" || acceptsOneOf(accept, EVENT_STREAM_TYPES);
+}
+
+const EVENT_STREAM_TYPES = ["text/event-stream", "text/*", "*/*"];
+
+/** Whether a media range of `accept` is one of `types`, not refused with q=0. */
+function acceptsOneOf(accept: string, types: readonly string[]): boolean {
+  return accept.split(",").some((range) => {
+    const [type = "", ...params] = range.split(";").map((part) => part.trim().toLowerCase());
+    return types.includes(type) && !params.some((param) => /^q=0(?:\.0{0,3})?$/.test(param));
+  });
 }
 
 function idOf(message: unknown): string | number | null {

@@ -244,6 +244,13 @@ describe("HTTP edge", () => {
     }
     const good = await listen({ toolsListChanged: true });
     expect(good.headers["content-type"]).toContain("text/event-stream");
+    // Its answer is an event stream: a client that accepts only JSON gets 406.
+    const jsonOnly = await raw(running.url, {
+      body: JSON.stringify({ jsonrpc: "2.0", id: 6, method: "subscriptions/listen", params: { notifications: { toolsListChanged: true }, _meta: MODERN_META } }),
+      headers: { ...auth(KEY_A), "mcp-protocol-version": "2026-07-28", "mcp-method": "subscriptions/listen", accept: "application/json" },
+    });
+    expect(jsonOnly.status).toBe(406);
+    expect(JSON.parse(jsonOnly.body)).toMatchObject({ id: 6, error: { code: -32600, message: expect.stringContaining("text/event-stream") } });
   });
 
   it("applies Origin and API key checks to GET and DELETE too", async () => {
