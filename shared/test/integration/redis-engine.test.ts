@@ -115,6 +115,29 @@ describe("Redis job queue", () => {
     await vi.waitFor(() => expect(runs).toEqual([["k", 7], ["k", 8]]), { timeout: 5_000, interval: 50 });
   });
 
+  it("gives back a job it still runs when it closes, after the grace, long before its lock lapses", async () => {
+    const [a, b] = await cluster(2);
+    const name = `q${++queueNumber}`;
+    const options = { attempts: 1, backoffMs: 10, lockMs: 60_000, decode: (data: unknown) => z.number().parse(data) };
+    const leaving = a!.jobQueue<number>(name, options);
+    let started = false;
+    // A job that does not finish (it waits on something the closing member no longer answers).
+    leaving.process(() => {
+      started = true;
+      return new Promise<void>(() => undefined);
+    });
+    await leaving.schedule("k", 7, 0);
+    await vi.waitFor(() => expect(started).toBe(true), { timeout: 10_000 });
+    await leaving.close();
+    const staying = b!.jobQueue<number>(name, options);
+    queues.push(staying);
+    const runs: [string, number][] = [];
+    staying.process(async (key, data) => {
+      runs.push([key, data]);
+    });
+    await vi.waitFor(() => expect(runs).toEqual([["k", 7]]), { timeout: 5_000, interval: 50 });
+  }, 30_000);
+
   it("fails a job whose payload does not decode, with the reason, without retrying it", async () => {
     const failures: { key: string; error: string; final: boolean }[] = [];
     const { queue, engine, name } = await jobQueue({ attempts: 5, onError: (key, error, final) => failures.push({ key, error: (error as Error).message, final }) });

@@ -137,8 +137,10 @@ export class BullJobQueue<T> implements JobQueue<T> {
   }
 
   /**
-   * Stops taking jobs; the ones running get `CLOSE_GRACE_MS` to finish, then are left for another
-   * member (stalled-job recovery). Bounded also while Redis is away: the connections are dropped.
+   * Stops taking jobs; the ones running get `CLOSE_GRACE_MS` to finish, then go back to the queue
+   * for another member (`reclaim` of this member's own: left to stalled-job recovery, a job and
+   * its key's later runs waited up to twice `lockMs`, and a reap held up that long delayed the
+   * release of every expired session). Bounded also while Redis is away: the connections are dropped.
    */
   async close(): Promise<void> {
     const worker = this.worker;
@@ -149,10 +151,10 @@ export class BullJobQueue<T> implements JobQueue<T> {
       () => true,
       () => true,
     );
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), CLOSE_GRACE_MS)));
-    if (!(await Promise.race([graceful, late]))) void worker?.close(true).catch(() => undefined);
-    clearTimeout(timer);
+    if (!(await within(graceful, CLOSE_GRACE_MS, false))) {
+      void worker?.close(true).catch(() => undefined);
+      if (this.options.owner !== undefined) await within(this.reclaim(this.options.owner).catch(() => 0), CLOSE_GRACE_MS, 0);
+    }
     for (const connection of this.connections) connection.disconnect();
   }
 
@@ -184,5 +186,16 @@ export class BullJobQueue<T> implements JobQueue<T> {
       throw unrecoverable ? new UnrecoverableError((error as Error).message) : error;
     }
     this.options.onRun?.({ key, outcome: "completed", durationMs: Date.now() - started });
+  }
+}
+
+/** `promise`'s value, or `late` once `ms` passed without one. */
+async function within<T>(promise: Promise<T>, ms: number, late: T): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<T>((resolve) => (timer = setTimeout(() => resolve(late), ms)));
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
   }
 }
