@@ -10,8 +10,7 @@ type Params = Record<string, unknown>;
  * `InputRequiredResult`, sealed (HMAC-SHA256 with `interaction.stateKey`, or else the cluster's
  * shared secret: the same key on every instance of a cluster) so that the retry cannot name
  * another call (backend, method, tool, prompt or resource), another principal's call or a state
- * the backend never issued, and expires after
- * `interaction.heldCallMs`.
+ * the backend never issued, and expires after `interaction.heldCallMs`.
  */
 export class RequestStateSeal {
   /**

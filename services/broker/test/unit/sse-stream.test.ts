@@ -69,10 +69,9 @@ describe("SseStream on a real connection", () => {
       setImmediate(() => stream.write(frame(4)));
     });
     const text = await exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", (t) => t.includes('{"n":4}'));
-    const [head, body] = text.split("\r\n\r\n", 2) as [string, string];
+    const head = text.slice(0, text.indexOf("\r\n\r\n"));
     expect(head).toMatch(/transfer-encoding: chunked/i);
     expect(dechunk(text.slice(head.length + 4))).toBe([1, 2, 3, 4].map((n) => frame(n).toString()).join(""));
-    expect(body.length).toBeGreaterThan(0);
   });
 
   it("writes plain bytes to an HTTP/1.0 client (no chunking)", async () => {
