@@ -59,6 +59,13 @@ async function main(argv: string[]): Promise<number> {
   }
   if (!config.jobs.process) process.stderr.write("mcp-broker-worker: jobs.process is false in this config; the worker runs the cluster's jobs anyway.\n");
   const logger = createLogger(config.logging.level, "mcp-broker-worker");
+  /**
+   * /readyz says `starting`, as a broker's does, until the worker is first ready or has waited as
+   * long as a broker waits for its backends at start; `degraded` after that.
+   */
+  /** When its start was over (not yet: always starting). */
+  let startedAt = Number.POSITIVE_INFINITY;
+  let wasReady = false;
   // The worker watches backends before any broker (see MemberDeps.preferredWatcher), unless told not to.
   const member = createMember({ ...config, jobs: { ...config.jobs, process: true } }, { logger, preferredWatcher: config.redis.workersWatchFirst });
   const http = createOperationsServer({
@@ -67,7 +74,9 @@ async function main(argv: string[]): Promise<number> {
     logger,
     report: () => {
       const ready = member.ready();
-      return { ready, status: ready ? "ready" : "degraded", role: "worker", engine: member.engine, instance: member.instanceId, backends: member.backends() };
+      wasReady ||= ready;
+      const starting = !wasReady && Date.now() - startedAt < STARTUP_WAIT_MS;
+      return { ready, status: ready ? "ready" : starting ? "starting" : "degraded", role: "worker", engine: member.engine, instance: member.instanceId, backends: member.backends() };
     },
   });
   // Bind first: a port in use ends the worker before it joins the cluster.
@@ -92,12 +101,16 @@ async function main(argv: string[]): Promise<number> {
   };
   stopOnSignals(stoppable, logger);
   if (!(await startBackendsOrClose(stoppable, logger))) return 1;
+  startedAt = Date.now();
   const { address, port: bound } = http.address() as AddressInfo;
   process.stderr.write(
     `mcp-broker-worker running: Redis engine: ${describeRedis(config)}, key prefix ${config.redis.keyPrefix}, backends ${config.backends.map((b) => b.id).join(", ")}; /healthz, /readyz and /metrics on http://${address}:${bound}\n`,
   );
   return -1;
 }
+
+/** As long as a broker waits for its backends at start (see the broker's cli). */
+const STARTUP_WAIT_MS = 10_000;
 
 main(process.argv.slice(2)).then(
   (code) => {

@@ -108,6 +108,21 @@ describe("mcp-broker-worker", () => {
     }
   });
 
+  it("says starting on /readyz while its backends first connect, not degraded", async () => {
+    // Port 9 (discard) refuses: the backend stays down, so the worker is not ready.
+    const { file } = await configFile("http://127.0.0.1:9/mcp");
+    const worker = runWorker(["--config", file, "--port", "0"], { REDIS_URL: redisUrl });
+    try {
+      await vi.waitFor(() => expect(worker.stderr()).toMatch(/mcp-broker-worker running: .* on http:\/\/127\.0\.0\.1:\d+/), { timeout: 20_000 });
+      const base = /on (http:\/\/127\.0\.0\.1:\d+)/.exec(worker.stderr())?.[1] ?? "";
+      const readyz = await fetch(`${base}/readyz`);
+      expect(readyz.status).toBe(503);
+      expect(await readyz.json()).toMatchObject({ status: "starting", role: "worker", backends: [{ id: "b" }] });
+    } finally {
+      worker.child.kill("SIGKILL");
+    }
+  });
+
   it("refuses the memory engine, and a port in use, before it joins any cluster", async () => {
     const { file } = await configFile("http://127.0.0.1:9/mcp");
     const memory = runWorker(["--config", file, "--port", "0"], { REDIS_URL: "" });
