@@ -36,9 +36,25 @@ describe("upstream: a malformed backend result", () => {
       expect(text(await inFlight)).toBe("done");
       expect(running.broker.pool.get("mal").state).toBe("connected");
       expect(text(await client.callTool({ name: "mal__pid" }))).toBe(pid); // the same process: not restarted
-      expect((await client.listTools()).tools.map((t) => t.name)).toEqual(["mal__bad", "mal__slow", "mal__pid"]);
+      expect((await client.listTools()).tools.map((t) => t.name)).toEqual(["mal__bad", "mal__slow", "mal__pid", "mal__huge"]);
       await new Promise((r) => setTimeout(r, 100));
       expect(notes.all(TOOLS_CHANGED)).toEqual([]);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("fails an answer over the stdio message limit with -32003 alone: the backend is not restarted, calls in flight complete", async () => {
+    const client = await connectClient(running.url, "legacy");
+    try {
+      const pid = text(await client.callTool({ name: "mal__pid" }));
+      const inFlight = client.callTool({ name: "mal__slow", arguments: { ms: 1_500 } });
+      await expect(client.callTool({ name: "mal__huge" })).rejects.toMatchObject({ code: -32003, data: { backend: "mal", reason: "too-large" } });
+      expect(text(await inFlight)).toBe("done");
+      expect(running.broker.pool.get("mal").state).toBe("connected");
+      expect(text(await client.callTool({ name: "mal__pid" }))).toBe(pid);
+      // Under the limit, a large answer comes through.
+      expect(text(await client.callTool({ name: "mal__huge", arguments: { mb: 9 } })).length).toBe(9 * 1024 * 1024);
     } finally {
       await client.close();
     }

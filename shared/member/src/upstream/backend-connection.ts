@@ -4,6 +4,7 @@ import {
   SdkError,
   SdkErrorCode,
   SdkHttpError,
+  STDIO_DEFAULT_MAX_BUFFER_SIZE,
   StreamableHTTPClientTransport,
   specTypeSchemas,
   type McpSubscription,
@@ -12,7 +13,7 @@ import {
   type Transport,
 } from "@modelcontextprotocol/client";
 import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/client/stdio";
-import { BrokerError, NOTIFICATION, backoffDelay, isStdioBackend, type BackendConfig, type Clock, type TimerHandle } from "@mcp-broker/shared";
+import { BrokerError, NOTIFICATION, backoffDelay, isStdioBackend, jsonRpcCode, type BackendConfig, type Clock, type TimerHandle } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
 import { batchStdioWrites, installStdioReadBuffer } from "./stdio-read-buffer.js";
 import { INTERACTION_METHODS, InteractionRouter, askClient, type ClientInteraction, type InteractionMethod } from "./client-interaction.js";
@@ -436,7 +437,19 @@ export class BackendConnection {
         ...(config.cwd !== undefined && { cwd: config.cwd }),
         stderr: "pipe",
       });
-      if (!installStdioReadBuffer(transport)) {
+      const limit = STDIO_DEFAULT_MAX_BUFFER_SIZE;
+      const installed = installStdioReadBuffer(transport, {
+        maxLineBytes: limit,
+        // The request gets what any unusable answer gets (see `translateError`): -32003, and the backend stays connected.
+        oversized: ({ bytes }) => ({
+          code: jsonRpcCode("BACKEND_INVALID_RESPONSE", "legacy"),
+          message: `Backend '${this.id}' gave an unusable answer: ${bytes} bytes on one line, over the ${limit}-byte limit of a stdio message`,
+          data: { backend: this.id, reason: "too-large", bytes },
+        }),
+        onOversized: ({ bytes, answers }) =>
+          this.deps.logger.warn({ backend: this.id, bytes, limit, ...(answers !== undefined && { answers }) }, answers === undefined ? "skipped a stdio message over the size limit" : "skipped an answer over the size limit; its request fails with -32003"),
+      });
+      if (!installed) {
         this.deps.logger.debug({ backend: this.id }, "SDK stdio transport without the expected reader: updates take the SDK's validation");
       }
       batchStdioWrites(transport);

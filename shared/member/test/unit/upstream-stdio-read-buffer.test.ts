@@ -1,7 +1,7 @@
 import { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
 import type { Socket } from "node:net";
 import { describe, expect, it, vi } from "vitest";
-import { batchStdioWrites, installStdioReadBuffer, StdioReadBuffer } from "../../src/upstream/stdio-read-buffer.js";
+import { batchStdioWrites, installStdioReadBuffer, responseIdOf, StdioReadBuffer } from "../../src/upstream/stdio-read-buffer.js";
 
 const lines = (...messages: unknown[]) => Buffer.from(messages.map((m) => (typeof m === "string" ? m : JSON.stringify(m))).join("\n") + "\n");
 
@@ -22,9 +22,42 @@ describe("stdio read buffer", () => {
     expect(() => buffer.readMessage()).toThrow();
   });
 
-  it("refuses to grow past its limit", () => {
-    const buffer = new StdioReadBuffer(10);
-    expect(() => buffer.append(Buffer.from("x".repeat(11)))).toThrow(/exceeded maximum size/);
+  it("skips a line over its limit, answers its request with the oversized error, and reads on", () => {
+    const heard: unknown[] = [];
+    const buffer = new StdioReadBuffer({
+      maxLineBytes: 100,
+      oversized: ({ bytes }) => ({ code: -32003, message: `${bytes} bytes`, data: { reason: "too-large" } }),
+      onOversized: (line) => heard.push(line),
+    });
+    const big = (id: unknown, order: "sdk" | "jsonrpc-first") => {
+      const result = { contents: [{ uri: "x://big", text: "y".repeat(2_000), nested: { id: 99 } }] };
+      return order === "sdk" ? { result, jsonrpc: "2.0", id } : { jsonrpc: "2.0", id, result };
+    };
+    const after = { jsonrpc: "2.0", id: 9, result: {} };
+    // Sent in small pieces: the limit is crossed mid-line, and the line ends pieces later.
+    const bytes = lines(big(7, "sdk"), big("a\"b", "jsonrpc-first"), { jsonrpc: "2.0", method: "m", params: { pad: "z".repeat(500) }, id: 3 }, after);
+    for (let at = 0; at < bytes.length; at += 37) buffer.append(bytes.subarray(at, at + 37));
+    expect(buffer.readMessage()).toEqual({ jsonrpc: "2.0", id: 7, error: { code: -32003, message: `${JSON.stringify(big(7, "sdk")).length} bytes`, data: { reason: "too-large" } } });
+    expect(buffer.readMessage()).toMatchObject({ id: 'a"b', error: { code: -32003 } });
+    // A request from the backend is not a response: skipped, nothing stands in for it.
+    expect(buffer.readMessage()).toEqual(after);
+    expect(buffer.readMessage()).toBeNull();
+    expect(heard).toEqual([
+      { bytes: JSON.stringify(big(7, "sdk")).length, answers: 7 },
+      { bytes: JSON.stringify(big('a"b', "jsonrpc-first")).length, answers: 'a"b' },
+      { bytes: expect.any(Number) },
+    ]);
+  });
+
+  it("tells a response's id from a skipped line's first and last bytes only when they show it", () => {
+    expect(responseIdOf('{"result":{"a":1', '"b"},"jsonrpc":"2.0","id":12}')).toBe(12);
+    expect(responseIdOf('{"jsonrpc":"2.0","id":"x","error":{', "}}")).toBe("x");
+    expect(responseIdOf('{"id":-4,"jsonrpc":"2.0","result":[', "]}")).toBe(-4);
+    // The last member is not the id: the closing braces belong to nested objects.
+    expect(responseIdOf('{"jsonrpc":"2.0","result":{"a":', '{"id":5}}}')).toBeUndefined();
+    // Not a response: a request or a notification from the backend.
+    expect(responseIdOf('{"method":"sampling/createMessage","params":{', '},"jsonrpc":"2.0","id":1}')).toBeUndefined();
+    expect(responseIdOf('{"jsonrpc":"2.0","method":"notifications/message","params":{', '"id":3}}')).toBeUndefined();
   });
 
   it("takes the SDK transport's reader's place (a test that fails if the SDK renames it)", () => {
