@@ -24,7 +24,8 @@ export const ERROR_CATALOG = {
   },
   BACKEND_INVALID_RESPONSE: {
     jsonRpc: -32003,
-    summary: "The backend's answer to this one request was unusable (malformed or unsupported result; data.backend, data.reason); the backend stays connected.",
+    summary:
+      "The backend's answer to this one request was unusable (malformed or unsupported result; data.backend, data.reason; `too-large`: a stdio backend's answer over 10 MiB on its one line, skipped unread); the backend stays connected.",
   },
   CLUSTER_UNAVAILABLE: {
     jsonRpc: -32004,
