@@ -36,6 +36,7 @@ describe("upstream: a malformed backend result", () => {
       expect(text(await inFlight)).toBe("done");
       expect(running.broker.pool.get("mal").state).toBe("connected");
       expect(text(await client.callTool({ name: "mal__pid" }))).toBe(pid); // the same process: not restarted
+      // The malformed `broken` is left out of the list, not the whole list.
       expect((await client.listTools()).tools.map((t) => t.name)).toEqual(["mal__bad", "mal__slow", "mal__pid", "mal__huge"]);
       await new Promise((r) => setTimeout(r, 100));
       expect(notes.all(TOOLS_CHANGED)).toEqual([]);

@@ -138,7 +138,7 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
 
   beforeEach(async () => {
     vi.useFakeTimers();
-    lists = { tools: [{ name: "one" }], resources: [], resourceTemplates: [], prompts: [] };
+    lists = { tools: [{ name: "one", inputSchema: { type: "object" } }], resources: [], resourceTemplates: [], prompts: [] };
     calls = [];
     failures = 0;
     hold = undefined;
@@ -194,7 +194,7 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
   });
 
   it("turns a burst into one reload, a change during a reload into exactly one more, and announces only real changes", async () => {
-    lists.tools = [{ name: "one" }, { name: "two" }];
+    lists.tools = [{ name: "one", inputSchema: { type: "object" } }, { name: "two", inputSchema: { type: "object" } }];
     for (let i = 0; i < 50; i++) changes.listChanged("a", "tools");
     await vi.advanceTimersByTimeAsync(999);
     expect(toolLists()).toBe(1);
@@ -203,7 +203,7 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
     await vi.advanceTimersByTimeAsync(1);
     expect(toolLists()).toBe(2); // running, held open by the test
 
-    lists.tools = [{ name: "one" }, { name: "two" }, { name: "three" }];
+    lists.tools = [{ name: "one", inputSchema: { type: "object" } }, { name: "two", inputSchema: { type: "object" } }, { name: "three", inputSchema: { type: "object" } }];
     changes.listChanged("a", "tools");
     changes.listChanged("a", "tools");
     hold = undefined;
@@ -237,7 +237,7 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
 
   it("leaves list_changed to the backend's watcher when this member does not watch it", async () => {
     const bystander = new ListChanges({ jobs, backends: [config], debounceMs: 1_000, relistIntervalMs: 60_000, watching: () => false, logger: pino({ level: "silent" }), now: () => clock.now() });
-    lists.tools = [{ name: "two" }];
+    lists.tools = [{ name: "two", inputSchema: { type: "object" } }];
     bystander.listChanged("a", "tools");
     await vi.advanceTimersByTimeAsync(5_000);
     expect(toolLists()).toBe(1);
@@ -270,14 +270,14 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
     await vi.advanceTimersByTimeAsync(1_000);
     expect(toolLists()).toBe(2);
     expect(listed()).toEqual(["a__one"]);
-    lists.tools = [{ name: "one" }, { name: "fixed" }];
+    lists.tools = [{ name: "one", inputSchema: { type: "object" } }, { name: "fixed", inputSchema: { type: "object" } }];
     await vi.advanceTimersByTimeAsync(100); // the first retry's backoff
     expect(toolLists()).toBe(3);
     expect(listed()).toEqual(["a__one", "a__fixed"]);
   });
 
   it("retries a reload that failed, with backoff, until one succeeds", async () => {
-    lists.tools = [{ name: "one" }, { name: "two" }];
+    lists.tools = [{ name: "one", inputSchema: { type: "object" } }, { name: "two", inputSchema: { type: "object" } }];
     failures = 2;
     changes.listChanged("a", "tools");
     await vi.advanceTimersByTimeAsync(1_000);
@@ -305,7 +305,7 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
   });
 
   it("applies a stored version once, however often and in whatever order it is announced", async () => {
-    lists.tools = [{ name: "one" }, { name: "two" }];
+    lists.tools = [{ name: "one", inputSchema: { type: "object" } }, { name: "two", inputSchema: { type: "object" } }];
     changes.listChanged("a", "tools");
     await vi.advanceTimersByTimeAsync(1_000);
     expect(announced).toEqual(["tools", "tools"]);
@@ -321,7 +321,7 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
     changes.watching(backend); // a second watch start does not add a second repetition
     await vi.advanceTimersByTimeAsync(1);
     const before = toolLists();
-    lists.tools = [{ name: "one" }, { name: "relisted" }];
+    lists.tools = [{ name: "one", inputSchema: { type: "object" } }, { name: "relisted", inputSchema: { type: "object" } }];
     await vi.advanceTimersByTimeAsync(60_000);
     await vi.advanceTimersByTimeAsync(1); // the run the repetition scheduled (a 0 ms timer waits 1 ms)
     expect(toolLists()).toBe(before + 1);

@@ -1,4 +1,4 @@
-import type { ServerCapabilities } from "@modelcontextprotocol/client";
+import { specTypeSchemas, type ServerCapabilities } from "@modelcontextprotocol/client";
 import { type BackendConfig, type CatalogKind, type ListChange, type CatalogStore, type ListBody } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
 import { canonicalHash } from "./canonical-hash.js";
@@ -14,12 +14,15 @@ export const KINDS_OF_LIST: Record<ListKind, readonly CatalogKind[]> = {
   resources: ["resources", "resourceTemplates"],
 };
 
-const LIST_METHODS: Record<CatalogKind, { method: string; field: string; key: string; capability: "tools" | "prompts" | "resources" }> = {
-  tools: { method: "tools/list", field: "tools", key: "name", capability: "tools" },
-  prompts: { method: "prompts/list", field: "prompts", key: "name", capability: "prompts" },
-  resources: { method: "resources/list", field: "resources", key: "uri", capability: "resources" },
-  resourceTemplates: { method: "resources/templates/list", field: "resourceTemplates", key: "uriTemplate", capability: "resources" },
+/** Each kind's list request, and the spec's schema of one of its items (checked one by one, see `fetch`). */
+const LIST_METHODS: Record<CatalogKind, { method: string; field: string; key: string; capability: "tools" | "prompts" | "resources"; item: ItemSchema }> = {
+  tools: { method: "tools/list", field: "tools", key: "name", capability: "tools", item: specTypeSchemas.Tool },
+  prompts: { method: "prompts/list", field: "prompts", key: "name", capability: "prompts", item: specTypeSchemas.Prompt },
+  resources: { method: "resources/list", field: "resources", key: "uri", capability: "resources", item: specTypeSchemas.Resource },
+  resourceTemplates: { method: "resources/templates/list", field: "resourceTemplates", key: "uriTemplate", capability: "resources", item: specTypeSchemas.ResourceTemplate },
 };
+
+type ItemSchema = (typeof specTypeSchemas)["Tool" | "Prompt" | "Resource" | "ResourceTemplate"];
 
 const MAX_PAGES = 1_000;
 
@@ -85,7 +88,7 @@ export class ListReloader {
 
   /** Lists one kind, following pagination. */
   private async fetch(backend: ListedBackend, kind: CatalogKind): Promise<Record<string, unknown>[]> {
-    const { method, field, key, capability } = LIST_METHODS[kind];
+    const { method, field, key, capability, item: schema } = LIST_METHODS[kind];
     if (backend.capabilities?.[capability] === undefined) return [];
     const items: Record<string, unknown>[] = [];
     const seenCursors = new Set<string>();
@@ -95,8 +98,18 @@ export class ListReloader {
       const pageItems = result[field];
       if (!Array.isArray(pageItems)) throw new MalformedListError(`backend '${backend.id}' answered ${method} without a '${field}' array`);
       for (const item of pageItems as unknown[]) {
-        if (typeof item === "object" && item !== null && !Array.isArray(item) && typeof (item as Record<string, unknown>)[key] === "string") items.push(item as Record<string, unknown>);
-        else this.deps.logger.warn({ backend: backend.id, kind, item }, `list item without a string '${key}' left out`);
+        if (typeof item !== "object" || item === null || Array.isArray(item) || typeof (item as Record<string, unknown>)[key] !== "string") {
+          this.deps.logger.warn({ backend: backend.id, kind, item }, `list item without a string '${key}' left out`);
+          continue;
+        }
+        // One malformed item is left out, not the whole list (the list request takes any result, see BackendConnection).
+        const issue = schema["~standard"].validate(item).issues?.[0];
+        if (issue === undefined) items.push(item as Record<string, unknown>);
+        else {
+          const path = (issue.path ?? []).map((part) => String(typeof part === "object" ? part.key : part)).join(".");
+          const problem = `${path || "(item)"}: ${issue.message}`;
+          this.deps.logger.warn({ backend: backend.id, kind, [key]: (item as Record<string, unknown>)[key], problem }, "malformed list item left out");
+        }
       }
       const next = result.nextCursor;
       if (typeof next !== "string" || next === "" || seenCursors.has(next)) break;

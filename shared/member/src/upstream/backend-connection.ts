@@ -13,6 +13,7 @@ import {
   type Transport,
 } from "@modelcontextprotocol/client";
 import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/client/stdio";
+import { z } from "zod";
 import { BrokerError, NOTIFICATION, backoffDelay, isStdioBackend, jsonRpcCode, type BackendConfig, type Clock, type TimerHandle } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
 import { batchStdioWrites, installStdioReadBuffer } from "./stdio-read-buffer.js";
@@ -81,6 +82,13 @@ const MAX_INPUT_ROUNDS = 10;
  * what `_meta` holds, which the broker does not read from these answers.
  */
 const EMPTY_RESULT_METHODS: ReadonlySet<string> = new Set(["ping", "resources/subscribe", "resources/unsubscribe"]);
+/**
+ * List requests (the catalog's reloads): their result is taken as any object, and the reloader
+ * checks each item on its own (see `ListReloader`). With the spec's schema, one malformed tool
+ * failed the whole list, so none of the backend's tools were listed and each call got "Unknown tool".
+ */
+const LIST_METHODS: ReadonlySet<string> = new Set(["tools/list", "prompts/list", "resources/list", "resources/templates/list"]);
+const ANY_RESULT = z.looseObject({});
 
 /**
  * One backend MCP server: an SDK v2 client that is kept connected. A drop (process exit, a
@@ -215,7 +223,8 @@ export class BackendConnection {
         // A modern backend's InputRequiredResult comes back as it is (see below).
         allowInputRequired: true,
       };
-      return (emptyResult ? client.request(request, specTypeSchemas.EmptyResult, requestOptions) : client.request(request, requestOptions)) as Promise<Record<string, unknown>>;
+      const schema = emptyResult ? specTypeSchemas.EmptyResult : LIST_METHODS.has(method) ? ANY_RESULT : undefined;
+      return (schema !== undefined ? client.request(request, schema, requestOptions) : client.request(request, requestOptions)) as Promise<Record<string, unknown>>;
     };
     try {
       const result = await this.counted(() =>
