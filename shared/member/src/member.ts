@@ -245,10 +245,23 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     clock,
     logger,
     ttlMs: config.redis.instanceTtlMs,
-    // Redis lost its data (no heartbeat key either): not presumed dead, the recovery writes back what it holds.
-    presumedDead: () => {
-      if (clock.now() - lastRecovery > config.redis.instanceTtlMs) hooks.presumedDead?.();
-      else logger.warn("the heartbeat had expired with the rest of Redis's data: recovered, not presumed dead");
+    // Redis lost its data (no heartbeat key either): not presumed dead, the recovery writes back what
+    // it holds. Checked here first: a heartbeat sent while Redis was away waits in the connection's
+    // queue and can reach a Redis restarted empty before any recovery has run; ending the sessions
+    // then lost every one of them (their clients got 404) though nobody had released what they held.
+    presumedDead: async () => {
+      try {
+        await recoverIfLost();
+      } catch (error) {
+        logger.warn({ err: (error as Error).message }, "no heartbeat to renew, and the cluster's state cannot be checked: deciding at the next heartbeat");
+        return;
+      }
+      if (clock.now() - lastRecovery <= config.redis.instanceTtlMs) {
+        logger.warn("the heartbeat had expired with the rest of Redis's data: recovered, not presumed dead");
+        return;
+      }
+      logger.error({ ttlMs: config.redis.instanceTtlMs }, "this instance was presumed dead by the cluster (no heartbeat within the TTL): ending its sessions");
+      hooks.presumedDead?.();
     },
     retryReleases: () => hooks.retryReleases?.(),
     beforeHeartbeat: async () => {

@@ -55,7 +55,8 @@ describe("cluster recovery after Redis lost its data", () => {
     redis?.kill("SIGKILL");
   });
 
-  it("writes back sessions and subscriptions: ids keep working, updates flow again, lists reload", async () => {
+  /** Two brokers on a Redis of this test's own; a legacy session subscribed on the second, with its stream open, and a listen stream on the first. */
+  async function deploy() {
     const port = await freePort();
     redis = await redisServer(port);
     server = createTestServer({ name: "shared-backend" });
@@ -79,11 +80,22 @@ describe("cluster recovery after Redis lost its data", () => {
     const listen = await openSse(one.url, MODERN, { jsonrpc: "2.0", id: 5, method: "subscriptions/listen", params: { notifications: { resourceSubscriptions: ["leg+test://static/b"], toolsListChanged: true }, _meta: MODERN_META } });
     streams.push(listen);
     await eventually(() => listen.events.length === 1, "the acknowledgement");
-    const updated = (stream: { events: { data: unknown }[] }, uri: string) => stream.events.filter((e) => (e.data as { params?: { uri?: string } }).params?.uri === uri).length;
+    return { port, one, two, headers, legacy, listen };
+  }
 
-    redis.kill("SIGKILL");
+  const updated = (stream: { events: { data: unknown }[] }, uri: string) => stream.events.filter((e) => (e.data as { params?: { uri?: string } }).params?.uri === uri).length;
+
+  /** Redis killed, and after `outageMs` started again, empty, on the same port. */
+  async function restartRedisEmpty(port: number, outageMs = 0): Promise<void> {
+    redis?.kill("SIGKILL");
     await new Promise((done) => redis?.once("exit", done));
+    await new Promise((r) => setTimeout(r, outageMs));
     redis = await redisServer(port);
+  }
+
+  it("writes back sessions and subscriptions: ids keep working, updates flow again, lists reload", async () => {
+    const { port, one, headers, legacy, listen } = await deploy();
+    await restartRedisEmpty(port);
 
     // Once written back and watched again, updates flow as before.
     await eventually(
@@ -104,5 +116,25 @@ describe("cluster recovery after Redis lost its data", () => {
     await eventually(() => listen.events.some((e) => (e.data as { method?: string }).method === "notifications/tools/list_changed"), "the list change after recovery", 10_000);
     const tools = await post(one.url, { jsonrpc: "2.0", id: 4, method: "tools/list" }, headers);
     expect(JSON.stringify(tools.json)).toContain("leg__after-recovery");
+  }, 60_000);
+
+  it("keeps its sessions through a longer outage: a heartbeat queued while Redis was away and answered by the empty one is not taken for this member's death", async () => {
+    const { port, one, two, headers, legacy } = await deploy();
+    let streamEnded = false;
+    void legacy.ended.then(() => (streamEnded = true));
+    // Heartbeats every 400 ms: several ticks fail their state check, and one heartbeat waits in the connection's queue.
+    await restartRedisEmpty(port, 2_500);
+    await eventually(
+      async () => {
+        server.emitUpdate("test://static/a");
+        await new Promise((r) => setTimeout(r, 100));
+        return updated(legacy, "leg+test://static/a") >= 1;
+      },
+      "updates through the recovered cluster",
+      20_000,
+    );
+    // The session lives on at its holder and is known to the cluster: neither answers 404.
+    for (const broker of [two, one]) await eventually(async () => (await post(broker.url, { jsonrpc: "2.0", id: 3, method: "ping" }, headers)).status === 200, "the session, kept", 5_000);
+    expect(streamEnded).toBe(false);
   }, 60_000);
 });

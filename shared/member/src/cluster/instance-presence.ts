@@ -7,8 +7,11 @@ export interface InstancePresenceDeps {
   logger: Logger;
   /** How long the cluster counts this instance alive after a heartbeat; one is sent every fifth of it. */
   ttlMs: number;
-  /** This instance had been presumed dead: end its sessions (their clients start over cleanly). */
-  presumedDead(): void;
+  /**
+   * The heartbeat found none to renew: this instance had been presumed dead (end its sessions, their
+   * clients start over cleanly), unless Redis lost its data (see `Member`), which it checks first.
+   */
+  presumedDead(): void | Promise<void>;
   /** Releases that failed earlier (Redis unreachable when a session ended) are tried again. */
   retryReleases(): void;
   /** Runs before each heartbeat: the cluster's state is checked (see `Member`'s recovery). */
@@ -39,10 +42,7 @@ export class InstancePresence {
   private async tick(): Promise<void> {
     await this.deps.beforeHeartbeat?.().catch((error: unknown) => this.deps.logger.warn({ err: (error as Error).message }, "checking the cluster's state failed"));
     try {
-      if (!(await this.deps.registry.heartbeat(this.deps.ttlMs))) {
-        this.deps.logger.error({ ttlMs: this.deps.ttlMs }, "this instance was presumed dead by the cluster (no heartbeat within the TTL): ending its sessions");
-        this.deps.presumedDead();
-      }
+      if (!(await this.deps.registry.heartbeat(this.deps.ttlMs))) await this.deps.presumedDead();
     } catch (error) {
       this.deps.logger.warn({ err: (error as Error).message }, "heartbeat failed");
     }

@@ -120,6 +120,9 @@ const RELEASE_CONCURRENCY = 64;
  */
 const BACKLOG_HIGH = 2_000;
 const BACKLOG_LOW = 500;
+/** The first and the longest wait before an update whose publish failed is published again (see `republishLater`). */
+const REPUBLISH_MIN_MS = 250;
+const REPUBLISH_MAX_MS = 5_000;
 
 /**
  * The watcher role: one upstream subscription per (backend, URI) while anyone wants it.
@@ -145,6 +148,10 @@ export class UpstreamSubscriptions implements UpstreamPort {
   private readonly releases = new Map<string, Limiter>();
   private backends: WatchedBackends | undefined;
   private closed = false;
+  /** Updates whose publish failed, to publish again: per backend, the URI and its latest params. */
+  private readonly unpublishedUpdates = new Map<string, Map<string, Record<string, unknown> | undefined>>();
+  private republishTimer: TimerHandle | undefined;
+  private republishDelay = REPUBLISH_MIN_MS;
 
   constructor(
     private readonly deps: {
@@ -157,8 +164,8 @@ export class UpstreamSubscriptions implements UpstreamPort {
       releaseGraceMs: number;
       pollIntervalMs: number;
       /**
-       * An update the log could not publish (Redis away): it still reaches this member's own
-       * subscribers; the others hear of it when the bus is back (the gap is announced).
+       * An update the log could not publish (Redis away, or refusing commands): it still reaches
+       * this member's own subscribers; it is published again until that gets through (see `republishLater`).
        */
       unpublished?: (backendId: string, keys: readonly string[], uri: string, params: Record<string, unknown> | undefined) => void;
       /** Each update this member publishes, for the operator console's live feed (see `ConsoleFeedTap`). */
@@ -312,13 +319,43 @@ export class UpstreamSubscriptions implements UpstreamPort {
     this.deps.published?.(backendId, uri, at);
     this.publishing++;
     this.deps.updates.publish({ kind: "resource.updated", v: 1, origin: this.deps.instanceId, backendId, uri, params, at, update }, keys).then(
-      () => this.settled(),
+      () => {
+        this.settled();
+        this.republishDelay = REPUBLISH_MIN_MS;
+      },
       (error: unknown) => {
         this.settled();
-        this.deps.logger.warn({ backendId, uri, err: (error as Error).message }, "publish failed; delivered to this member's own sessions only");
+        this.deps.logger.warn({ backendId, uri, err: (error as Error).message }, "publish failed; delivered to this member's own sessions only, published again later");
         this.deps.unpublished?.(backendId, keys, uri, params);
+        this.republishLater(backendId, uri, params);
       },
     );
+  }
+
+  /**
+   * An update whose publish failed is published again, with backoff, until a publish gets through.
+   * A dropped connection announces a gap anyway (see `updatesMissed`), but a command refused on a
+   * live one (Redis out of memory, a script error) did not: the other members' sessions never heard
+   * of that update. This member's own sessions had it delivered at once, and hear it a second time.
+   */
+  private republishLater(backendId: string, uri: string, params: Record<string, unknown> | undefined): void {
+    if (this.closed) return;
+    let uris = this.unpublishedUpdates.get(backendId);
+    if (uris === undefined) {
+      uris = new Map();
+      this.unpublishedUpdates.set(backendId, uris);
+    }
+    uris.set(uri, params);
+    if (this.republishTimer !== undefined) return;
+    const delay = this.republishDelay;
+    this.republishDelay = Math.min(REPUBLISH_MAX_MS, delay * 2);
+    this.republishTimer = this.deps.clock.setTimeout(() => {
+      this.republishTimer = undefined;
+      const pending = [...this.unpublishedUpdates];
+      this.unpublishedUpdates.clear();
+      for (const [id, updates] of pending) for (const [again, lastParams] of updates) this.resourceUpdated(id, again, lastParams);
+    }, delay);
+    this.republishTimer.unref?.();
   }
 
   /** An update handed to the update log settled (one promise per update on this path, not three). */
@@ -359,6 +396,8 @@ export class UpstreamSubscriptions implements UpstreamPort {
 
   close(): void {
     this.closed = true;
+    if (this.republishTimer !== undefined) this.deps.clock.clearTimeout(this.republishTimer);
+    this.unpublishedUpdates.clear();
     for (const retry of this.retries.values()) if (retry.timer !== undefined) this.deps.clock.clearTimeout(retry.timer);
     this.retries.clear();
     for (const slots of this.slots.values()) {

@@ -323,6 +323,60 @@ describe("upstream subscriptions", () => {
     expect(upstream.backlog()).toBeUndefined();
   });
 
+  it("publishes an update again, with backoff, while Redis refuses its publish (out of memory), until one gets through", async () => {
+    const registry = new MemoryRegistry();
+    const backend = fakeBackend();
+    const updates = new MemoryUpdateLog(new MemoryBus(), new MemoryPositions());
+    const published: { uri: string; params: unknown }[] = [];
+    let refusals = 3;
+    updates.publish = async (update) => {
+      if (update.kind !== "resource.updated") return 0;
+      if (refusals > 0) {
+        refusals--;
+        throw new Error("OOM command not allowed when used memory > 'maxmemory'.");
+      }
+      published.push({ uri: update.uri, params: update.params });
+      return published.length;
+    };
+    const unpublished: string[] = [];
+    const upstream = new UpstreamSubscriptions({
+      registry,
+      updates,
+      clock,
+      logger,
+      instanceId: "i",
+      releaseGraceMs: GRACE_MS,
+      pollIntervalMs: 60_000,
+      unpublished: (_backendId, _keys, uri) => unpublished.push(uri),
+    });
+    upstream.attach({ get: () => backend });
+    for (const uri of ["u://a", "u://b"]) {
+      await registry.add({ principal: "p", sessionId: "s1", backendId: "b", uri }, limits);
+      await upstream.ensure("b", uri);
+    }
+    upstream.resourceUpdated("b", "u://a", { n: 1 });
+    upstream.resourceUpdated("b", "u://a", { n: 2 });
+    await vi.advanceTimersByTimeAsync(0);
+    // Both refused: delivered locally, and one publish of u://a (its latest params) waits 250 ms.
+    expect(unpublished).toEqual(["u://a", "u://a"]);
+    await vi.advanceTimersByTimeAsync(249);
+    expect(refusals).toBe(1);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(refusals).toBe(0); // refused again: the next try waits twice as long
+    expect(published).toEqual([]);
+    await vi.advanceTimersByTimeAsync(499);
+    expect(published).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(published).toEqual([{ uri: "u://a", params: { n: 2 } }]);
+    // Nothing else is pending: no more publishes, and updates go out at once again.
+    await vi.advanceTimersByTimeAsync(10_000);
+    upstream.resourceUpdated("b", "u://b");
+    await vi.advanceTimersByTimeAsync(0);
+    expect(published).toEqual([{ uri: "u://a", params: { n: 2 } }, { uri: "u://b", params: undefined }]);
+    expect(unpublished).toEqual(["u://a", "u://a", "u://a"]);
+    upstream.close();
+  });
+
   it("a member that stops watching unsubscribes what it watched 64 at a time too", async () => {
     const { registry, backend, upstream, ref } = world();
     const uris = Array.from({ length: 150 }, (_, i) => `u://${i}`);
