@@ -163,6 +163,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     backoffMs: config.jobs.backoffMs,
     onError: (key: string, error: unknown, final: boolean) =>
       logger.warn({ job: key, err: (error as Error).message, final }, final ? "job failed for good" : "job failed; it is retried"),
+    onFetchError: (error: Error, pauseMs: number) => logger.warn({ err: error.message, pauseMs }, "taking jobs failed; this member takes none for a while"),
     onRun: ((run) => {
       if (run.key.startsWith("reload:") && run.outcome === "completed") counts.reloads++;
       metrics.observeJob(run);

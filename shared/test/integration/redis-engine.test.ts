@@ -1,13 +1,13 @@
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { Queue } from "bullmq";
-import type { Redis } from "ioredis";
+import { Redis as IORedis, type Redis } from "ioredis";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import type { JobQueue } from "../../src/engine/jobs.js";
 import type { BullJobQueueOptions } from "../../src/engine/redis/bullmq-job-queue.js";
 import { createRedisEngine, type RedisEngine } from "../../src/engine/redis/redis-engine.js";
-import { deleteKeys, testRedisUrl, uniquePrefix } from "../../src/testing/test-redis.js";
+import { deleteKeys, freePort, testRedisUrl, uniquePrefix } from "../../src/testing/test-redis.js";
 import { CHANNEL, type BusMessage } from "../../src/engine/bus.js";
 import { redisEngineContracts } from "../contracts/redis-engine-contracts.js";
 
@@ -137,6 +137,44 @@ describe("Redis job queue", () => {
     });
     await vi.waitFor(() => expect(runs).toEqual([["k", 7]]), { timeout: 5_000, interval: 50 });
   }, 30_000);
+
+  it("pauses taking jobs, with backoff, while Redis refuses them (out of memory), and takes them again after", async () => {
+    // A Redis of this test's own: it is made to refuse every write.
+    const port = await freePort();
+    const server = spawn("redis-server", ["--bind", "127.0.0.1", "--port", String(port), "--save", "", "--appendonly", "no"], { stdio: "ignore" });
+    const own = `redis://127.0.0.1:${port}`;
+    const admin = new IORedis(own, { lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => 100 });
+    const engine = createRedisEngine({ url: own, keyPrefix: "oom:", instanceId: "oom", onInvalidMessage: () => undefined, onConnectionError: () => undefined });
+    try {
+      await vi.waitFor(() => admin.connect(), { timeout: 10_000, interval: 100 });
+      await engine.connect();
+      const fetchErrors: number[] = [];
+      const queue = engine.jobQueue<number>("q", { attempts: 1, backoffMs: 10, lockMs: 1_000, decode: (data) => z.number().parse(data), onFetchError: (_error, pauseMs) => fetchErrors.push(pauseMs) });
+      // A repetition (as the members' housekeeping has) and a delayed run come due while Redis refuses writes.
+      await queue.repeat("r", 3, 200);
+      await queue.schedule("k", 2, 300);
+      await admin.config("SET", "maxmemory-policy", "noeviction");
+      await admin.config("SET", "maxmemory", "1");
+      const runs: number[] = [];
+      queue.process(async (_key, data) => {
+        runs.push(data);
+      });
+      await new Promise((r) => setTimeout(r, 500));
+      const commands = async () => Number(/total_commands_processed:(\d+)/.exec(await admin.info("stats"))?.[1]);
+      const before = await commands();
+      await new Promise((r) => setTimeout(r, 2_000));
+      // BullMQ alone asked again at once: thousands of refused scripts a second.
+      expect((await commands()) - before).toBeLessThan(200);
+      expect(fetchErrors.slice(0, 2)).toEqual([250, 500]);
+      await admin.config("SET", "maxmemory", "0");
+      await vi.waitFor(() => expect(runs).toContain(2), { timeout: 10_000 });
+      await queue.close();
+    } finally {
+      await engine.close().catch(() => undefined);
+      admin.disconnect();
+      server.kill("SIGKILL");
+    }
+  }, 40_000);
 
   it("fails a job whose payload does not decode, with the reason, without retrying it", async () => {
     const failures: { key: string; error: string; final: boolean }[] = [];

@@ -1,4 +1,4 @@
-import { Queue, UnrecoverableError, Worker, type Job } from "bullmq";
+import { isNotConnectionError, Queue, UnrecoverableError, Worker, type Job } from "bullmq";
 import type { RedisClient } from "./redis-client.js";
 import { UnrecoverableJobError, type JobObserver, type JobQueue, type JobQueueOptions, type JobStats } from "../jobs.js";
 
@@ -35,6 +35,8 @@ export interface BullJobQueueOptions<T> extends JobQueueOptions {
    */
   lockMs?: number;
   onError?: (key: string, error: unknown, final: boolean) => void;
+  /** Taking jobs failed other than for a lost connection: the worker takes none for `pauseMs` (see `BullJobQueue.backOff`). */
+  onFetchError?: (error: Error, pauseMs: number) => void;
   onRun?: JobObserver;
 }
 
@@ -47,10 +49,21 @@ export interface BullJobQueueOptions<T> extends JobQueueOptions {
  * Repetitions are BullMQ job schedulers, one per key for the cluster, whose jobs only schedule the
  * key (so a slow run never overlaps the next).
  */
+/** How long fetching pauses after the worker's first error, and at most (see `BullJobQueue.backOff`). */
+const FETCH_BACKOFF_MIN_MS = 250;
+const FETCH_BACKOFF_MAX_MS = 5_000;
+/** Errors this far apart start the backoff over. */
+const FETCH_BACKOFF_RESET_MS = 10_000;
+
 export class BullJobQueue<T> implements JobQueue<T> {
   private readonly queue: Queue;
   private readonly connections: RedisClient[] = [];
   private worker: Worker | undefined;
+  private closing = false;
+  /** While set, the worker fetches no job (see `backOff`). */
+  private fetchPause: NodeJS.Timeout | undefined;
+  private fetchBackoffMs = FETCH_BACKOFF_MIN_MS;
+  private lastFetchError = Number.NEGATIVE_INFINITY;
 
   constructor(private readonly options: BullJobQueueOptions<T>) {
     this.queue = new Queue(options.name, { connection: this.connection(), prefix: options.prefix });
@@ -96,7 +109,28 @@ export class BullJobQueue<T> implements JobQueue<T> {
       // After a Redis outage the worker takes jobs again within a second, not BullMQ's default 15 s.
       runRetryDelay: 1_000,
     });
-    this.worker.on("error", () => undefined);
+    this.worker.on("error", (error) => this.backOff(error));
+  }
+
+  /**
+   * BullMQ's worker waits before asking again only when Redis is unreachable: when Redis answers
+   * its fetch with another error (out of memory under `noeviction`, a script refused), it asks
+   * again at once, thousands of times a second, a core busy for as long as it lasts. Any such error
+   * pauses fetching (running jobs go on) for 250 ms, doubling while errors keep coming, up to 5 s.
+   */
+  private backOff(error: Error): void {
+    const worker = this.worker;
+    if (worker === undefined || this.closing || this.fetchPause !== undefined || !isNotConnectionError(error)) return;
+    const now = Date.now();
+    this.fetchBackoffMs = now - this.lastFetchError < FETCH_BACKOFF_RESET_MS ? Math.min(FETCH_BACKOFF_MAX_MS, this.fetchBackoffMs * 2) : FETCH_BACKOFF_MIN_MS;
+    this.lastFetchError = now;
+    this.options.onFetchError?.(error, this.fetchBackoffMs);
+    void worker.pause(true).catch(() => undefined);
+    this.fetchPause = setTimeout(() => {
+      this.fetchPause = undefined;
+      if (!this.closing) void worker.resume().catch(() => undefined);
+    }, this.fetchBackoffMs);
+    this.fetchPause.unref();
   }
 
   /**
@@ -143,6 +177,8 @@ export class BullJobQueue<T> implements JobQueue<T> {
    * release of every expired session). Bounded also while Redis is away: the connections are dropped.
    */
   async close(): Promise<void> {
+    this.closing = true;
+    clearTimeout(this.fetchPause);
     const worker = this.worker;
     const graceful = (async () => {
       await worker?.close();
