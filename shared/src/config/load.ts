@@ -1,4 +1,4 @@
-import { readFile } from "node:fs/promises";
+import { readFile, stat } from "node:fs/promises";
 import path from "node:path";
 import { parse as parseYaml } from "yaml";
 import { ConfigError } from "../errors.js";
@@ -23,8 +23,14 @@ export async function loadConfigFile(file: string, env: ConfigEnv = {}, override
   // Stdio backends run in the config file's folder unless told otherwise, so relative paths in
   // `args` mean the same thing wherever the broker is started from.
   const base = path.dirname(path.resolve(file));
-  for (const backend of config.backends) {
-    if ("command" in backend) backend.cwd = path.resolve(base, backend.cwd ?? ".");
+  const issues: string[] = [];
+  for (const [i, backend] of config.backends.entries()) {
+    if (!("command" in backend)) continue;
+    const given = backend.cwd;
+    backend.cwd = path.resolve(base, given ?? ".");
+    // A folder that is not there made every start fail as "spawn <command> ENOENT", blaming the command.
+    if (given !== undefined && !(await stat(backend.cwd).then((found) => found.isDirectory(), () => false))) issues.push(`backends.${i}.cwd: no such folder: ${backend.cwd}`);
   }
+  if (issues.length > 0) throw new ConfigError(file, issues);
   return config;
 }

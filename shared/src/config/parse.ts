@@ -19,7 +19,7 @@ export interface ConfigOverrides {
 /** Validates an already-parsed config value; `source` names it in every error. */
 export function parseConfig(value: unknown, source: string, env: ConfigEnv = {}, overrides: ConfigOverrides = {}): BrokerConfig {
   const result = brokerConfigSchema.safeParse(value);
-  if (!result.success) throw new ConfigError(source, result.error.issues.map(formatIssue));
+  if (!result.success) throw new ConfigError(source, result.error.issues.flatMap((issue) => formatIssue(issue, value)));
   const config = result.data;
   const issues: string[] = [];
   if (env.HOST !== undefined && env.HOST !== "") config.server.host = env.HOST;
@@ -60,10 +60,19 @@ export function parsePort(text: string): number | undefined {
   return port <= 65_535 ? port : undefined;
 }
 
-function formatIssue(issue: z.core.$ZodIssue): string {
+function formatIssue(issue: z.core.$ZodIssue, value: unknown): string[] {
   const field = issue.path.length === 0 ? "(top level)" : issue.path.map(String).join(".");
   if (issue.code === "invalid_union" && issue.path.at(-2) === "backends") {
-    return `${field}: ${issue.message}`;
+    // A backend is stdio (`command`) or HTTP (`url`): one that has exactly one of them gets that
+    // kind's issues, naming the field at fault (the union's own message named neither).
+    const backend = issue.path.reduce<unknown>((at, key) => (typeof at === "object" && at !== null ? (at as Record<PropertyKey, unknown>)[key] : undefined), value);
+    const has = (key: string) => typeof backend === "object" && backend !== null && key in backend;
+    const kind = has("command") && !has("url") ? 0 : has("url") && !has("command") ? 1 : undefined;
+    const branch = kind === undefined ? undefined : issue.errors[kind];
+    if (branch !== undefined && branch.length > 0) return branch.flatMap((inner) => formatIssue({ ...inner, path: [...issue.path, ...inner.path] }, value));
+    if (!has("command") && !has("url")) return [`${field}: a backend needs \`command\` (stdio) or \`url\` (Streamable HTTP)`];
   }
-  return `${field}: ${issue.message}`;
+  // A record's key that fails its check: what the check says ("Invalid key in record" says nothing).
+  if (issue.code === "invalid_key" && issue.issues[0] !== undefined) return [`${field}: ${issue.issues[0].message}`];
+  return [`${field}: ${issue.message}`];
 }

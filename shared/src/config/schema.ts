@@ -19,7 +19,12 @@ const reconnectSchema = z
     maxDelayMs: positiveMs.default(30_000),
     multiplier: z.number().min(1).default(2),
   })
-  .strict();
+  .strict()
+  .refine((reconnect) => reconnect.initialDelayMs <= reconnect.maxDelayMs, { error: "initialDelayMs must be at most maxDelayMs", path: ["initialDelayMs"] });
+
+/** An HTTP header name (RFC 9110 token), and a value without line breaks (both refused by fetch at every request). */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+const HEADER_VALUE = /^[^\r\n\0]*$/;
 
 const backendCommon = {
   id: z
@@ -61,7 +66,9 @@ const httpBackend = z
     ...backendCommon,
     url: z.url({ protocol: /^https?$/, error: "must be an http(s) URL" }),
     /** Sent on every request to this backend; the client's own credentials never are. */
-    headers: z.record(z.string(), z.string()).default({}),
+    headers: z
+      .record(z.string().regex(HEADER_NAME, "must be a header name (letters, digits and !#$%&'*+-.^_`|~)"), z.string().regex(HEADER_VALUE, "must not contain line breaks"))
+      .default({}),
   })
   .strict();
 

@@ -79,6 +79,27 @@ describe("config", () => {
     expect(dup.join("\n")).toContain("backends.1.id: duplicate backend id 'a'");
   });
 
+  it("names the field at fault in a stdio or HTTP backend, not the transport choice", () => {
+    const issues = (backend: Record<string, unknown>) => issuesOf(() => parseConfig({ backends: [{ id: "a", ...backend }] }, "x.json"));
+    expect(issues({ command: "x", prefix: "x__" })).toEqual([expect.stringMatching(/^backends\.0\.prefix: /)]);
+    expect(issues({ command: "x", env: { X: 5 } })).toEqual([expect.stringMatching(/^backends\.0\.env\.X: /)]);
+    expect(issues({ url: "http://h/mcp", timeoutMs: "5" })).toEqual([expect.stringMatching(/^backends\.0\.timeoutMs: /)]);
+    expect(issues({})).toEqual(["backends.0: a backend needs `command` (stdio) or `url` (Streamable HTTP)"]);
+    expect(issues({ command: "x", url: "http://h/mcp" })).toEqual(["backends.0: a backend needs either `command` (stdio) or `url` (Streamable HTTP), not both"]);
+  });
+
+  it("refuses what would fail every connection: a bad header, a reconnect delay over its maximum, a missing folder", async () => {
+    const issues = (backend: Record<string, unknown>) => issuesOf(() => parseConfig({ backends: [{ id: "a", ...backend }] }, "x.json")).join("\n");
+    expect(issues({ url: "http://h/mcp", headers: { "Bad Header": "v" } })).toMatch(/^backends\.0\.headers.*must be a header name/);
+    expect(issues({ url: "http://h/mcp", headers: { "X-Key": "a\r\nInjected: 1" } })).toMatch(/^backends\.0\.headers\.X-Key: must not contain line breaks/);
+    expect(issues({ command: "x", reconnect: { initialDelayMs: 5_000, maxDelayMs: 100 } })).toMatch(/^backends\.0\.reconnect\.initialDelayMs: initialDelayMs must be at most maxDelayMs/);
+    expect(parseConfig({ backends: [{ id: "a", url: "http://h/mcp", headers: { Authorization: "Bearer t", "X-Api-Key": "k" } }] }, "x.json").backends[0]).toMatchObject({ headers: { Authorization: "Bearer t" } });
+    const missing = await file("broker.json", JSON.stringify({ backends: [{ id: "a", command: "node", cwd: "no-such-folder" }] }));
+    await expect(loadConfigFile(missing)).rejects.toThrow(/backends\.0\.cwd: no such folder: .*no-such-folder/);
+    const present = await file("broker.json", JSON.stringify({ backends: [{ id: "a", command: "node", cwd: "." }] }));
+    expect((await loadConfigFile(present)).backends[0]).toMatchObject({ cwd: path.dirname(present) });
+  });
+
   it("takes toolChanges and pinnedTools, and refuses a pin that is not a logged hash", () => {
     const held = parseConfig({ backends: [{ id: "a", command: "x", toolChanges: "hold", pinnedTools: { echo: "AbCdEfGhIjKlMnOpQrStUv" } }] }, "x.json");
     expect(held.backends[0]).toMatchObject({ toolChanges: "hold", pinnedTools: { echo: "AbCdEfGhIjKlMnOpQrStUv" } });
