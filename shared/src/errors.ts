@@ -16,7 +16,7 @@ export const ERROR_CATALOG = {
   UNKNOWN_METHOD: { jsonRpc: -32601, summary: "The method is not one the broker serves." },
   BACKEND_UNAVAILABLE: {
     jsonRpc: -32000,
-    summary: "The backend that owns the item is not connected right now (data.backend); retry later.",
+    summary: "The backend that owns the item is not connected right now, or is connected but its list of that kind has not loaded (data.backend); retry later.",
   },
   BACKEND_TIMEOUT: {
     jsonRpc: -32001,
@@ -29,7 +29,7 @@ export const ERROR_CATALOG = {
   },
   CLUSTER_UNAVAILABLE: {
     jsonRpc: -32004,
-    summary: "The cluster's shared state (Redis engine) did not answer, so a subscribe or unsubscribe could not be confirmed, or a session held in it could not be adopted (HTTP 503); retry later (retrying is safe).",
+    summary: "The cluster's shared state (Redis engine) did not answer or refused (out of memory), so a subscribe or unsubscribe could not be confirmed, a new session (initialize) could not be recorded, or a session held in it could not be adopted (HTTP 503); retry later (retrying is safe).",
   },
   STARTING: {
     jsonRpc: -32005,

@@ -91,7 +91,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
   const { stateKey } = config.interaction;
   const seal = new RequestStateSeal(stateKey !== undefined ? () => stateKey : () => member.sharedSecret(), clock, config.interaction.heldCallMs);
   const held = new HeldCalls({ clock, seal, bus, instanceId: member.instanceId });
-  const router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name), metaTools, interaction: { held, seal } });
+  const router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name), metaTools, interaction: { held, seal }, listed: (backendId, kind) => catalog.listed(backendId, kind) });
   const dispatcher = new Dispatcher(router, logger, { serverInfo, cacheScope: config.auth.apiKeys.length > 0 ? "private" : "public" });
   const sessions = new SessionHost({
     catalog: catalog.catalog,

@@ -68,6 +68,11 @@ export class CatalogService {
     return this.applied.get(backendId)?.size === CATALOG_KINDS.length;
   }
 
+  /** Whether the backend's list of `kind` has been applied since it connected. */
+  listed(backendId: string, kind: CatalogKind): boolean {
+    return this.applied.get(backendId)?.has(kind) === true;
+  }
+
   /** Stored lists applied since start (for metrics). */
   reloads(): number {
     return this.applies;

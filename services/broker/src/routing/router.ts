@@ -44,6 +44,8 @@ export class Router {
       metaTools?: MetaTools;
       /** A modern client's questions from legacy backends, and the sealing of every requestState it is handed. */
       interaction?: { held: HeldCalls; seal: RequestStateSeal };
+      /** Whether a backend's list of `kind` has been loaded since it connected (see `CatalogService.listed`). */
+      listed?: (backendId: string, kind: CatalogKind) => boolean;
     },
   ) {}
 
@@ -82,7 +84,7 @@ export class Router {
       if (held !== undefined) {
         throw new BrokerError("TOOL_HELD", `Tool '${name}' is held: its definition changed (or it appeared) after backend '${held.backendId}' was pinned; an operator has to pin it before it can be called.`, { backend: held.backendId, name, hash: held.hash });
       }
-      throw this.unavailable(splitPrefixedName(name)?.backendId) ?? new BrokerError("UNKNOWN_TOOL", `Unknown tool '${name}'. Call tools/list for the available tools.`, { name });
+      throw this.unavailable(splitPrefixedName(name)?.backendId, "tools") ?? new BrokerError("UNKNOWN_TOOL", `Unknown tool '${name}'. Call tools/list for the available tools.`, { name });
     }
     if (item.backendId === BROKER_TOOLS_ID && this.options.metaTools !== undefined) return this.options.metaTools.call(item.key, params.arguments);
     const result = await this.forward(item.backendId, "tools/call", { ...params, name: item.key }, ctx);
@@ -93,7 +95,7 @@ export class Router {
     const name = requireString(params, "name");
     const item = this.catalog.get("prompts", name);
     if (item === undefined) {
-      throw this.unavailable(splitPrefixedName(name)?.backendId) ?? new BrokerError("UNKNOWN_PROMPT", `Unknown prompt '${name}'. Call prompts/list for the available prompts.`, { name });
+      throw this.unavailable(splitPrefixedName(name)?.backendId, "prompts") ?? new BrokerError("UNKNOWN_PROMPT", `Unknown prompt '${name}'. Call prompts/list for the available prompts.`, { name });
     }
     const result = await this.forward(item.backendId, "prompts/get", { ...params, name: item.key }, ctx);
     return this.catalog.exposeResult(item.backendId, result);
@@ -121,14 +123,24 @@ export class Router {
    */
   subscriptionTarget(uri: string): { backendId: string; uri: string } {
     const resolved = this.catalog.resolveResource(uri);
-    if (resolved === undefined || resolved.match === "prefix") throw this.unavailable(resolved?.backendId) ?? unknownResource(uri);
+    if (resolved === undefined || resolved.match === "prefix") throw this.unavailable(resolved?.backendId, "resources") ?? unknownResource(uri);
     return { backendId: resolved.backendId, uri: resolved.uri };
   }
 
   /** A name or URI with a configured backend's prefix that is missing because that backend is down. */
-  private unavailable(backendId: string | undefined): BrokerError | undefined {
+  /**
+   * Why a name or URI of a prefixed backend is not in the catalog, when the backend is the reason:
+   * it is not connected, or its list of that kind has not loaded (a list the backend cannot serve
+   * left every item of it "unknown" though the backend was there); undefined when the backend's
+   * list is there and the item is not in it.
+   */
+  private unavailable(backendId: string | undefined, kind: CatalogKind): BrokerError | undefined {
     const backend = backendId === undefined ? undefined : this.pool.all().find((b) => b.id === backendId);
-    if (backend === undefined || backend.state === "connected" || !backend.config.prefix) return undefined;
+    if (backend === undefined || !backend.config.prefix) return undefined;
+    if (backend.state === "connected") {
+      if (this.options.listed?.(backend.id, kind) !== false) return undefined;
+      return new BrokerError("BACKEND_UNAVAILABLE", `Backend '${backend.id}' is connected, but its ${kind} list has not loaded yet (see the broker's log); retry later.`, { backend: backend.id });
+    }
     return new BrokerError("BACKEND_UNAVAILABLE", `Backend '${backend.id}' is not connected${backend.lastFailure ? ` (${backend.lastFailure})` : ""}; retry later.`, {
       backend: backend.id,
     });
@@ -140,7 +152,7 @@ export class Router {
     if (ref.type === "ref/prompt") {
       const name = requireString(ref, "name");
       const item = this.catalog.get("prompts", name);
-      if (item === undefined) throw this.unavailable(splitPrefixedName(name)?.backendId) ?? new BrokerError("UNKNOWN_PROMPT", `Unknown prompt '${name}'.`, { name });
+      if (item === undefined) throw this.unavailable(splitPrefixedName(name)?.backendId, "prompts") ?? new BrokerError("UNKNOWN_PROMPT", `Unknown prompt '${name}'.`, { name });
       return this.forward(item.backendId, "completion/complete", { ...params, ref: { ...ref, name: item.key } }, ctx);
     }
     if (ref.type === "ref/resource") {

@@ -73,3 +73,20 @@ describe("upstream: a malformed backend result", () => {
     }
   });
 });
+
+describe("upstream: a backend whose tool list never loads", () => {
+  it("answers a call of one of its tools -32000 (its list has not loaded), not Unknown tool; other backends' unknown tools stay -32602", async () => {
+    const backend = (id: string, env: Record<string, string> = {}) => ({ id, command: process.execPath, args: ["--import", "tsx", MALFORMED_BACKEND], cwd: BROKER_DIR, env, era: "legacy" as const });
+    const running = await startBroker({ backends: [backend("mal"), backend("nolist", { MAL_NO_TOOLS_LIST: "1" })], metaTools: false }, {}, { readyBackends: ["mal"] });
+    const client = await connectClient(running.url, "legacy");
+    try {
+      expect(running.broker.pool.get("nolist").state).toBe("connected");
+      await expect(client.callTool({ name: "nolist__pid" })).rejects.toMatchObject({ code: -32000, data: { backend: "nolist" } });
+      await expect(client.callTool({ name: "nolist__pid" })).rejects.toThrow(/tools list has not loaded/);
+      await expect(client.callTool({ name: "mal__nope" })).rejects.toMatchObject({ code: -32602 });
+    } finally {
+      await client.close();
+      await running.close();
+    }
+  }, 60_000);
+});
