@@ -6,10 +6,11 @@ import type { RelayTransport } from "./raw-relay.js";
 /** The plain Node SSE server of the baselines, over IPC. */
 export type RawServerApi = {
   /**
-   * Listens on 127.0.0.1; with `redisUrl`, streams are fed from Redis channels `bench:r:<key>`;
+   * Listens on 127.0.0.1; with `redisUrl`, streams are fed from Redis channels `bench:r:<key>`
+   * (with `cluster`, sharded channels of that Redis Cluster instead, spread over its masters by key);
    * with `relays`, POST /relay/<transport> goes through a bench backend of its own over that transport (see raw-relay.ts).
    */
-  start(params: { redisUrl: string | undefined; relays?: readonly RelayTransport[] }): Promise<{ url: string }>;
+  start(params: { redisUrl: string | undefined; cluster?: readonly string[]; relays?: readonly RelayTransport[] }): Promise<{ url: string }>;
   usage(params: { gc: boolean }): ProcessUsage | Promise<ProcessUsage>;
   census(params: Record<string, never>): { connections: number; channels: number };
   stop(params: Record<string, never>): Promise<void>;
@@ -17,7 +18,8 @@ export type RawServerApi = {
 
 /** The Redis publisher of the baselines (stands where the backend stands for the broker). */
 export type RawPublisherApi = {
-  start(params: { redisUrl: string }): Promise<void>;
+  /** With `cluster`, SPUBLISH on that Redis Cluster (seed nodes `host:port`) instead of PUBLISH on `redisUrl`. */
+  start(params: { redisUrl: string; cluster?: readonly string[] }): Promise<void>;
   emit(plan: EmitPlan): Promise<PacedResult>;
   usage(params: { gc: boolean }): ProcessUsage | Promise<ProcessUsage>;
   stop(params: Record<string, never>): Promise<void>;

@@ -12,7 +12,7 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { Redis } from "ioredis";
+import { Cluster, Redis } from "ioredis";
 import { parentLink } from "../core/links.js";
 import { exitWithParent } from "../core/process-group.js";
 import { reportUsage } from "../core/process-usage.js";
@@ -26,7 +26,8 @@ const KEEP_ALIVE_FRAME = Buffer.from(": keep-alive\n\n");
 
 const streams = new Map<string, Set<ServerResponse>>();
 let connections = 0;
-let subscriber: Redis | undefined;
+/** Where streams' keys are subscribed: SUBSCRIBE on one Redis, or SSUBSCRIBE on a Redis Cluster (ioredis's one subscriber per master). */
+let subscriber: { subscribe(channel: string): Promise<unknown>; disconnect(): void } | undefined;
 const relays = new Map<string, Relay>();
 
 function frameOf(uri: string): Buffer {
@@ -138,17 +139,25 @@ const shutdown = async (): Promise<void> => {
 };
 
 const api: RawServerApi = {
-  start: async ({ redisUrl, relays: transports }) => {
+  start: async ({ redisUrl, cluster, relays: transports }) => {
     for (const transport of transports ?? []) relays.set(transport, await startRelay(transport));
-    if (redisUrl !== undefined) {
+    const deliver = (channel: Buffer, message: Buffer): void => {
+      const set = streams.get(channel.toString("latin1"));
+      if (set === undefined || set.size === 0) return;
+      const frame = frameOf(message.toString("utf8"));
+      for (const res of set) res.write(frame);
+    };
+    if (cluster !== undefined) {
+      // The keys' channels spread over the cluster's masters by slot, as a notifier on a Redis Cluster spreads its keys.
+      const nodes = cluster.map((node) => ({ host: node.slice(0, node.lastIndexOf(":")), port: Number(node.slice(node.lastIndexOf(":") + 1)) }));
+      const redis = new Cluster(nodes, { shardedSubscribers: true, lazyConnect: true, redisOptions: { maxRetriesPerRequest: 1 } });
+      await redis.connect();
+      redis.on("smessageBuffer", deliver);
+      subscriber = { subscribe: (channel) => redis.ssubscribe(channel), disconnect: () => redis.disconnect() };
+    } else if (redisUrl !== undefined) {
       const redis = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 });
       await redis.connect();
-      redis.on("messageBuffer", (channel: Buffer, message: Buffer) => {
-        const set = streams.get(channel.toString("latin1"));
-        if (set === undefined || set.size === 0) return;
-        const frame = frameOf(message.toString("utf8"));
-        for (const res of set) res.write(frame);
-      });
+      redis.on("messageBuffer", deliver);
       subscriber = redis;
     }
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));

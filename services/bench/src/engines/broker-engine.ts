@@ -48,5 +48,7 @@ export interface BrokerEngine {
   readonly description: string;
   /** Why this engine cannot run here (e.g. Redis unreachable), or undefined when it can. */
   readonly unavailableReason: string | undefined;
+  /** The Redis Cluster (seed nodes) its brokers use, if any: the baselines beside this engine publish there too. */
+  readonly redisCluster?: readonly string[];
   deploy(label: string, options?: { debounceMs?: number }): Promise<BrokerDeployment>;
 }

@@ -59,10 +59,12 @@ export class RedisEngine implements BrokerEngine {
   readonly name: "redis" | "redis-cluster";
   readonly description: string;
   readonly unavailableReason: string | undefined;
+  readonly redisCluster: readonly string[] | undefined;
 
   /** `cluster`: the brokers use a Redis Cluster through these seed nodes instead of the Redis at `redisUrl`. */
   constructor(private readonly deps: EngineDeps & { redisUrl: string; redisUnavailable: string | undefined; cluster?: { nodes: string[] } }) {
     this.unavailableReason = deps.redisUnavailable;
+    this.redisCluster = deps.cluster?.nodes;
     this.name = deps.cluster === undefined ? "redis" : "redis-cluster";
     this.description =
       deps.cluster === undefined

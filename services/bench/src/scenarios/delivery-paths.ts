@@ -79,7 +79,12 @@ export function describeEngines(ctx: BenchContext): string {
 }
 
 /** The baseline server, optionally fed from Redis by the raw publisher, with one stream per key. */
-export async function startRawPath(ctx: BenchContext, label: string, keys: string[], options: { redis: boolean; generators?: number; relays?: readonly RelayTransport[] } = { redis: true }): Promise<RawPath> {
+export async function startRawPath(
+  ctx: BenchContext,
+  label: string,
+  keys: string[],
+  options: { redis: boolean; cluster?: readonly string[]; generators?: number; relays?: readonly RelayTransport[] } = { redis: true },
+): Promise<RawPath> {
   const server = ctx.group.fork<RawServerApi>(new URL("../baseline/raw-sse-server.js", import.meta.url), `raw-server-${label}`, { execArgv: ["--expose-gc"] });
   const publisher = options.redis ? ctx.group.fork<RawPublisherApi>(new URL("../baseline/raw-publisher.js", import.meta.url), `raw-publisher-${label}`) : undefined;
   const fleet = LoadFleet.start(ctx.group, label, options.generators ?? ctx.plan.generators);
@@ -88,8 +93,9 @@ export async function startRawPath(ctx: BenchContext, label: string, keys: strin
     await Promise.all([server.stop(() => server.rpc.call("stop", {})), publisher?.stop(() => publisher.rpc.call("stop", {}))]);
   };
   try {
-    const { url } = await server.rpc.call("start", { redisUrl: options.redis ? ctx.redisUrl : undefined, ...(options.relays !== undefined && { relays: options.relays }) });
-    await publisher?.rpc.call("start", { redisUrl: ctx.redisUrl });
+    const cluster = options.redis && options.cluster !== undefined ? { cluster: options.cluster } : {};
+    const { url } = await server.rpc.call("start", { redisUrl: options.redis ? ctx.redisUrl : undefined, ...cluster, ...(options.relays !== undefined && { relays: options.relays }) });
+    await publisher?.rpc.call("start", { redisUrl: ctx.redisUrl, ...cluster });
     const openMs = await fleet.open("raw", [url], keys);
     return {
       label,

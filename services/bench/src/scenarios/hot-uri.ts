@@ -56,7 +56,7 @@ export async function runHotUri(ctx: BenchContext): Promise<ScenarioResult> {
     let rawLadder: Ladder | undefined;
     try {
       // The baseline climbs again beside each engine, so every ratio compares figures taken side by side.
-      if (ctx.redisUnavailable === undefined) raw = await startRawPath(ctx, `hot-raw-${engine.name}`, Array.from({ length: sessions }, () => "0"));
+      if (ctx.redisUnavailable === undefined) raw = await startRawPath(ctx, `hot-raw-${engine.name}`, Array.from({ length: sessions }, () => "0"), { redis: true, cluster: engine.redisCluster });
       const ladders: Ladder[] = [{ path: broker, outcomes: [], fails: 0 }];
       if (raw !== undefined) {
         rawLadder = { path: raw, outcomes: [], fails: 0 };
@@ -120,7 +120,7 @@ export async function runHotUri(ctx: BenchContext): Promise<ScenarioResult> {
     title: SCENARIO,
     method:
       `${sessions} legacy sessions subscribed to bench+bench://r/0; the backend emits updates of bench://r/0/… at rising rates (updates/s × ${sessions} = offered deliveries/s), ${stepSeconds} s per step in ${slices} slices alternating with the baseline, which climbs again beside each engine. ` +
-      `Figure: the best delivered/s of a step with p99 ≤ ${p99LimitMs} ms and loss ≤ ${MAX_LOSS * 100} %; a path stops climbing after ${FAILS_TO_STOP} failing steps in a row. Baseline: Redis → plain Node SSE server writing one pre-encoded frame to all ${sessions} streams. ` +
+      `Figure: the best delivered/s of a step with p99 ≤ ${p99LimitMs} ms and loss ≤ ${MAX_LOSS * 100} %; a path stops climbing after ${FAILS_TO_STOP} failing steps in a row. Baseline: Redis → plain Node SSE server writing one pre-encoded frame to all ${sessions} streams (beside the redis-cluster engine, SPUBLISH and SSUBSCRIBE on the same Redis Cluster, since 2026-11-28). ` +
       describeEngines(ctx),
     rows,
     details,

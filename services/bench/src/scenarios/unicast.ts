@@ -46,7 +46,7 @@ export async function runUnicast(ctx: BenchContext): Promise<ScenarioResult> {
     try {
       // The baseline is measured again with each engine, in slices alternating with it, so every
       // ratio compares figures taken side by side.
-      if (rawReason === undefined) raw = await startRawPath(ctx, `unicast-raw-${engine.name}`, keys.map(String));
+      if (rawReason === undefined) raw = await startRawPath(ctx, `unicast-raw-${engine.name}`, keys.map(String), { redis: true, cluster: engine.redisCluster });
       const paths = raw === undefined ? [broker] : [raw, broker];
       const plan = (rate: number, seconds: number) => ({ rate, count: Math.round(rate * seconds), uriCount: sessions, uriOffset: 0 });
       await runInterleaved(paths, plan(1_000, warmupSeconds), 1, nextStep, () => ({ fanout: 1, drainMs: ctx.plan.drainMs }));
@@ -122,7 +122,8 @@ export async function runUnicast(ctx: BenchContext): Promise<ScenarioResult> {
     method:
       `${sessions} legacy sessions, session k subscribed to bench+bench://r/k; the backend emits resources/updated for bench://r/k/<step>.<seq>.<µs> round-robin over k at each rate, ` +
       `${stepsText} alternating with the baseline, which is measured again beside each engine. Latency = reader clock − emit timestamp in the URI. ` +
-      "Baseline: the same updates published on Redis (ioredis) to a plain Node SSE server that writes one frame per update to the one stream of that key. " +
+      "Baseline: the same updates published on Redis (ioredis) to a plain Node SSE server that writes one frame per update to the one stream of that key; " +
+      "beside the redis-cluster engine, on the same Redis Cluster (since 2026-11-28; one Redis before): SPUBLISH of each key's own sharded channel, so the keys spread over the masters by slot, and the server holds one SSUBSCRIBE connection per master (ioredis `shardedSubscribers`). " +
       describeEngines(ctx),
     rows,
     details,
