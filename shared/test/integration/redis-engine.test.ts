@@ -144,6 +144,7 @@ describe("Redis job queue", () => {
     const server = spawn("redis-server", ["--bind", "127.0.0.1", "--port", String(port), "--save", "", "--appendonly", "no"], { stdio: "ignore" });
     const own = `redis://127.0.0.1:${port}`;
     const admin = new IORedis(own, { lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => 100 });
+    admin.on("error", () => undefined); // refused until the server listens
     const engine = createRedisEngine({ url: own, keyPrefix: "oom:", instanceId: "oom", onInvalidMessage: () => undefined, onConnectionError: () => undefined });
     try {
       await vi.waitFor(() => admin.connect(), { timeout: 10_000, interval: 100 });
