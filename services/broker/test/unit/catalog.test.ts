@@ -135,6 +135,7 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
   let changes: ListChanges;
   let announced: string[];
   let bus: MemoryBus;
+  let store: MemoryCatalogStore;
 
   beforeEach(async () => {
     vi.useFakeTimers();
@@ -161,7 +162,7 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
     };
     const logger = pino({ level: "silent" });
     bus = new MemoryBus();
-    const store = new MemoryCatalogStore(new MemoryPositions(), bus);
+    store = new MemoryCatalogStore(new MemoryPositions(), bus);
     jobs = new MemoryJobQueue<ClusterJob>({ clock, attempts: 3, backoffMs: 100 });
     const reloader = new ListReloader({ backends: [config], store, logger, instanceId: "me", backend: () => backend });
     jobs.process(async (_key, job) => (job.type === "reload" ? reloader.reload(job.backendId, job.list) : undefined));
@@ -191,6 +192,17 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
     expect(announced).toEqual(["tools"]);
     // Resources and templates together; prompts (not offered) stored empty without a request.
     expect(calls.sort()).toEqual(["resources/list", "resources/templates/list", "tools/list"]);
+  });
+
+  it("leaves out a malformed item and a name listed twice, and keeps the rest of the list", async () => {
+    const tool = (name: string, description: string) => ({ name, description, inputSchema: { type: "object" } });
+    lists.tools = [tool("one", "first"), { name: "broken", inputSchema: { type: "string" } }, tool("two", "2"), tool("one", "again")];
+    changes.listChanged("a", "tools");
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(listed()).toEqual(["a__one", "a__two"]);
+    expect(catalog.catalog.get("tools", "a__one")?.original).toMatchObject({ description: "first" });
+    // Stored once each, as the cluster catalog's diffs count them.
+    expect((await store.get("a", "tools"))?.items.map((item) => item.name)).toEqual(["one", "two"]);
   });
 
   it("turns a burst into one reload, a change during a reload into exactly one more, and announces only real changes", async () => {

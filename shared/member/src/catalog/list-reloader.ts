@@ -91,6 +91,8 @@ export class ListReloader {
     const { method, field, key, capability, item: schema } = LIST_METHODS[kind];
     if (backend.capabilities?.[capability] === undefined) return [];
     const items: Record<string, unknown>[] = [];
+    /** Keys listed so far: a later item of the same key is left out (a repeated page, a backend listing a name twice). */
+    const listed = new Set<string>();
     const seenCursors = new Set<string>();
     let cursor: string | undefined;
     for (let page = 0; page < MAX_PAGES; page++) {
@@ -102,10 +104,17 @@ export class ListReloader {
           this.deps.logger.warn({ backend: backend.id, kind, item }, `list item without a string '${key}' left out`);
           continue;
         }
+        const name = (item as Record<string, string>)[key] as string;
+        if (listed.has(name)) {
+          this.deps.logger.warn({ backend: backend.id, kind, [key]: name }, "list item listed again left out (the first one stays)");
+          continue;
+        }
         // One malformed item is left out, not the whole list (the list request takes any result, see BackendConnection).
         const issue = schema["~standard"].validate(item).issues?.[0];
-        if (issue === undefined) items.push(item as Record<string, unknown>);
-        else {
+        if (issue === undefined) {
+          listed.add(name);
+          items.push(item as Record<string, unknown>);
+        } else {
           const path = (issue.path ?? []).map((part) => String(typeof part === "object" ? part.key : part)).join(".");
           const problem = `${path || "(item)"}: ${issue.message}`;
           this.deps.logger.warn({ backend: backend.id, kind, [key]: (item as Record<string, unknown>)[key], problem }, "malformed list item left out");
