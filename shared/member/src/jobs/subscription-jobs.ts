@@ -43,7 +43,7 @@ export class SubscriptionJobs {
     for (const dead of await this.deps.registry.deadInstances()) {
       const orphaned = await this.deps.sessions.orphan(dead, this.deps.sessionIdleMs);
       const released = await this.deps.registry.reapInstance(dead);
-      this.deps.logger.warn({ instance: dead, sessionsKept: orphaned.length, released: released.length }, "a broker instance died: its sessions wait for another to adopt them; the rest of what it held is released");
+      this.deps.logger.warn({ instance: dead, sessionsKept: orphaned.length, released: released.length }, "a cluster member (broker or worker) died: its sessions wait for another to adopt them; the rest of what it held is released");
       for (const { backendId, uri } of released) this.deps.release(backendId, uri);
     }
     // An expired session comes back until it is marked released: a reap cut short does it again.
