@@ -41,7 +41,7 @@ export const ERROR_CATALOG = {
   },
   SESSION_LIMIT: {
     jsonRpc: -32011,
-    summary: "The principal holds server.maxSessionsPerPrincipal sessions and listen streams already (data.max); end one first.",
+    summary: "The principal holds server.maxSessionsPerPrincipal sessions and listen streams on this instance already (data.max); end one first. Refusing to adopt a session another instance holds, HTTP 503 and nothing done: the session stays with its holder.",
   },
   TOOL_HELD: {
     jsonRpc: -32012,

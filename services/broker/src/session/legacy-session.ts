@@ -391,6 +391,24 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     return typeof event === "string" ? { position: history.positions[slot] ?? 0, local: 0 } : (event?.id ?? this.coveredId());
   }
 
+  /**
+   * This member's history of the session holds everything after cluster position `position` (an
+   * adopted session: its interest was subscribed on the bus before `position` was read). Until
+   * then it covered only what this member's clock had passed on, which lags the cluster on a member
+   * that delivers little: a Last-Event-ID from the previous holder between the two was taken as
+   * covered, replayed from a history without those updates, and they were lost. Undefined: not known.
+   */
+  coversFrom(position: number | undefined): void {
+    if (position === undefined) {
+      // Not known (Redis did not answer): the history covers nothing, every resumption asks the cluster.
+      this.covered = Number.MAX_SAFE_INTEGER;
+      return;
+    }
+    const from: EventId = { position, local: 0 };
+    if (isAfter(from, this.coveredId())) this.covered = position;
+    if (isAfter(from, this.written)) this.written = from;
+  }
+
   /** Keeps the newest `historyLimit` events: once the ring is full, the oldest event's slot takes the new one. */
   /** `covered` as an event id (a position alone is a cluster event's: local 0). */
   private coveredId(): EventId {
@@ -407,8 +425,11 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     const slot = this.remembered++ % limit;
     if (this.remembered > limit) {
       const old = history.events[slot];
-      // A trimmed update is kept as its position (no object per delivery on the hot path).
-      this.covered = typeof old === "string" ? (history.positions[slot] ?? 0) : (old?.id ?? this.covered);
+      // A trimmed update is kept as its position (no object per delivery on the hot path). Coverage
+      // only moves on: an update that arrived after an adoption with an older position (it was in
+      // flight) does not extend it back (see `coversFrom`).
+      const trimmed = typeof old === "string" ? (history.positions[slot] ?? 0) : (old?.id ?? this.covered);
+      if (isAfter(typeof trimmed === "number" ? { position: trimmed, local: 0 } : trimmed, this.coveredId())) this.covered = trimmed;
     }
     const uri = notification.id.local === 0 ? notification.bareUpdatedUri : undefined;
     history.positions[slot] = notification.id.position;

@@ -59,7 +59,7 @@ export interface SessionHostDeps {
   /** Events each legacy session keeps for Last-Event-ID resumption. */
   resumeHistory: number;
   /** What the cluster can tell a session that resumes with an id its history does not cover. */
-  resume: Pick<SessionResume, "since">;
+  resume: Pick<SessionResume, "since" | "current">;
   cursors: ResumeCursors;
 }
 
@@ -244,19 +244,39 @@ export class SessionHost {
   }
 
   private async adopt(id: string, principal: string): Promise<LegacySession | undefined> {
-    const adopted = await this.deps.sessions.adopt({ principal, sessionId: id }, this.deps.instanceId, this.deps.clock.now());
-    if (adopted === undefined) return undefined;
+    // The principal's slot here is taken before the record moves: refused after (the principal
+    // holds its maximum here), the record named this member while its holder kept the session,
+    // unaware, so a DELETE here later ended the record and not the session. A stale local copy
+    // (this member held it before) gives its slot back when it is handed off, below.
+    const stale = this.legacy.get(id);
+    if (stale === undefined) this.holdSession(principal);
+    let adopted: Awaited<ReturnType<SessionStore["adopt"]>>;
+    try {
+      adopted = await this.deps.sessions.adopt({ principal, sessionId: id }, this.deps.instanceId, this.deps.clock.now());
+    } catch (error) {
+      if (stale === undefined) this.releaseSession(principal);
+      throw error;
+    }
+    if (adopted === undefined) {
+      if (stale === undefined) this.releaseSession(principal);
+      return undefined;
+    }
     const { record, previous } = adopted;
     const subscriptions = Object.create(null) as Record<string, SubscriptionTarget>;
     for (const ref of await this.deps.registry.ofSession(principal, id)) {
       if (this.deps.catalog.hasBackend(ref.backendId)) subscriptions[this.deps.catalog.exposeUri(ref.backendId, ref.uri)] = { backendId: ref.backendId, uri: ref.uri };
     }
-    this.legacy.get(id)?.handOff("adopted again"); // a stale local copy (this member held it before)
-    this.holdSession(principal);
+    if (stale !== undefined) {
+      stale.handOff("adopted again");
+      this.holdSession(principal);
+    }
     const session = this.start(id, principal, { epoch: record.epoch, subscriptions, logLevel: record.logLevel, protocolVersion: record.protocolVersion });
     session.supports = supportOf(record.capabilities);
     // Subscribed on the bus before anything is read for resumption: nothing falls between.
     await Promise.all(Object.values(subscriptions).map((target) => this.deps.fanout.interest.add(target, session)));
+    // What the cluster handed out before now is the cluster's to tell a resuming client; this
+    // member's history holds what comes after (unknown: every resumption asks the cluster).
+    session.coversFrom(await this.deps.resume.current().catch(() => undefined));
     // The previous holder lost the session to this adoption, even when a newer one supersedes it
     // below: told nothing, it would keep a stale copy (and a stream that hears nothing of what the
     // session subscribes to at its new holder).

@@ -20,6 +20,11 @@ export class SessionResume {
     },
   ) {}
 
+  /** The newest position the cluster has handed out. */
+  current(): Promise<number> {
+    return this.deps.updates.current();
+  }
+
   async since(targets: readonly SubscriptionTarget[], position: number): Promise<SinceReport> {
     const byBackend = new Map<string, SubscriptionTarget[]>();
     for (const target of targets) {

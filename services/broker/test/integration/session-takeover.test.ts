@@ -194,6 +194,33 @@ describe("sessions across broker instances", () => {
     await eventually(() => one.broker.sessions.legacySession(sessionId, "anonymous") === undefined, "the first broker to let go");
   });
 
+  it("resumes Last-Event-ID on a broker that adopted the session earlier and delivered to it since, with what it did not deliver", async () => {
+    await fresh();
+    const [one, two] = [await broker(), await broker()];
+    const sessionId = await initialize(one.url);
+    await subscribe(one.url, sessionId, A);
+    await subscribe(one.url, sessionId, B);
+    const first = await stream(one.url, sessionId);
+    server.emitUpdate("test://static/a");
+    await eventually(() => updates(first).length === 1, "the first update");
+    const seen = updates(first)[0]?.id ?? "";
+    first.close();
+    await first.ended;
+    // Updated while the client has no stream: delivered to the session on the first broker only.
+    const delivered = one.broker.fanout.deliveries().resourceUpdated;
+    server.emitUpdate("test://static/b");
+    await eventually(() => one.broker.fanout.deliveries().resourceUpdated === delivered + 1, "the update reaching the session on the first broker");
+    // A request moves the session to the second broker (idle so far: its event clock is far behind
+    // the cluster's), which then delivers an update to it before the client's stream comes back.
+    expect((await post(two.url, { jsonrpc: "2.0", id: 4, method: "ping" }, headersOf(sessionId))).status).toBe(200);
+    const before = two.broker.fanout.deliveries().resourceUpdated;
+    server.emitUpdate("test://static/a");
+    await eventually(() => two.broker.fanout.deliveries().resourceUpdated === before + 1, "the update reaching the adopted session");
+    const resumed = await stream(two.url, sessionId, seen);
+    await eventually(() => updates(resumed).length >= 2, "the resumption");
+    expect(described(updates(resumed)).sort()).toEqual([A, B]);
+  });
+
   it("lets exactly one of two brokers racing to adopt a session deliver to it", async () => {
     await fresh();
     const [owner, b, c] = [await broker(), await broker(), await broker()];
@@ -294,6 +321,25 @@ describe("sessions across broker instances", () => {
     } finally {
       redis.disconnect();
     }
+  });
+
+  it("leaves a session with its holder when another broker refuses to adopt it (the principal's session limit there), so a later DELETE there still ends it", async () => {
+    await fresh();
+    const limited = { server: { maxSessionsPerPrincipal: 1 } };
+    const [one, two] = [await broker(limited), await broker(limited)];
+    const sessionId = await initialize(one.url);
+    await subscribe(one.url, sessionId, A);
+    const first = await stream(one.url, sessionId);
+    const other = await initialize(two.url); // the principal's one session on the second broker
+    const refused = await post(two.url, { jsonrpc: "2.0", id: 5, method: "ping" }, headersOf(sessionId));
+    expect(refused.json).toMatchObject({ error: { code: -32011 } });
+    // Still held by the first broker: it serves the session, and the record names it.
+    expect((await post(one.url, { jsonrpc: "2.0", id: 6, method: "ping" }, headersOf(sessionId))).status).toBe(200);
+    expect((await fetch(two.url, { method: "DELETE", headers: headersOf(other) })).status).toBe(200);
+    expect((await fetch(two.url, { method: "DELETE", headers: headersOf(sessionId) })).status).toBe(200);
+    // Ended everywhere: the first broker let it go (its stream ended) and answers 404.
+    await first.ended;
+    await eventually(async () => (await post(one.url, { jsonrpc: "2.0", id: 7, method: "ping" }, headersOf(sessionId))).status === 404, "the first broker to end it");
   });
 
   it("resumes a listen stream from its cursor on another broker, with exactly what changed since", async () => {
