@@ -40,6 +40,8 @@ interface Waiter {
 
 interface OpenStream {
   readonly subscription: McpSubscription;
+  /** Resource URIs this member asked for. */
+  readonly requested: ReadonlySet<string>;
   /** Resource URIs the backend acknowledged. */
   readonly honored: ReadonlySet<string>;
   readonly openedAt: number;
@@ -200,7 +202,7 @@ export class UpstreamListen {
       return;
     }
     const honoredFilter = subscription.honoredFilter;
-    const stream: OpenStream = { subscription, honored: new Set(honoredFilter.resourceSubscriptions ?? []), openedAt: this.deps.clock.now() };
+    const stream: OpenStream = { subscription, requested: new Set(uris), honored: new Set(honoredFilter.resourceSubscriptions ?? []), openedAt: this.deps.clock.now() };
     // A backend that honors none of the flags it advertised would otherwise have a flags-only
     // stream reopened (and counted as down) forever.
     if (this.flagsWanted && honoredFilter.toolsListChanged !== true && honoredFilter.promptsListChanged !== true && honoredFilter.resourcesListChanged !== true) {
@@ -284,8 +286,12 @@ export class UpstreamListen {
   private needsReopen(): boolean {
     if (!this.needsStream()) return this.streams.length > 0;
     const newest = this.streams.at(-1);
-    if (newest === undefined || newest.honored.size !== this.wanted.size) return true;
+    if (newest === undefined) return true;
     for (const uri of this.wanted) if (!newest.honored.has(uri)) return true;
+    // It carries a URI this member asked for and wants no longer: a narrower stream replaces it.
+    // What the backend honored unasked does not count: it honors it again on every reopen, and
+    // comparing sizes reopened the stream forever.
+    for (const uri of newest.requested) if (!this.wanted.has(uri) && newest.honored.has(uri)) return true;
     return false;
   }
 

@@ -114,6 +114,26 @@ describe("upstream listen (one subscriptions/listen stream per modern backend)",
     await listen.dispose();
   });
 
+  it("does not reopen for URIs the backend honors unasked, and still narrows the stream when a URI it asked for is released", async () => {
+    const { listen, calls } = world();
+    const a = track(listen.add("test://a"));
+    const b = track(listen.add("test://b"));
+    await vi.advanceTimersByTimeAsync(5);
+    calls[0]?.ack(["test://a", "test://b", "test://unasked"]);
+    await vi.advanceTimersByTimeAsync(0);
+    expect([a.state, b.state]).toEqual(["resolved", "resolved"]);
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(calls).toHaveLength(1); // the extra URI asks for nothing (it reopened forever, with backoff)
+    listen.remove("test://b");
+    await vi.advanceTimersByTimeAsync(5);
+    expect(calls).toHaveLength(2);
+    expect(calls[1]?.filter.resourceSubscriptions).toEqual(["test://a"]);
+    calls[1]?.ack(["test://a", "test://unasked"]);
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(calls).toHaveLength(2);
+    await listen.dispose();
+  });
+
   it("keeps one listen request in flight and sends exactly one more afterwards with everything that changed meanwhile", async () => {
     const { listen, calls } = world({ toolsListChanged: true });
     const a = track(listen.add("u://a"));
