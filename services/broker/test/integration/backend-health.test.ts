@@ -5,6 +5,8 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { startLegacyHttpBackend } from "../fixtures/http-backends.js";
+import { createTestServer } from "../fixtures/test-server.js";
 import { connectClient, eventually, post, startBroker, type RunningBroker } from "../helpers/harness.js";
 
 const BROKER_DIR = resolve(import.meta.dirname, "../..");
@@ -183,6 +185,35 @@ describe("backend health: a backend that stops answering", () => {
     }
     expect(await readyz(running)).toMatchObject({ status: 200, body: { backends: [{ id: "mal", state: "connected" }] } });
   });
+});
+
+/** A request to a legacy HTTP backend that the broker gives up on must not leave its answer open. */
+describe("backend requests given up on (legacy HTTP backend)", () => {
+  it("ends the answer of each call that timed out or was cancelled: the backend keeps no exchange open for it", async () => {
+    const server = createTestServer({ name: "slow-backend" });
+    const backend = await startLegacyHttpBackend(server);
+    const running = await startBroker({ backends: [{ id: "leg", url: backend.url, era: "legacy", timeoutMs: 300, healthIntervalMs: 600_000 }] });
+    try {
+      const client = await connectClient(running.url, "legacy");
+      const before = backend.openExchanges(); // the standalone stream
+      // The backend's tool outlasts the broker's timeout; its SDK server does not answer a cancelled request.
+      for (let i = 0; i < 5; i++) await expect(client.callTool({ name: "leg__slow", arguments: { ms: 60_000 } })).rejects.toMatchObject({ code: -32001 });
+      // A client's own cancellation (notifications/cancelled), too.
+      const abort = new AbortController();
+      const call = client.callTool({ name: "leg__slow", arguments: { ms: 60_000 } }, { signal: abort.signal, timeout: 60_000 });
+      await new Promise((r) => setTimeout(r, 100));
+      abort.abort();
+      await expect(call).rejects.toThrow();
+      await eventually(() => backend.openExchanges() <= before, `the given-up calls' exchanges to end (${backend.openExchanges()} open, ${before} before)`, 5_000);
+      // The connection serves on (three timeouts in a row marked it degraded; this answer clears that).
+      expect((await client.callTool({ name: "leg__echo", arguments: { text: "still" } })).content).toEqual([{ type: "text", text: "still" }]);
+      expect(await readyz(running)).toMatchObject({ status: 200, body: { backends: [{ id: "leg", state: "connected" }] } });
+      await client.close();
+    } finally {
+      await running.close();
+      await backend.close();
+    }
+  }, 60_000);
 });
 
 /** A backend URL that answers, but not MCP: `/readyz` says so in one short line, not a schema dump. */

@@ -74,14 +74,40 @@ export class BackendHttp {
     this.headersTimeoutMs = options.headersTimeoutMs ?? HEADERS_TIMEOUT_MS;
   }
 
+  /**
+   * The requests this connection sent whose answer is still being read, by JSON-RPC id: how to end
+   * each (see `cancelled`).
+   */
+  private readonly answering = new Map<string | number, () => void>();
+
   readonly fetch: FetchLike = (url, init) => {
     const prepared = this.options.prepare?.(init) ?? { init };
     const body = prepared.init?.body;
     if (body !== undefined && body !== null && typeof body !== "string" && !(body instanceof Uint8Array)) return fetch(url, prepared.init);
-    return this.send(new URL(url), prepared.init, body ?? undefined, prepared.tap);
+    if (typeof body === "string" && body.includes('"notifications/cancelled"')) this.cancelled(body);
+    return this.send(new URL(url), prepared.init, body ?? undefined, prepared.tap, typeof body === "string" ? requestIdOf(body) : undefined);
   };
 
-  private send(url: URL, init: RequestInit | undefined, body: string | Uint8Array | undefined, tap: EventTap | undefined): Promise<Response> {
+  /**
+   * A legacy-era request this connection cancelled (the caller gave up, or it timed out): the SDK
+   * client sends `notifications/cancelled` and drops the request, but leaves its POST's answer
+   * open, and a server need not answer a cancelled request (the SDK's does not): each left a
+   * connection open for good. Its answer is ended here, with a -32800 response in its place, so
+   * the SDK takes it as answered (it would otherwise try to resume the stream) and the connection
+   * closes.
+   */
+  private cancelled(body: string): void {
+    let requestId: unknown;
+    try {
+      const message = JSON.parse(body) as { method?: unknown; params?: { requestId?: unknown } };
+      if (message.method === "notifications/cancelled") requestId = message.params?.requestId;
+    } catch {
+      return;
+    }
+    if (typeof requestId === "string" || typeof requestId === "number") this.answering.get(requestId)?.();
+  }
+
+  private send(url: URL, init: RequestInit | undefined, body: string | Uint8Array | undefined, tap: EventTap | undefined, id?: string | number): Promise<Response> {
     const signal = init?.signal ?? undefined;
     if (signal?.aborted === true) return Promise.reject(abortReason(signal));
     const headers: Record<string, string> = {};
@@ -105,7 +131,27 @@ export class BackendHttp {
         else if (probing !== undefined) probing(reason);
         else bodyController?.error(reason);
       };
-      const done = signal === undefined ? () => undefined : whenAborted(signal, onAbort);
+      const unlisten = signal === undefined ? () => undefined : whenAborted(signal, onAbort);
+      /** Ends this request's answer early: it was cancelled (see `cancelled`). */
+      let cutStream: ((tail: Uint8Array) => void) | undefined;
+      const cut = (): void => {
+        const reason = new DOMException("The request was cancelled", "AbortError");
+        if (!settled || probing !== undefined) {
+          request.destroy();
+          if (!settled) fail(reason);
+          else {
+            probing?.(reason);
+            done();
+          }
+          return;
+        }
+        cutStream?.(cancelledAnswer(id as string | number));
+      };
+      if (id !== undefined) this.answering.set(id, cut);
+      const done = (): void => {
+        unlisten();
+        if (id !== undefined && this.answering.get(id) === cut) this.answering.delete(id);
+      };
       const fail = (error: Error): void => {
         if (settled) return;
         settled = true;
@@ -141,7 +187,19 @@ export class BackendHttp {
             resolve(typeof responseBody === "string" ? new TextResponse(responseBody, responseInit) : new Response(responseBody, responseInit));
           };
           const streamed = (events: EventSplitter | undefined, prefix?: Buffer): ReadableStream<Uint8Array> =>
-            bodyStream(response, events, () => this.options.backlog?.(), { started: (controller) => (bodyController = controller), ended: done }, prefix);
+            bodyStream(
+              response,
+              events,
+              () => this.options.backlog?.(),
+              {
+                started: (controller, end) => {
+                  bodyController = controller;
+                  cutStream = end;
+                },
+                ended: done,
+              },
+              prefix,
+            );
           if (eventStream && !empty && this.probeAnswers && mayCollapse(init, body)) {
             probing = reject;
             probeAnswer(response, new EventSplitter(tap), {
@@ -180,7 +238,7 @@ export class BackendHttp {
           settled = true;
           clearTimeout(timer);
           done();
-          this.send(url, init, body, tap).then(resolve, reject);
+          this.send(url, init, body, tap, id).then(resolve, reject);
           return;
         }
         fail(new TypeError("fetch failed", { cause: error }));
@@ -235,7 +293,11 @@ function bodyStream(
   response: IncomingMessage,
   events: EventSplitter | undefined,
   backlog: (() => Promise<void> | undefined) | undefined,
-  hooks: { started(controller: ReadableStreamDefaultController<Uint8Array>): void; ended(): void },
+  hooks: {
+    /** `end` ends the body early, after `tail`, and drops the connection (see `BackendHttp.cancelled`). */
+    started(controller: ReadableStreamDefaultController<Uint8Array>, end: (tail: Uint8Array) => void): void;
+    ended(): void;
+  },
   prefix?: Buffer,
 ): ReadableStream<Uint8Array> {
   let finished = false;
@@ -251,7 +313,15 @@ function bodyStream(
   return new ReadableStream<Uint8Array>(
     {
       start(controller) {
-        hooks.started(controller);
+        hooks.started(controller, (tail) => {
+          if (finished) return;
+          finish();
+          response.destroy();
+          const rest = events?.end();
+          if (rest !== undefined && rest.byteLength > 0) controller.enqueue(new Uint8Array(rest.buffer, rest.byteOffset, rest.byteLength));
+          controller.enqueue(tail);
+          controller.close();
+        });
         if (prefix !== undefined && prefix.byteLength > 0) controller.enqueue(new Uint8Array(prefix.buffer, prefix.byteOffset, prefix.byteLength));
         response.on("data", (chunk: Buffer) => {
           const out = events === undefined ? chunk : events.push(chunk);
@@ -271,12 +341,14 @@ function bodyStream(
           }
         });
         response.on("end", () => {
+          if (finished) return;
           const rest = events?.end();
           if (rest !== undefined && rest.byteLength > 0) controller.enqueue(new Uint8Array(rest.buffer, rest.byteOffset, rest.byteLength));
           finish();
           controller.close();
         });
         response.on("error", (error) => {
+          if (finished) return;
           finish();
           controller.error(new TypeError("terminated", { cause: error }));
         });
@@ -589,3 +661,22 @@ function textThenError(text: string, error: Error): ReadableStream<Uint8Array> {
 }
 
 const LINE_END = /\r\n|\n|\r/;
+
+/** The JSON-RPC id of a request the SDK serialized (`{"method":…,"jsonrpc":"2.0","id":…}`), or undefined for anything else. */
+function requestIdOf(body: string): string | number | undefined {
+  if (!body.startsWith('{"method":')) return undefined;
+  const id = /"id":(-?\d+|"(?:[^"\\]|\\.)*")\}$/.exec(body.slice(-80))?.[1];
+  if (id === undefined) return undefined;
+  try {
+    const value: unknown = JSON.parse(id);
+    return typeof value === "number" || typeof value === "string" ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The event that stands for a cancelled request's answer (see `BackendHttp.cancelled`). */
+function cancelledAnswer(id: string | number): Uint8Array {
+  // The blank line first ends whatever event was cut short (the SDK drops it), so this one parses alone.
+  return new TextEncoder().encode(`\n\nevent: message\ndata: ${JSON.stringify({ jsonrpc: "2.0", id, error: { code: -32800, message: "Request cancelled" } })}\n\n`);
+}
