@@ -239,6 +239,41 @@ describe("interaction: a modern backend's InputRequiredResult", () => {
   });
 });
 
+describe("interaction: a modern backend that asks a legacy client too much", () => {
+  let backend: HttpBackend;
+  let running: RunningBroker;
+
+  beforeAll(async () => {
+    backend = await startModernHttpBackend(createTestServer({ name: "modern-nag", interactive: true }));
+    running = await startBroker({ backends: [{ id: "m", url: backend.url, era: "modern", timeoutMs: 2_000, healthIntervalMs: 60_000 }] });
+  });
+
+  afterAll(async () => {
+    await running.close();
+    await backend.close();
+  });
+
+  it("bounds the whole call, its questions and retries included, by the backend's timeoutMs (-32001)", async () => {
+    const client = new Client({ name: "slow-answers", version: "1.0.0" }, { capabilities: { elicitation: {} }, versionNegotiation: { mode: "legacy" } });
+    let asked = 0;
+    client.setRequestHandler("elicitation/create", async () => {
+      asked++;
+      await new Promise((r) => setTimeout(r, 600));
+      return { action: "accept", content: { ok: true } };
+    });
+    await client.connect(new StreamableHTTPClientTransport(new URL(running.url)));
+    try {
+      const started = Date.now();
+      await expect(client.callTool({ name: "m__nag" }, { timeout: 30_000 })).rejects.toMatchObject({ code: -32001 });
+      // Each round took 0.6 s: the call ended at its 2 s, not after its ten rounds' 6 s.
+      expect(asked).toBeLessThan(6);
+      expect(Date.now() - started).toBeLessThan(5_000);
+    } finally {
+      await client.close();
+    }
+  }, 30_000);
+});
+
 describe("interaction across broker instances (Redis engine)", () => {
   it("takes the client's answer POSTed to another instance back to the one that asked", async () => {
     const backend = await startLegacyHttpBackend(createTestServer({ name: "asker", interactive: true }));

@@ -213,10 +213,18 @@ export class BackendConnection {
     if (client === undefined || this.stateValue !== "connected") throw this.unavailable();
     const { interaction } = options;
     const emptyResult = EMPTY_RESULT_METHODS.has(method) && client.getProtocolEra() === "legacy";
-    const send = (sent: Record<string, unknown> | undefined, headers: Record<string, string>) => {
+    // A call that asks its client (a modern backend's InputRequiredResult, below) is bounded as a
+    // whole, questions and retries included: each round got the whole `timeoutMs` before.
+    const deadline = this.deps.clock.now() + this.config.timeoutMs;
+    const left = (): number => {
+      const ms = deadline - this.deps.clock.now();
+      if (ms <= 0) throw new BrokerError("BACKEND_TIMEOUT", `Backend '${this.id}' did not finish the call within ${this.config.timeoutMs} ms (its questions to the client included).`, { backend: this.id, timeoutMs: this.config.timeoutMs });
+      return ms;
+    };
+    const send = (sent: Record<string, unknown> | undefined, headers: Record<string, string>, timeout = this.config.timeoutMs) => {
       const request = { method: method as "ping", ...(sent !== undefined && { params: sent }) };
       const requestOptions = {
-        timeout: this.config.timeoutMs,
+        timeout,
         headers,
         ...(options.signal !== undefined && { signal: options.signal }),
         ...(options.onprogress !== undefined && { onprogress: options.onprogress, resetTimeoutOnProgress: true }),
@@ -234,10 +242,12 @@ export class BackendConnection {
           // (legacy) is asked each embedded request, and the call is retried with the answers,
           // so that client sees one result. Any other client gets the InputRequiredResult itself.
           for (let round = 1; interaction !== undefined && answer.resultType === "input_required"; round++) {
-            if (round > MAX_INPUT_ROUNDS) throw new BrokerError("BACKEND_UNAVAILABLE", `Backend '${this.id}' asked for input more than ${MAX_INPUT_ROUNDS} times in one call.`, { backend: this.id });
-            const inputResponses = await this.fulfil(interaction, answer.inputRequests, options.signal);
+            if (round > MAX_INPUT_ROUNDS) {
+              throw new BrokerError("BACKEND_INVALID_RESPONSE", `Backend '${this.id}' asked for input more than ${MAX_INPUT_ROUNDS} times in one call.`, { backend: this.id, reason: "too-many-input-rounds" });
+            }
+            const inputResponses = await this.fulfil(interaction, answer.inputRequests, options.signal, left);
             const { inputResponses: _previous, requestState: _state, ...rest } = params ?? {};
-            answer = await send({ ...rest, inputResponses, ...(typeof answer.requestState === "string" && { requestState: answer.requestState }) }, headers);
+            answer = await send({ ...rest, inputResponses, ...(typeof answer.requestState === "string" && { requestState: answer.requestState }) }, headers, left());
           }
           return answer;
         }),
@@ -254,14 +264,19 @@ export class BackendConnection {
   }
 
   /** Asks the client each request of a modern backend's `inputRequests`; their answers by key. */
-  private async fulfil(interaction: ClientInteraction, inputRequests: unknown, signal: AbortSignal | undefined): Promise<Record<string, unknown>> {
+  private async fulfil(interaction: ClientInteraction, inputRequests: unknown, signal: AbortSignal | undefined, left: () => number): Promise<Record<string, unknown>> {
     const answers: Record<string, unknown> = {};
-    const requests = typeof inputRequests === "object" && inputRequests !== null ? Object.entries(inputRequests as Record<string, { method?: unknown; params?: unknown }>) : [];
-    for (const [key, request] of requests) {
-      const method = request.method;
-      if (!(INTERACTION_METHODS as readonly unknown[]).includes(method)) throw new BrokerError("BACKEND_UNAVAILABLE", `Backend '${this.id}' asked for input the broker cannot pass on (${String(method)}).`, { backend: this.id });
-      const params = typeof request.params === "object" && request.params !== null ? (request.params as Record<string, unknown>) : {};
-      answers[key] = await askClient(interaction, method as InteractionMethod, params, signal ?? new AbortController().signal, this.config.timeoutMs);
+    // Absent: the backend only passed its requestState back (a retry with nothing to answer).
+    if (inputRequests === undefined) return answers;
+    const malformed = (problem: string, reason = "malformed-input-request") =>
+      new BrokerError("BACKEND_INVALID_RESPONSE", `Backend '${this.id}' asked for input the broker cannot pass on: ${problem}.`, { backend: this.id, reason });
+    if (typeof inputRequests !== "object" || inputRequests === null || Array.isArray(inputRequests)) throw malformed("inputRequests is not an object of requests");
+    for (const [key, request] of Object.entries(inputRequests as Record<string, unknown>)) {
+      if (typeof request !== "object" || request === null || Array.isArray(request)) throw malformed(`request '${key}' is not an object`);
+      const { method, params } = request as { method?: unknown; params?: unknown };
+      if (!(INTERACTION_METHODS as readonly unknown[]).includes(method)) throw malformed(`request '${key}' is ${typeof method === "string" ? method : "without a method"}, not ${INTERACTION_METHODS.join(", ")}`, "unsupported-input-request");
+      if (params !== undefined && (typeof params !== "object" || params === null || Array.isArray(params))) throw malformed(`the params of request '${key}' are not an object`);
+      answers[key] = await askClient(interaction, method as InteractionMethod, (params ?? {}) as Record<string, unknown>, signal ?? new AbortController().signal, left());
     }
     return answers;
   }
