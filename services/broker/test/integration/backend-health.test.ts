@@ -200,8 +200,9 @@ describe("backend requests given up on (legacy HTTP backend)", () => {
       for (let i = 0; i < 5; i++) await expect(client.callTool({ name: "leg__slow", arguments: { ms: 60_000 } })).rejects.toMatchObject({ code: -32001 });
       // A client's own cancellation (notifications/cancelled), too.
       const abort = new AbortController();
+      const calls = backend.requests("tools/call");
       const call = client.callTool({ name: "leg__slow", arguments: { ms: 60_000 } }, { signal: abort.signal, timeout: 60_000 });
-      await new Promise((r) => setTimeout(r, 100));
+      await eventually(() => backend.requests("tools/call") > calls, "the call to reach the backend");
       abort.abort();
       await expect(call).rejects.toThrow();
       await eventually(() => backend.openExchanges() <= before, `the given-up calls' exchanges to end (${backend.openExchanges()} open, ${before} before)`, 5_000);

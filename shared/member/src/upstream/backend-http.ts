@@ -2,6 +2,7 @@ import http, { type IncomingMessage } from "node:http";
 import https from "node:https";
 import { StringDecoder } from "node:string_decoder";
 import type { FetchLike } from "@modelcontextprotocol/client";
+import { lastMemberId } from "./stdio-read-buffer.js";
 
 /**
  * Sees each complete event of an event-stream response (its text, without the blank line that
@@ -664,15 +665,7 @@ const LINE_END = /\r\n|\n|\r/;
 
 /** The JSON-RPC id of a request the SDK serialized (`{"method":…,"jsonrpc":"2.0","id":…}`), or undefined for anything else. */
 function requestIdOf(body: string): string | number | undefined {
-  if (!body.startsWith('{"method":')) return undefined;
-  const id = /"id":(-?\d+|"(?:[^"\\]|\\.)*")\}$/.exec(body.slice(-80))?.[1];
-  if (id === undefined) return undefined;
-  try {
-    const value: unknown = JSON.parse(id);
-    return typeof value === "number" || typeof value === "string" ? value : undefined;
-  } catch {
-    return undefined;
-  }
+  return body.startsWith('{"method":') ? lastMemberId(body.slice(-80)) : undefined;
 }
 
 /** The event that stands for a cancelled request's answer (see `BackendHttp.cancelled`). */

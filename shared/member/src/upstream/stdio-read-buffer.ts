@@ -132,8 +132,16 @@ const ID_LAST = new RegExp(String.raw`"id"\s*:\s*${ID}\s*\}\s*$`);
 export function responseIdOf(head: string, tail: string): string | number | undefined {
   const response = RESPONSE_HEAD.exec(head);
   if (response === null) return undefined;
-  const id = response[1] ?? ID_LAST.exec(tail)?.[1];
-  if (id === undefined) return undefined;
+  return response[1] !== undefined ? parseId(response[1]) : lastMemberId(tail);
+}
+
+/** The id of a JSON-RPC message whose serialized text ends with `tail`, when `id` is its last member (the order the SDKs write). */
+export function lastMemberId(tail: string): string | number | undefined {
+  const id = ID_LAST.exec(tail)?.[1];
+  return id === undefined ? undefined : parseId(id);
+}
+
+function parseId(id: string): string | number | undefined {
   try {
     const value: unknown = JSON.parse(id);
     return typeof value === "string" || typeof value === "number" ? value : undefined;
