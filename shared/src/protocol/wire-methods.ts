@@ -34,6 +34,8 @@ export const META = {
   cursor: "io.mcp-broker/cursor",
   /** In a listen acknowledgement: how the broker resumed from the request's cursor (`exact`, `everything`). */
   resumed: "io.mcp-broker/resumed",
+  /** In a listen acknowledgement: the URIs left out of the honored filter, each with the JSON-RPC error that refused it (an extension). */
+  refused: "io.mcp-broker/refused",
 } as const;
 
 export const MODERN_PROTOCOL_VERSION = "2026-07-28";

@@ -15,7 +15,7 @@ import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/reque
 import { nestsTooDeep, TOO_DEEP_MESSAGE, topLevelId } from "../routing/message-depth.js";
 import { validateParams } from "../routing/validate-params.js";
 import { HAND_OFF_RETRY_MS, type LegacySession, type NotificationWriter } from "../session/legacy-session.js";
-import { honoredFilter, parseListenRequest, wantsListChanges, type ListenRequest } from "../session/listen-request.js";
+import { acknowledgement, parseListenRequest, wantsListChanges, type ListenRequest } from "../session/listen-request.js";
 import { listenStreamPart, type PreparedNotification } from "../fanout/prepared-notification.js";
 import { resumeOrder } from "../fanout/event-ids.js";
 import type { SessionHost } from "../session/session-host.js";
@@ -450,8 +450,7 @@ export class McpEndpoint {
         }
         const opened = new SseStream(res, { keepAlive: this.keepAlive, retryMs: reconnectDelayMs() });
         stream = opened;
-        const _meta = { [META.subscriptionId]: id, ...(outcome.resumed !== undefined && { [META.resumed]: outcome.resumed }) };
-        opened.write(encodeEvent({ jsonrpc: "2.0", method: NOTIFICATION.subscriptionsAcknowledged, params: { notifications: honoredFilter(request, outcome.honored), _meta } }));
+        opened.write(encodeEvent(acknowledgement(id, request, outcome)));
         if (!resuming) flush();
         this.listenStreams.set(opened, id);
         opened.onClose(() => this.listenStreams.delete(opened));

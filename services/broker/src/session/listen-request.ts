@@ -1,5 +1,6 @@
-import { META, type ListName } from "@mcp-broker/shared";
+import { jsonRpcCode, META, NOTIFICATION, type ListName } from "@mcp-broker/shared";
 import type { ListenFlags } from "./listen-machine.js";
+import type { ListenOutcome } from "./session-host.js";
 import { validateParams } from "../routing/validate-params.js";
 
 /** A validated `subscriptions/listen` request, as both the HTTP edge and stdio read it. */
@@ -32,6 +33,26 @@ export function honoredFilter(request: ListenRequest, honored: readonly string[]
   for (const [flag, on] of Object.entries(request.flags)) if (on) filter[flag] = true;
   if (request.uris !== undefined) filter.resourceSubscriptions = honored;
   return filter;
+}
+
+/** Refused URIs the acknowledgement names, at most (a listen of 10 000 URIs over a limit does not get a 10 000-entry acknowledgement). */
+export const REFUSED_SHOWN = 100;
+
+/**
+ * The `notifications/subscriptions/acknowledged` of a listen stream `id`: the honored filter, and
+ * in `_meta` the stream's id, how it resumed (when it was given a cursor), and each URI left out of
+ * the filter with the error that refused it (`io.mcp-broker/refused`, the first `REFUSED_SHOWN`).
+ */
+export function acknowledgement(id: string | number, request: ListenRequest, outcome: Extract<ListenOutcome, { type: "listen.acknowledged" }>): Record<string, unknown> {
+  const _meta: Record<string, unknown> = { [META.subscriptionId]: id };
+  if (outcome.resumed !== undefined) _meta[META.resumed] = outcome.resumed;
+  if (outcome.refused.length > 0) {
+    _meta[META.refused] = outcome.refused.slice(0, REFUSED_SHOWN).map(({ uri, error }) => ({
+      uri,
+      error: { code: jsonRpcCode(error.code, "modern"), message: error.message, ...(error.data !== undefined && { data: error.data }) },
+    }));
+  }
+  return { jsonrpc: "2.0", method: NOTIFICATION.subscriptionsAcknowledged, params: { notifications: honoredFilter(request, outcome.honored), _meta } };
 }
 
 /** Which list changes a listen stream asked for. */

@@ -79,7 +79,7 @@ export interface ListenSink extends NotificationSink {
 /** How a listen started: rejected, or acknowledged (and, with a cursor, how it resumed). */
 export type ListenOutcome =
   | Extract<ListenEmitted, { type: "listen.rejected" }>
-  | (Extract<ListenEmitted, { type: "listen.acknowledged" }> & { resumed?: "exact" | "everything" });
+  | (Extract<ListenEmitted, { type: "listen.acknowledged" }> & { refused: readonly { uri: string; error: BrokerError }[]; resumed?: "exact" | "everything" });
 
 const LIST_NAMES: readonly ListName[] = ["tools", "prompts", "resources"];
 
@@ -482,6 +482,8 @@ export class SessionHost {
     const subscribing = { aborted: false };
     let acknowledged = false;
     let forgotten = false;
+    /** What the subscribe left out of the honored filter, for the acknowledgement. */
+    let refused: readonly { uri: string; error: BrokerError }[] = [];
     /** Once per listen, however it ends (closed, rejected, failed). */
     const forget = () => {
       if (forgotten) return;
@@ -516,6 +518,7 @@ export class SessionHost {
         case "listen.subscriptions.refused": {
           const sample = effect.refused.slice(0, 5).map(({ uri, error }) => ({ uri, code: error.code }));
           this.deps.logger.info({ principal, stream: id, refused: effect.refused.length, sample }, "listen: subscriptions left out of the honored filter");
+          refused = effect.refused;
           break;
         }
         case "listen.rejected":
@@ -528,13 +531,13 @@ export class SessionHost {
           this.listenHoldings.set(id, { principal, honored: () => targetsOf(actor.getSnapshot().context.honored), since: Date.now() });
           this.deps.fanout.listen(sink);
           if (cursor === undefined) {
-            onOutcome(effect);
+            onOutcome({ ...effect, refused });
             break;
           }
           const from = this.deps.cursors.parse(cursor, principal);
           // Held from before the acknowledgement: nothing that arrived meanwhile may precede what the resumption tells.
           sink.hold?.();
-          onOutcome({ ...effect, resumed: from === undefined ? "everything" : "exact" });
+          onOutcome({ ...effect, refused, resumed: from === undefined ? "everything" : "exact" });
           if (from === undefined) this.deps.logger.info({ principal, stream: id }, "listen: a cursor not of this cluster and principal; everything it honors is announced once");
           void this.resumeListen(targetsOf(actor.getSnapshot().context.honored), sink, from);
           break;

@@ -18,7 +18,7 @@ export type FlowOutput = { ok: true; target: SubscriptionTarget; added: boolean 
 export function limitError(limit: "session" | "principal" | "global", max: number, uri: string): BrokerError {
   return new BrokerError(
     "SUBSCRIPTION_LIMIT",
-    `Subscription limit reached: at most ${max} per ${limit === "global" ? "broker" : limit}. Unsubscribe from something first.`,
+    `Subscription limit reached: at most ${max} ${limit === "global" ? "in total (every session of every broker)" : `per ${limit}`}. Unsubscribe from something first.`,
     { limit, max, uri },
   );
 }

@@ -10,7 +10,7 @@ import { unsupportedRevision } from "../http/modern-headers.js";
 import { nestsTooDeep, TOO_DEEP_MESSAGE, topLevelId } from "../routing/message-depth.js";
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
 import type { LegacySession } from "../session/legacy-session.js";
-import { honoredFilter, parseListenRequest, wantsListChanges, type ListenRequest } from "../session/listen-request.js";
+import { acknowledgement, parseListenRequest, wantsListChanges, type ListenRequest } from "../session/listen-request.js";
 import type { PreparedNotification } from "../fanout/prepared-notification.js";
 import { resumeOrder } from "../fanout/event-ids.js";
 
@@ -118,8 +118,7 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
           send(broker.dispatcher.errorResponse(message.id, outcome.error, "modern"));
           return;
         }
-        const _meta = { [META.subscriptionId]: message.id, ...(outcome.resumed !== undefined && { [META.resumed]: outcome.resumed }) };
-        send({ jsonrpc: "2.0", method: NOTIFICATION.subscriptionsAcknowledged, params: { notifications: honoredFilter(request, outcome.honored), _meta } });
+        send(acknowledgement(message.id, request, outcome));
         if (resuming) return;
         for (const notification of backlog ?? []) writeLine(notification.jsonLine(cursor));
         backlog = undefined;

@@ -3,6 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startLegacyHttpBackend, startModernHttpBackend, type HttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
 import { createTestServer, type TestServer } from "../fixtures/test-server.js";
 import { collectUpdates, connectClient, eventually, post, startBroker, type Era, type RunningBroker } from "../helpers/harness.js";
+import { openSse } from "../helpers/raw-http.js";
 
 /**
  * Subscriptions end to end: in-repo backends (a legacy HTTP one that can push, a modern one
@@ -155,6 +156,44 @@ describe("subscriptions", () => {
       expect(legacyServer.stats.subscribeCount("test://items/4999")).toBe(0);
       await big.close();
       await modern.close();
+
+      // The acknowledgement says why each URI was left out (the first 100 of them).
+      const raw = await openSse(
+        limited.url,
+        { "mcp-protocol-version": "2026-07-28", "mcp-method": "subscriptions/listen" },
+        { jsonrpc: "2.0", id: 7, method: "subscriptions/listen", params: { notifications: { resourceSubscriptions: many.slice(0, 300) }, _meta: { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} } } },
+      );
+      await eventually(() => raw.events.length > 0, "the acknowledgement");
+      const ack = raw.events[0]?.data as { method: string; params: { notifications: unknown; _meta: Record<string, unknown> } };
+      expect(ack.method).toBe("notifications/subscriptions/acknowledged");
+      expect(ack.params.notifications).toEqual({ resourceSubscriptions: many.slice(0, 2) });
+      const refused = ack.params._meta["io.mcp-broker/refused"] as { uri: string; error: { code: number; message: string; data: Record<string, unknown> } }[];
+      expect(refused).toHaveLength(100);
+      expect(refused[0]).toEqual({ uri: many[2], error: { code: -32010, message: expect.stringContaining("at most 2 per session") as unknown, data: { limit: "session", max: 2, uri: many[2] } } });
+      expect(refused.map(({ uri }) => uri)).toEqual(many.slice(2, 102));
+      raw.close();
+    } finally {
+      await limited.close();
+    }
+  });
+
+  it("refuses over the global limit in both eras, and says it is the total of every session", async () => {
+    const limited = await startBroker({ backends: [{ id: "leg", url: legacyBackend.url, era: "legacy" }], subscriptions: { maxTotal: 1, releaseGraceMs: 0 } });
+    try {
+      const legacy = await connectClient(limited.url, "legacy");
+      await legacy.subscribeResource({ uri: "leg+test://static/a" });
+      await expect(legacy.subscribeResource({ uri: "leg+test://static/b" })).rejects.toMatchObject({ code: -32010, message: expect.stringContaining("at most 1 in total") as unknown, data: { limit: "global", max: 1 } });
+      const raw = await openSse(
+        limited.url,
+        { "mcp-protocol-version": "2026-07-28", "mcp-method": "subscriptions/listen" },
+        { jsonrpc: "2.0", id: 1, method: "subscriptions/listen", params: { notifications: { resourceSubscriptions: ["leg+test://static/b"] }, _meta: { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} } } },
+      );
+      await eventually(() => raw.events.length > 0, "the acknowledgement");
+      expect(raw.events[0]?.data).toMatchObject({
+        params: { notifications: { resourceSubscriptions: [] }, _meta: { "io.mcp-broker/refused": [{ uri: "leg+test://static/b", error: { code: -32010, data: { limit: "global", max: 1 } } }] } },
+      });
+      raw.close();
+      await legacy.close();
     } finally {
       await limited.close();
     }
