@@ -1,5 +1,5 @@
 import { specTypeSchemas } from "@modelcontextprotocol/server";
-import { BrokerError, MAX_URI_BYTES, MAX_URI_SLASHES } from "@mcp-broker/shared";
+import { BrokerError, INPUT_REQUIRED_METHODS, isJsonObject, MAX_URI_BYTES, MAX_URI_SLASHES } from "@mcp-broker/shared";
 import { LOG_LEVELS, type LogLevel } from "./request-context.js";
 
 type Params = Record<string, unknown>;
@@ -34,7 +34,27 @@ export function validateParams(method: string, params: Params): Params {
     throw new BrokerError("BAD_PARAMS", `Unknown log level '${String(params.level)}'.`);
   }
   for (const [field, uri] of clientUris(method, params)) checkUriLimits(field, uri);
+  if (params.inputResponses !== undefined && INPUT_REQUIRED_METHODS.has(method)) checkInputResponses(method, params.inputResponses);
   return params;
+}
+
+/** What a client may answer a question of a server with (2026-07-28 `InputResponse`). */
+const INPUT_RESPONSE_SCHEMAS = (["CreateMessageResult", "CreateMessageResultWithTools", "ListRootsResult", "ElicitResult"] as const).map((name) => specTypeSchemas[name]["~standard"]);
+
+/**
+ * A retry's `inputResponses` (2026-07-28 `InputResponses`): an object whose every value is a
+ * sampling, roots or elicitation result. The SDK's params schemas do not know the field, and what
+ * is in it goes on to a backend (a modern one gets it as sent).
+ * @throws BrokerError (BAD_PARAMS) naming the first bad entry.
+ */
+function checkInputResponses(method: string, responses: unknown): void {
+  if (!isJsonObject(responses)) throw new BrokerError("BAD_PARAMS", `Invalid params for ${method}: inputResponses: an object of answers, keyed as the inputRequests were, was expected.`, { issues: ["inputResponses: not an object"] });
+  for (const [key, answer] of Object.entries(responses)) {
+    if (INPUT_RESPONSE_SCHEMAS.some((schema) => (schema.validate(answer) as { issues?: unknown }).issues === undefined)) continue;
+    throw new BrokerError("BAD_PARAMS", `Invalid params for ${method}: inputResponses.${key}: not a sampling (CreateMessageResult), roots (ListRootsResult) or elicitation (ElicitResult) result.`, {
+      issues: [`inputResponses.${key}: not an InputResponse`],
+    });
+  }
 }
 
 /**

@@ -415,6 +415,17 @@ describe("interaction: a modern client's questions as InputRequiredResult rounds
     }
   });
 
+  it("refuses malformed inputResponses with -32602 before any backend sees them", async () => {
+    const round = (await call("m__confirm", { question: "ok?" })).json as { result: { requestState: string } };
+    for (const inputResponses of ["yes", [{ action: "accept" }], { confirm: "accept" }, { confirm: { action: "maybe" } }]) {
+      const refused = (await call("m__confirm", { question: "ok?" }, { requestState: round.result.requestState, inputResponses })).json as { error: { code: number; message: string } };
+      expect(refused.error).toMatchObject({ code: -32602, message: expect.stringContaining("inputResponses") as unknown });
+    }
+    // The state still works with a well-formed answer.
+    const done = (await call("m__confirm", { question: "ok?" }, { requestState: round.result.requestState, inputResponses: { confirm: { action: "decline" } } })).json as { result: { content: { text: string }[] } };
+    expect(done.result.content[0]?.text).toMatch(/^confirmed: decline/);
+  });
+
   it("answers the backend -32601 for a modern client without the capability", async () => {
     const first = (await call("b__ask_model", { prompt: "x" })).json as { result: { content: { text: string }[] } };
     expect(first.result.content[0]?.text).toMatch(/^error -32601: .*does not support sampling/);
