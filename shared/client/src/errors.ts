@@ -11,7 +11,7 @@ export const CLIENT_ERROR_CATALOG = {
   CONNECT_ABORTED: "disconnect() was called before connect() finished; the attempt was abandoned.",
   CAPABILITY_MISSING: "The server did not declare the capability this call needs (data.capability).",
   TEMPLATE_NOT_FOUND: "readResourceFromTemplate was given a URI template the server does not list (data.uriTemplate).",
-  SUBSCRIPTION_REFUSED: "The server left the URI out of the subscriptions it agreed to honor (data.uri).",
+  SUBSCRIPTION_REFUSED: "The server left the URI out of the subscriptions it agreed to honor (data.uri; data.error: the JSON-RPC error it gave as the reason, where it gave one).",
   TOOL_ERROR: "The tool ran and reported a failure (isError); the cached entry keeps its result.",
   CONNECTION_LOST: "The connection to the server dropped (data.reason); the client reconnects if its policy allows.",
   INVALID_OPTIONS: "The options given to the constructor are missing, out of range or inconsistent (the message names the option).",

@@ -238,6 +238,7 @@ export class Connection {
         if (this.phase === "open") this.listener.gap(this);
       },
       resumedExactly: () => this.settings.cursor?.takeExactResume() ?? false,
+      refusals: () => this.settings.cursor?.takeRefusals() ?? new Map(),
     });
   }
 

@@ -4,6 +4,15 @@ import type { JSONRPCMessage, Transport } from "@modelcontextprotocol/client";
 export const CURSOR_META = "io.mcp-broker/cursor";
 /** The `_meta` key with which mcp-broker acknowledges a listen that gave a cursor: how it resumed. */
 export const RESUMED_META = "io.mcp-broker/resumed";
+/** The `_meta` key with which mcp-broker acknowledges a listen: each URI left out of the honored filter, with the error that refused it. */
+export const REFUSED_META = "io.mcp-broker/refused";
+
+/** The JSON-RPC error a server gave for a URI it left out of a listen's honored filter. */
+export interface RefusalReason {
+  code: number;
+  message: string;
+  data?: unknown;
+}
 
 const ACKNOWLEDGED = "notifications/subscriptions/acknowledged";
 
@@ -18,6 +27,7 @@ type Message = { method?: unknown; params?: { _meta?: Record<string, unknown> } 
 export class ListenCursor {
   private last: string | undefined;
   private resumed: unknown;
+  private refusals = new Map<string, RefusalReason>();
 
   get value(): string | undefined {
     return this.last;
@@ -43,6 +53,16 @@ export class ListenCursor {
     const exact = this.resumed === "exact";
     this.resumed = undefined;
     return exact;
+  }
+
+  /**
+   * Why the last acknowledged listen left URIs out of its honored filter, by URI (empty when the
+   * server said nothing: one without the extension); asking forgets the answer.
+   */
+  takeRefusals(): ReadonlyMap<string, RefusalReason> {
+    const refusals = this.refusals;
+    this.refusals = new Map();
+    return refusals;
   }
 
   /** Wraps whatever `onmessage` handler is set on `transport` from now on, keeping any accessor it already has. */
@@ -72,7 +92,9 @@ export class ListenCursor {
     if (typeof method !== "string") return;
     const cursor = params?._meta?.[CURSOR_META];
     if (typeof cursor === "string") this.last = cursor;
-    if (method === ACKNOWLEDGED) this.resumed = params?._meta?.[RESUMED_META];
+    if (method !== ACKNOWLEDGED) return;
+    this.resumed = params?._meta?.[RESUMED_META];
+    this.refusals = refusalsOf(params?._meta?.[REFUSED_META]);
   }
 
   private annotate(message: JSONRPCMessage): JSONRPCMessage {
@@ -80,4 +102,16 @@ export class ListenCursor {
     if (request.method !== "subscriptions/listen" || this.last === undefined) return message;
     return { ...message, params: { ...request.params, _meta: { ...request.params?._meta, [CURSOR_META]: this.last } } };
   }
+}
+
+/** `_meta["io.mcp-broker/refused"]` read leniently: entries not of the documented shape are skipped. */
+function refusalsOf(value: unknown): Map<string, RefusalReason> {
+  const refusals = new Map<string, RefusalReason>();
+  if (!Array.isArray(value)) return refusals;
+  for (const entry of value as unknown[]) {
+    const { uri, error } = (entry ?? {}) as { uri?: unknown; error?: { code?: unknown; message?: unknown; data?: unknown } };
+    if (typeof uri !== "string" || typeof error?.code !== "number" || typeof error.message !== "string") continue;
+    refusals.set(uri, { code: error.code, message: error.message, ...(error.data !== undefined && { data: error.data }) });
+  }
+  return refusals;
 }

@@ -1,6 +1,7 @@
 import { ProtocolError, type McpSubscription, type SubscriptionFilter } from "@modelcontextprotocol/client";
 import { backoffDelay, type BackoffPolicy, type Clock, type TimerHandle } from "@mcp-broker/shared";
 import type { Connection } from "../connection/connection.js";
+import type { RefusalReason } from "../connection/listen-cursor.js";
 import { BrokerClientError } from "../errors.js";
 import { SerialQueue } from "../util/serial-queue.js";
 import type { SubscriptionChannel } from "./subscription-channel.js";
@@ -25,6 +26,8 @@ export interface ListenStreamDeps {
    * sends what changed in between, so nothing was lost). Asked once per acknowledged stream.
    */
   resumedExactly(): boolean;
+  /** Why the stream just acknowledged left URIs out, where the server said (see `ListenCursor.takeRefusals`). Asked once per acknowledged stream. */
+  refusals(): ReadonlyMap<string, RefusalReason>;
 }
 
 /**
@@ -50,6 +53,8 @@ type StreamState = OpenStream | { readonly kind: "dropped"; readonly attempt: nu
 interface Opening {
   readonly honored: Set<string>;
   readonly reopened: boolean;
+  /** The server's reasons for URIs it left out, where it gave them. */
+  readonly refusals: ReadonlyMap<string, RefusalReason>;
 }
 
 /**
@@ -98,6 +103,8 @@ export class ListenStream implements SubscriptionChannel {
   private state: StreamState;
   private uris: readonly string[] = [];
   private readonly queue = new SerialQueue();
+  /** The reasons of the last opening, for `add`'s own URI. */
+  private lastRefusals: ReadonlyMap<string, RefusalReason> = new Map();
 
   constructor(
     private readonly connection: Connection,
@@ -113,7 +120,7 @@ export class ListenStream implements SubscriptionChannel {
       // Another URI that the server no longer knows must not keep this one out.
       const honored = await this.replace([...current, uri], named, uri);
       // Left out of `uris` then: the new stream serves what the old one did.
-      if (!honored.has(uri)) throw refusedError(uri);
+      if (!honored.has(uri)) throw refusedError(uri, this.lastRefusals.get(uri));
     });
   }
 
@@ -198,7 +205,7 @@ export class ListenStream implements SubscriptionChannel {
         this.uris = this.uris.filter((uri) => !out.includes(uri));
         continue;
       }
-      for (const uri of wanted) if (!opening.honored.has(uri)) refused.set(uri, refusedError(uri));
+      for (const uri of wanted) if (!opening.honored.has(uri)) refused.set(uri, refusedError(uri, opening.refusals.get(uri)));
       return opening;
     }
   }
@@ -218,6 +225,8 @@ export class ListenStream implements SubscriptionChannel {
     }
     if (previous.kind === "dropped") this.deps.clock.clearTimeout(previous.timer);
     const resumed = next !== undefined && this.deps.resumedExactly();
+    const refusals = next !== undefined ? this.deps.refusals() : new Map<string, RefusalReason>();
+    this.lastRefusals = refusals;
     const honored = new Set(next?.honoredFilter.resourceSubscriptions ?? []);
     const attempt = previous.kind === "dropped" ? previous.attempt + 1 : this.attemptAfter(previous);
     this.state = { kind: "open", subscription: next, since: this.deps.clock.now(), attempt };
@@ -225,7 +234,7 @@ export class ListenStream implements SubscriptionChannel {
     if (next !== undefined) this.watch(next);
     if (previous.kind === "open") void previous.subscription?.close().catch(() => undefined);
     // A stream that resumed exactly from the cursor was sent what changed meanwhile: no gap.
-    return { honored, reopened: previous.kind === "dropped" && !resumed };
+    return { honored, reopened: previous.kind === "dropped" && !resumed, refusals };
   }
 
   private isClosed(): boolean {
@@ -274,8 +283,10 @@ function notConnected(): BrokerClientError {
   return new BrokerClientError("NOT_CONNECTED", "The connection this listen stream belongs to is closed.");
 }
 
-function refusedError(uri: string): BrokerClientError {
-  return new BrokerClientError("SUBSCRIPTION_REFUSED", `The server did not honor the subscription to ${uri}.`, { uri });
+/** SUBSCRIPTION_REFUSED, with the server's reason (`data.error`, and the error's own message) when it gave one. */
+function refusedError(uri: string, reason?: RefusalReason): BrokerClientError {
+  if (reason === undefined) return new BrokerClientError("SUBSCRIPTION_REFUSED", `The server did not honor the subscription to ${uri}.`, { uri });
+  return new BrokerClientError("SUBSCRIPTION_REFUSED", `The server did not honor the subscription to ${uri}: ${reason.message}`, { uri, error: reason });
 }
 
 function rejectedUri(error: ProtocolError, candidates: readonly string[]): string | undefined {

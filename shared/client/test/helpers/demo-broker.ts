@@ -18,16 +18,16 @@ export interface DemoBroker {
 
 /**
  * A broker in this process on 127.0.0.1 (an ephemeral port unless `port` is given) in front of
- * one demo backend `demo` whose files live in `filesDir`. Resolves once the backend is connected
+ * one demo backend `demo` whose files live in `filesDir` (`subscriptions`: settings of that section). Resolves once the backend is connected
  * and its lists are loaded.
  */
-export async function startDemoBroker(filesDir: string, port = 0): Promise<DemoBroker> {
+export async function startDemoBroker(filesDir: string, port = 0, subscriptions: Record<string, unknown> = {}): Promise<DemoBroker> {
   const config = parseConfig(
     {
       server: { host: "127.0.0.1", port },
       logging: { level: "silent" },
       lists: { debounceMs: 50 },
-      subscriptions: { releaseGraceMs: 0 },
+      subscriptions: { releaseGraceMs: 0, ...subscriptions },
       backends: [{ id: "demo", command: process.execPath, args: [DEMO_BACKEND], env: { DEMO_FILES_DIR: filesDir, LOG_LEVEL: "silent" } }],
     },
     "client test config",

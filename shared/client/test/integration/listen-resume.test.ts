@@ -80,4 +80,25 @@ describe("BrokerClient listen cursor against the broker (modern era)", () => {
       await files.remove();
     }
   });
+
+  it("rejects a subscription the broker leaves out of the listen filter with the broker's reason (data.error), as the legacy era gets it", async () => {
+    const files = await tempFilesDir();
+    const demo = await startDemoBroker(files.dir, 0, { maxPerSession: 1 });
+    const client = new BrokerClient({ url: demo.url, era: "modern", reconnect: { heartbeatIntervalMs: 0 } });
+    try {
+      await client.connect();
+      await client.subscribeToResource("demo+demo://counter");
+      await expect(client.subscribeToResource("demo+demo://clock")).rejects.toMatchObject({
+        name: "BrokerClientError",
+        code: "SUBSCRIPTION_REFUSED",
+        message: expect.stringContaining("at most 1 per session") as unknown,
+        data: { uri: "demo+demo://clock", error: { code: -32010, data: { limit: "session", max: 1 } } },
+      });
+      expect(client.getSubscribedResources()).toEqual(["demo+demo://counter"]);
+    } finally {
+      await client.disconnect();
+      await demo.close();
+      await files.remove();
+    }
+  });
 });
