@@ -385,6 +385,28 @@ describe("Redis engine", () => {
     expect(await a!.registry.remove(ref("u2"))).toEqual({ removed: true, last: true });
   });
 
+  it("does not reap a session another member holds, though a stale entry of the dead one still names it", async () => {
+    const [a, b, c] = await cluster(3);
+    const limits = { perSession: 10, perPrincipal: 10, total: 100 };
+    const ref = (uri: string, epoch: number) => ({ principal: "p", sessionId: "s", backendId: "b", uri, epoch });
+    const [idA, idB] = [`${prefixes.at(-1)}0`, `${prefixes.at(-1)}1`];
+    for (const member of [a, b, c]) expect(await member!.registry.heartbeat(60_000)).toBe(true);
+    await a!.sessions.create({ sessionId: "s", principal: "p", protocolVersion: "2025-11-25" }, idA, Date.now());
+    expect(await a!.registry.add(ref("u1", 1), limits)).toEqual({ status: "added", first: true });
+    // Member a lets the session go (a graceful stop), and a subscribe of it still lands after that,
+    // at the epoch it was held at: a's set names the session again.
+    await a!.sessions.letGo({ principal: "p", sessionId: "s" }, idA, 1, 60_000);
+    expect(await a!.registry.add(ref("u2", 1), limits)).toEqual({ status: "added", first: true });
+    // Member b adopts it; then a dies.
+    expect((await b!.sessions.adopt({ principal: "p", sessionId: "s" }, idB, Date.now()))?.record.epoch).toBe(2);
+    await a!.redis.del(a!.keys.instance(idA));
+    expect(await c!.registry.reapInstance(idA)).toEqual([]);
+    // b's session keeps everything it holds, and a's set no longer names it.
+    expect((await b!.registry.ofSession("p", "s")).map((r) => r.uri).sort()).toEqual(["u1", "u2"]);
+    expect((await b!.registry.wanted("b")).sort()).toEqual(["u1", "u2"]);
+    expect(await a!.redis.sismember(a!.keys.instanceSessions(idA), JSON.stringify(["p", "s"]))).toBe(0);
+  });
+
   it("never publishes at a position below its own last one, even when the counter was lost", async () => {
     const [engine] = await cluster(1);
     const update = { kind: "resource.updated", v: 1, origin: "o", backendId: "b", uri: "u" } as unknown as Parameters<RedisEngine["updates"]["publish"]>[0];

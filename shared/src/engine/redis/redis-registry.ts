@@ -310,7 +310,18 @@ export class RedisRegistry implements SubscriptionRegistry {
     const released: { backendId: string; uri: string }[] = [];
     for (const session of await this.redis.smembers(this.keys.instanceSessions(instanceId))) {
       const [principal, sessionId] = JSON.parse(session) as [string, string];
-      const refs = await this.ofSession(principal, sessionId);
+      // A legacy session's record says who holds it now. One that names another holder (adopted
+      // after an entry of the dead instance's set was written again: a subscribe that landed after
+      // it let the session go), or none (let go: its holdings wait for an adopter, or for expiry),
+      // is not the dead instance's to release; the removal is fenced by the epoch read here, so an
+      // adoption in between leaves it alone too. A listen stream has no record.
+      const [owner, epoch] = await this.redis.hmget(this.keys.sessionRecord(principal, sessionId), "owner", "epoch");
+      if (owner !== null && owner !== instanceId) {
+        await this.redis.srem(this.keys.instanceSessions(instanceId), session);
+        continue;
+      }
+      const fence = owner === null || epoch === null ? {} : { epoch: Number(epoch) };
+      const refs = (await this.ofSession(principal, sessionId)).map((ref) => ({ ...ref, ...fence }));
       (await this.removeOf(refs, instanceId)).forEach((outcome, i) => {
         const ref = refs[i] as SubscriptionRef;
         if (outcome.last) released.push({ backendId: ref.backendId, uri: ref.uri });
