@@ -103,8 +103,6 @@ export class ListenStream implements SubscriptionChannel {
   private state: StreamState;
   private uris: readonly string[] = [];
   private readonly queue = new SerialQueue();
-  /** The reasons of the last opening, for `add`'s own URI. */
-  private lastRefusals: ReadonlyMap<string, RefusalReason> = new Map();
 
   constructor(
     private readonly connection: Connection,
@@ -118,9 +116,9 @@ export class ListenStream implements SubscriptionChannel {
   add(uri: string, current: readonly string[]): Promise<void> {
     return this.queue.run(async () => {
       // Another URI that the server no longer knows must not keep this one out.
-      const honored = await this.replace([...current, uri], named, uri);
+      const { honored, refusals } = await this.replace([...current, uri], named, uri);
       // Left out of `uris` then: the new stream serves what the old one did.
-      if (!honored.has(uri)) throw refusedError(uri, this.lastRefusals.get(uri));
+      if (!honored.has(uri)) throw refusedError(uri, refusals.get(uri));
     });
   }
 
@@ -168,15 +166,15 @@ export class ListenStream implements SubscriptionChannel {
   /**
    * `openRefusing` for an add, a remove or a reopen: the URIs refused other than `own` are
    * reported (also when the opening failed in the end), then a reopening. Resolves with the
-   * honored URIs.
+   * opening (the honored URIs, and the server's reasons for the others).
    */
-  private async replace(uris: readonly string[], culprits: Culprits, own?: string): Promise<Set<string>> {
+  private async replace(uris: readonly string[], culprits: Culprits, own?: string): Promise<Opening> {
     const refused = new Map<string, unknown>();
     let reopened = false;
     try {
       const opening = await this.openRefusing(uris, culprits, refused, own);
       reopened = opening.reopened;
-      return opening.honored;
+      return opening;
     } finally {
       if (own !== undefined) refused.delete(own);
       if (refused.size > 0) this.deps.refused(refused);
@@ -226,7 +224,6 @@ export class ListenStream implements SubscriptionChannel {
     if (previous.kind === "dropped") this.deps.clock.clearTimeout(previous.timer);
     const resumed = next !== undefined && this.deps.resumedExactly();
     const refusals = next !== undefined ? this.deps.refusals() : new Map<string, RefusalReason>();
-    this.lastRefusals = refusals;
     const honored = new Set(next?.honoredFilter.resourceSubscriptions ?? []);
     const attempt = previous.kind === "dropped" ? previous.attempt + 1 : this.attemptAfter(previous);
     this.state = { kind: "open", subscription: next, since: this.deps.clock.now(), attempt };
