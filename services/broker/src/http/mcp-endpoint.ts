@@ -97,13 +97,7 @@ export class McpEndpoint {
   /** Graceful shutdown: every listen stream gets its listen result, then ends. */
   closeStreams(): void {
     for (const [stream, id] of this.listenStreams) {
-      stream.write(
-        encodeEvent({
-          jsonrpc: "2.0",
-          id,
-          result: { resultType: "complete", _meta: { [META.subscriptionId]: id, [META.serverInfo]: this.deps.options.serverInfo } },
-        }),
-      );
+      stream.write(encodeEvent(this.deps.dispatcher.listenResult(id)));
       stream.close();
     }
     this.listenStreams.clear();

@@ -110,6 +110,11 @@ export class Dispatcher {
     }
   }
 
+  /** The answer to a `subscriptions/listen` the broker ends gracefully (it stops, or the stream must be reopened): its result. */
+  listenResult(id: string | number): JsonRpcResponse {
+    return { jsonrpc: "2.0", id, result: { resultType: "complete", _meta: { [META.subscriptionId]: id, [META.serverInfo]: this.options.serverInfo } } };
+  }
+
   /** The error response for a request that could not be attributed to a handler. */
   errorResponse(id: string | number | null, error: unknown, era: ProtocolEra): JsonRpcResponse {
     return { jsonrpc: "2.0", id, error: this.toWireError(error, era, undefined) };

@@ -2,7 +2,7 @@ import type { Readable, Writable } from "node:stream";
 import { StringDecoder } from "node:string_decoder";
 import { classifyInboundRequest } from "@modelcontextprotocol/server";
 import type { ClientInteraction } from "@mcp-broker/member";
-import { META, NOTIFICATION } from "@mcp-broker/shared";
+import { isJsonObject, META, NOTIFICATION } from "@mcp-broker/shared";
 import type { Broker } from "../broker.js";
 import type { JsonRpcRequest } from "../routing/dispatcher.js";
 import { rpcError } from "../http/mcp-endpoint.js";
@@ -11,10 +11,19 @@ import { nestsTooDeep, TOO_DEEP_MESSAGE, topLevelId } from "../routing/message-d
 import { LOG_LEVELS, type LogLevel, type RequestContext } from "../routing/request-context.js";
 import type { LegacySession } from "../session/legacy-session.js";
 import { acknowledgement, parseListenRequest, wantsListChanges, type ListenRequest } from "../session/listen-request.js";
+import { validateParams } from "../routing/validate-params.js";
 import type { PreparedNotification } from "../fanout/prepared-notification.js";
 import { resumeOrder } from "../fanout/event-ids.js";
 
 const STDIO_PRINCIPAL = "stdio";
+
+/**
+ * Bytes waiting on stdout past which the client counts as not reading (by default), as an HTTP stream is cut off
+ * at this many (sse-stream.ts): notifications then wait (a legacy session's in its history, sent
+ * once stdout drains; a listen stream ends, and its client reopens it with its cursor) instead of
+ * being buffered without bound.
+ */
+const MAX_QUEUED_BYTES = 8 * 1024 * 1024;
 
 type Json = Record<string, unknown>;
 
@@ -24,18 +33,78 @@ type Json = Record<string, unknown>;
  * `subscriptions/listen`, each listen tagged by its request id on the shared channel.
  * Resolves when the input ends.
  */
-export function serveStdio(broker: Broker, io: { input: Readable; output: Writable }): Promise<void> {
+export function serveStdio(broker: Broker, io: { input: Readable; output: Writable; maxQueuedBytes?: number }): Promise<void> {
   const maxLine = broker.config.server.maxBodyBytes;
-  const oversized = () => rpcError(null, -32600, `Message too large: the limit is ${maxLine} bytes (server.maxBodyBytes); dropped.`);
+  const maxQueued = io.maxQueuedBytes ?? MAX_QUEUED_BYTES;
+  const oversized = (id: string | number | null) => rpcError(id, -32600, `Message too large: the limit is ${maxLine} bytes (server.maxBodyBytes); dropped.`);
   let pending = "";
-  const writeLine = (line: string) => io.output.write(line);
+  /** stdout closed or failed (the client went away): nothing more is written, and serving ends. */
+  let stdoutClosed = false;
+  /** The client stopped reading: MAX_QUEUED_BYTES wait on stdout; notifications wait until it drains. */
+  let fallenBehind = false;
+  const writeLine = (line: string): void => {
+    if (stdoutClosed) return;
+    io.output.write(line);
+    if (!fallenBehind && io.output.writableLength > maxQueued) fallBehind();
+  };
   const send = (message: unknown) => writeLine(`${JSON.stringify(message)}\n`);
   let session: LegacySession | undefined;
+  /** The legacy session's stream: stdout, until the client falls behind (a new one is attached once it catches up). */
+  let sessionStream: { detach(): void } | undefined;
   /** While the session of the latest `initialize` is being made: legacy requests after it wait for it. */
   let sessionReady: Promise<void> | undefined;
-  let stdoutClosed = false;
   const listens = new Map<string | number, { close(): void }>();
   const inflight = new Map<string | number, AbortController>();
+
+  /** Ends a listen stream from the broker's side: its request gets its answer (a result, or `error`), and it is closed. */
+  const endListen = (id: string | number, error?: unknown): void => {
+    const handle = listens.get(id);
+    if (handle === undefined) return;
+    listens.delete(id);
+    send(error === undefined ? broker.dispatcher.listenResult(id) : broker.dispatcher.errorResponse(id, error, "modern"));
+    handle.close();
+  };
+
+  /** The legacy session's notifications go to stdout through this, until the client falls behind. */
+  const attachSession = (attached: LegacySession, lastEventId?: string): void => {
+    let onClose: (() => void) | undefined;
+    let detached = false;
+    sessionStream = {
+      detach: () => {
+        detached = true;
+        onClose?.();
+      },
+    };
+    void attached.attachStream(
+      {
+        get closed() {
+          return stdoutClosed || detached;
+        },
+        write: (notification) => writeLine(notification.jsonLine()),
+        onClose: (listener) => (onClose = listener),
+        close: () => undefined,
+      },
+      lastEventId,
+    );
+  };
+
+  /**
+   * The client stopped reading its stdout: the legacy session's stream is detached (what comes
+   * meanwhile waits in its history, or in the cluster), and every listen stream ends with its
+   * result (its client reopens it with its cursor and is told what it missed). Once stdout
+   * drains, the session gets a stream again, with what it missed.
+   */
+  const fallBehind = (): void => {
+    fallenBehind = true;
+    broker.logger.warn({ queuedBytes: io.output.writableLength }, "stdio: the client does not read its stdout; notifications wait until it does");
+    sessionStream?.detach();
+    sessionStream = undefined;
+    for (const id of [...listens.keys()]) endListen(id);
+    io.output.once("drain", () => {
+      fallenBehind = false;
+      if (session !== undefined && !stdoutClosed) attachSession(session);
+    });
+  };
 
   /** The legacy client, as a backend's requests during one of its calls reach it: written to stdout, answered on stdin. */
   const interactionOf = (asked: LegacySession, callSignal: AbortSignal): ClientInteraction => ({
@@ -89,6 +158,7 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
     /** Held notifications: until the acknowledgement, and while a resumption is read. */
     let backlog: PreparedNotification[] | undefined = [];
     let resuming = false;
+    let rejected = false;
     const handle = broker.sessions.openListen(
       STDIO_PRINCIPAL,
       request.flags,
@@ -111,9 +181,12 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
           backlog = undefined;
           for (const notification of resumeOrder(told, held, late)) writeLine(notification.jsonLine(cursor));
         },
+        end: () => endListen(message.id),
+        fail: (error) => endListen(message.id, error),
       }),
       (outcome) => {
         if (outcome.type === "listen.rejected") {
+          rejected = true;
           listens.delete(message.id);
           send(broker.dispatcher.errorResponse(message.id, outcome.error, "modern"));
           return;
@@ -125,7 +198,8 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
       },
       request.cursor,
     );
-    listens.set(message.id, handle);
+    // A rejection can come at once (the session limit), before this: it leaves nothing open.
+    if (!rejected) listens.set(message.id, handle);
   };
 
   const handleMessage = (message: unknown): void => {
@@ -134,13 +208,26 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
       return;
     }
     const msg = message as Json;
+    const id = typeof msg.id === "string" || typeof msg.id === "number" ? msg.id : null;
     // A response: the client's answer to a backend's request the broker passed on to it (see ClientRequests).
+    if (!Object.hasOwn(msg, "method")) {
+      if (id !== null && (Object.hasOwn(msg, "result") || Object.hasOwn(msg, "error"))) session?.clientAnswered(msg);
+      else send(rpcError(id, -32600, "Invalid Request: a message needs a method (a request or notification), or an id and a result or error (a response)."));
+      return;
+    }
     if (typeof msg.method !== "string") {
-      session?.clientAnswered(msg);
+      send(rpcError(id, -32600, "Invalid Request: method must be a string."));
+      return;
+    }
+    if (Object.hasOwn(msg, "id") && id === null) {
+      send(rpcError(null, -32600, "Invalid Request: id must be a string or a number."));
+      return;
+    }
+    if (id !== null && (inflight.has(id) || listens.has(id))) {
+      send(rpcError(id, -32600, `Invalid Request: id ${JSON.stringify(id)} is in use by a request still open.`));
       return;
     }
     const route = classifyInboundRequest({ httpMethod: "POST", body: message });
-    const id = typeof msg.id === "string" || typeof msg.id === "number" ? msg.id : null;
     if (route.kind === "reject") {
       if (id !== null) send(rpcError(id, route.code, route.message, route.data));
       return;
@@ -167,25 +254,24 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
       return;
     }
     if (request.method === "initialize") {
+      const params = isJsonObject(request.params) ? request.params : {};
+      try {
+        // Bad params get their error, and the session (if any) stays as it was.
+        validateParams("initialize", params);
+      } catch (error) {
+        send(broker.dispatcher.errorResponse(id, error, "legacy"));
+        return;
+      }
       session?.close("re-initialized");
       session = undefined;
-      const params = request.params ?? {};
+      sessionStream = undefined;
       const ready = broker.sessions
         .createLegacySession(STDIO_PRINCIPAL, { protocolVersion: broker.dispatcher.negotiatedVersion(params), clientInfo: params.clientInfo, capabilities: params.capabilities })
         .then(
           (created) => {
             session = created;
-            void created.attachStream(
-              {
-                get closed() {
-                  return stdoutClosed;
-                },
-                write: (notification) => writeLine(notification.jsonLine()),
-                onClose: () => undefined,
-                close: () => undefined,
-              },
-              undefined,
-            );
+            // Fallen behind meanwhile: the stream is attached once stdout drains.
+            if (!fallenBehind) attachSession(created);
             void run("legacy", request);
           },
           (error: unknown) => {
@@ -210,6 +296,9 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
     else void sessionReady.then(serve);
   };
 
+  /** Whether `text` is over `server.maxBodyBytes` in UTF-8 (counted only when its length leaves any doubt). */
+  const overLimit = (text: string): boolean => text.length > maxLine || (text.length * 3 > maxLine && Buffer.byteLength(text, "utf8") > maxLine);
+
   return new Promise((resolve) => {
     // Chunks split multi-byte characters; the decoder carries the partial bytes to the next chunk.
     const decoder = new StringDecoder("utf8");
@@ -226,8 +315,8 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
           continue;
         }
         if (line.trim() === "") continue;
-        if (line.length > maxLine) {
-          send(oversized());
+        if (overLimit(line)) {
+          send(oversized(topLevelId(line)));
           continue;
         }
         if (nestsTooDeep(line)) {
@@ -243,19 +332,28 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
         }
         handleMessage(message);
       }
-      if (pending.length > maxLine) {
-        if (!skipping) send(oversized());
+      if (overLimit(pending)) {
+        if (!skipping) send(oversized(topLevelId(pending)));
         pending = "";
         skipping = true;
       }
     });
-    const end = () => {
+    let ended = false;
+    const end = (why: string) => {
+      if (ended) return;
+      ended = true;
       stdoutClosed = true;
       for (const listenHandle of listens.values()) listenHandle.close();
-      session?.close("stdin closed");
+      listens.clear();
+      session?.close(why);
       resolve();
     };
-    io.input.once("end", end);
-    io.input.once("close", end);
+    io.input.once("end", () => end("stdin closed"));
+    io.input.once("close", () => end("stdin closed"));
+    // The client closed its end of stdout (EPIPE on the next write): it is gone, as if stdin had ended.
+    io.output.on("error", (error: Error) => {
+      broker.logger.info({ err: error.message }, "stdio: stdout failed; the client is gone");
+      end("stdout closed");
+    });
   });
 }

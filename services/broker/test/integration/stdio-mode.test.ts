@@ -129,7 +129,7 @@ describe("stdio mode", () => {
       expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32700 }) }),
       expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32600 }) }),
       expect.objectContaining({ id: 7, error: expect.objectContaining({ code: -32600 }) }),
-      expect.objectContaining({ id: null, error: expect.objectContaining({ code: -32600, message: expect.stringContaining("too large") }) }),
+      expect.objectContaining({ id: 8, error: expect.objectContaining({ code: -32600, message: expect.stringContaining("too large") }) }),
       expect.objectContaining({ id: 9, error: expect.objectContaining({ message: expect.stringContaining("initialize first") }) }),
       expect.objectContaining({ id: 10, error: expect.objectContaining({ code: -32600, message: expect.stringContaining("deeper than 100") }) }),
       expect.objectContaining({ id: 11, error: expect.objectContaining({ message: expect.stringContaining("2099-01-01") }) }),
