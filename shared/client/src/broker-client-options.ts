@@ -1,5 +1,5 @@
 import type { FetchLike, Implementation, Transport } from "@modelcontextprotocol/client";
-import { systemClock, type BackoffPolicy, type Clock, type ListName } from "@mcp-broker/shared";
+import { MAX_TIMER_MS, systemClock, type BackoffPolicy, type Clock, type ListName } from "@mcp-broker/shared";
 import type { ReconnectPolicy } from "./connection/connection-supervisor.js";
 import { ERAS, type ConnectionSettings, type EraOption } from "./connection/connection.js";
 import { createHttpTransport } from "./connection/http-transport.js";
@@ -158,8 +158,8 @@ function validate(options: BrokerClientOptions): void {
     invalid("resubscribeOnReconnect", "must be a boolean", options.resubscribeOnReconnect);
   }
   nonNegative("listChangedDebounceMs", options.listChangedDebounceMs);
-  if (options.requestTimeoutMs !== undefined && !(isFiniteNumber(options.requestTimeoutMs) && options.requestTimeoutMs > 0)) {
-    invalid("requestTimeoutMs", "must be a finite number > 0", options.requestTimeoutMs);
+  if (options.requestTimeoutMs !== undefined && !(isFiniteNumber(options.requestTimeoutMs) && options.requestTimeoutMs > 0 && options.requestTimeoutMs <= MAX_TIMER_MS)) {
+    invalid("requestTimeoutMs", `must be a number > 0 and ≤ ${MAX_TIMER_MS}`, options.requestTimeoutMs);
   }
   const { clock } = options;
   if (clock !== undefined && !(typeof clock === "object" && clock !== null && ["now", "setTimeout", "clearTimeout"].every((name) => typeof (clock as unknown as Record<string, unknown>)[name] === "function"))) {
@@ -198,8 +198,9 @@ function isFiniteNumber(value: unknown): value is number {
   return typeof value === "number" && Number.isFinite(value);
 }
 
+/** A duration: Node fires a timer of more than MAX_TIMER_MS (about 24.8 days) after 1 ms. */
 function nonNegative(option: string, value: unknown): void {
-  if (value !== undefined && !(isFiniteNumber(value) && value >= 0)) invalid(option, "must be a finite number ≥ 0", value);
+  if (value !== undefined && !(isFiniteNumber(value) && value >= 0 && value <= MAX_TIMER_MS)) invalid(option, `must be a number ≥ 0 and ≤ ${MAX_TIMER_MS}`, value);
 }
 
 function optionalFunction(option: string, value: unknown): void {

@@ -13,6 +13,7 @@
 import { realpathSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
+import { MAX_TIMER_MS } from "@mcp-broker/shared";
 import { BrokerClient } from "./broker-client.js";
 import { ERAS, type EraOption } from "./connection/connection.js";
 import type { Prompt, Resource, ResourceTemplate, Tool } from "./lists/list-catalog.js";
@@ -180,7 +181,7 @@ function parseCommandLine(argv: readonly string[]): CommandLine {
   const headers = parseHeaders(values.header);
   if (headers === undefined) return usage('--header must look like "Name: value"');
   const timeoutMs = positiveInteger(values.timeout);
-  if (timeoutMs === undefined) return usage("--timeout must be a whole number of milliseconds > 0");
+  if (timeoutMs === undefined || timeoutMs > MAX_TIMER_MS) return usage(`--timeout must be a whole number of milliseconds > 0 and ≤ ${MAX_TIMER_MS}`);
   const maxAttempts = values["max-attempts"] === undefined ? undefined : positiveInteger(values["max-attempts"]);
   if (values["max-attempts"] !== undefined && maxAttempts === undefined) return usage("--max-attempts must be a whole number > 0");
   return { kind: "run", command, url, uris, era, headers, timeoutMs, json: values.json, read: values.read, maxAttempts };
@@ -316,8 +317,16 @@ export async function main(): Promise<void> {
   const stop = new AbortController();
   // Once: a second Ctrl-C ends the process the default way, whatever it is doing.
   for (const name of ["SIGINT", "SIGTERM"] as const) process.once(name, () => stop.abort(name));
+  // Whoever read stdout went away (`watch … | head`): stop as on a signal, disconnecting, and exit 0.
+  let outGone = false;
+  process.stdout.on("error", () => {
+    outGone = true;
+    stop.abort("stdout closed");
+  });
   const code = await runCli(process.argv.slice(2), {
-    out: (line) => process.stdout.write(`${line}\n`),
+    out: (line) => {
+      if (!outGone) process.stdout.write(`${line}\n`);
+    },
     err: (line) => process.stderr.write(`${line}\n`),
     signal: stop.signal,
   });

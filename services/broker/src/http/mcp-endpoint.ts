@@ -227,6 +227,10 @@ export class McpEndpoint {
         return;
       }
       await this.respond(req, res, message as unknown as JsonRpcRequest, { era: "legacy", principal, session }, { [SESSION_HEADER]: session.id });
+      // The client went away before it had the answer (it gave up connecting): nobody knows the
+      // session's id, so nobody would end it; it would hold a slot of the principal's session
+      // limit until it idled out.
+      if (!res.writableEnded) await this.deps.host.endLegacySession(session, "its client went away before the initialize answer");
       return;
     }
     const session = await this.sessionFor(req, res, principal, idOf(message));

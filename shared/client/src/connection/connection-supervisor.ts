@@ -62,6 +62,9 @@ export class ConnectionSupervisor {
     return undefined;
   }
 
+  /** The close of the last disconnect, while it runs. */
+  private closing: Promise<void> | undefined;
+
   async connect(): Promise<void> {
     if (this.phase.kind !== "disconnected") {
       throw new BrokerClientError("ALREADY_CONNECTED", `connect() called while ${this.phase.kind}; call disconnect() first.`);
@@ -83,11 +86,18 @@ export class ConnectionSupervisor {
   async disconnect(): Promise<void> {
     const phase = this.phase;
     this.epoch++;
-    if (phase.kind === "disconnected") return;
+    // A disconnect under way: this one is done when that one is (its DELETE sent, say).
+    if (phase.kind === "disconnected") return this.closing;
     if (phase.kind === "reconnecting" && phase.timer !== undefined) this.deps.clock.clearTimeout(phase.timer);
     this.enter({ kind: "disconnected" });
     // Also a connection still opening or being established: its requests fail at once.
-    await phase.connection?.close({ endSession: true });
+    const closing = phase.connection?.close({ endSession: true });
+    this.closing = closing;
+    try {
+      await closing;
+    } finally {
+      if (this.closing === closing) this.closing = undefined;
+    }
   }
 
   private create(): Connection {

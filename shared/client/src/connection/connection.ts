@@ -87,6 +87,10 @@ export class Connection {
   private probe: Promise<void> | undefined;
   /** When the server was last heard from (clock time). */
   private lastHeard = 0;
+  /** Once `open` started: settles when its connect has, and what a close meanwhile left to it is done. */
+  private opening: Promise<void> | undefined;
+  /** While `open` waits for its connect: ends that wait at once (a close). */
+  private closedWhileOpening: (() => void) | undefined;
 
   constructor(
     private readonly settings: ConnectionSettings,
@@ -131,16 +135,31 @@ export class Connection {
     this.phase = "opening";
     this.transport = this.settings.createTransport({ interrupted: () => this.checkAlive() });
     this.settings.cursor?.attach(this.transport);
+    const connecting = this.client.connect(this.transport, this.requestOptions);
+    const closed = new Promise<"closed">((resolve) => (this.closedWhileOpening = () => resolve("closed")));
+    // Closed while it was opening: once the connect settles, what it made is undone. A legacy
+    // session the server made for it is nobody's now, and would stay until it idled out, counted
+    // against the principal's session limit (`close` waits for this, bounded).
+    this.opening = connecting.then(
+      async () => {
+        if (this.phase === "opening") return;
+        await this.endSession();
+        await this.release();
+      },
+      async () => {
+        if (this.phase !== "opening") await this.release();
+      },
+    );
+    let outcome: "closed" | undefined;
     try {
-      await this.client.connect(this.transport, this.requestOptions);
+      outcome = await Promise.race([connecting.then(() => undefined), closed]);
     } catch (error) {
       await this.release();
       throw error;
+    } finally {
+      this.closedWhileOpening = undefined;
     }
-    if (this.phase !== "opening") {
-      await this.release();
-      throw new BrokerClientError("NOT_CONNECTED", "The connection was closed while it was opening.");
-    }
+    if (outcome === "closed" || this.phase !== "opening") throw new BrokerClientError("NOT_CONNECTED", "The connection was closed while it was opening.");
     this.client.onclose = () => this.markLost("the transport closed");
     this.phase = "open";
     const capabilities = this.capabilities;
@@ -199,7 +218,26 @@ export class Connection {
     if (this.phase === "closed") return;
     this.phase = "closed";
     if (wasOpen && options.endSession === true) await this.endSession();
+    const waiting = this.closedWhileOpening;
+    if (waiting !== undefined) {
+      // Still opening: `open` rejects at once. Its initialize may have made a legacy session
+      // already, whose id only the answer tells: the connect is given a moment to finish (bounded
+      // as a DELETE is), and the session is then ended; cut short, it is left to idle out.
+      waiting();
+      if (options.endSession === true && this.settings.era !== "modern" && this.opening !== undefined) await this.within(END_SESSION_TIMEOUT_MS, this.opening);
+    }
     await this.release();
+  }
+
+  /** `promise`, or after `ms` whatever it is by then. */
+  private async within(ms: number, promise: Promise<unknown>): Promise<void> {
+    const { clock } = this.settings;
+    let timer: TimerHandle | undefined;
+    const timeout = new Promise<void>((resolve) => {
+      timer = clock.setTimeout(resolve, ms);
+    });
+    await Promise.race([promise.catch(() => undefined), timeout]);
+    if (timer !== undefined) clock.clearTimeout(timer);
   }
 
   private installHandlers(): void {
@@ -279,13 +317,7 @@ export class Connection {
   private async endSession(): Promise<void> {
     const transport = this.transport;
     if (!(transport instanceof StreamableHTTPClientTransport) || transport.sessionId === undefined) return;
-    const { clock } = this.settings;
-    let timer: TimerHandle | undefined;
-    const timeout = new Promise<void>((resolve) => {
-      timer = clock.setTimeout(resolve, END_SESSION_TIMEOUT_MS);
-    });
-    await Promise.race([transport.terminateSession().catch(() => undefined), timeout]);
-    if (timer !== undefined) clock.clearTimeout(timer);
+    await this.within(END_SESSION_TIMEOUT_MS, transport.terminateSession());
   }
 
   private async release(): Promise<void> {

@@ -133,6 +133,22 @@ describe.each(["legacy", "modern"] as const)("BrokerClient against the broker (%
     else await eventually(() => running.broker.sessions.listenCount() === 0, "the listen stream to close");
     await eventually(() => !running.broker.upstream.watched("demo").includes("demo://clock"), "the upstream release");
   });
+
+  it("leaves no session behind when disconnect() comes while connect() runs", async () => {
+    const client = new BrokerClient({ url: running.url, era, reconnect: { heartbeatIntervalMs: 0 } });
+    const outcomes = new Set<string>();
+    for (let i = 0; i < 24; i++) {
+      const connecting = client.connect().then(
+        () => "connected",
+        (error: unknown) => (error as { code?: string }).code ?? "failed",
+      );
+      await new Promise((resolve) => setTimeout(resolve, i % 8));
+      await client.disconnect();
+      outcomes.add(await connecting);
+    }
+    expect(outcomes.has("CONNECT_ABORTED")).toBe(true);
+    await eventually(() => running.broker.sessions.legacySessions().filter((s) => !s.closed).length === 0, "every session ended");
+  });
 });
 
 describe("BrokerClient era negotiation against the broker", () => {

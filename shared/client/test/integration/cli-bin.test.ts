@@ -56,6 +56,20 @@ describe("mcp-broker-client bin (spawned)", () => {
     expect(events(run.lines())).toEqual([{ event: "updated", uri: COUNTER, reason: "notification", at: expect.any(String) }]);
   });
 
+  it("watch whose reader goes away (| head) disconnects, ending its session, and exits 0", async () => {
+    const open = () => running.broker.sessions.legacySessions().filter((s) => !s.closed).length;
+    const before = open(); // the driver's own session
+    const run = runBin(["watch", running.url, COUNTER, "--era", "legacy"]);
+    await run.until("stderr", watching);
+    expect(open()).toBe(before + 1);
+    run.child.stdout?.destroy(); // as `head` does once it has its lines: the next write fails with EPIPE
+    await other.callTool({ name: "demo__bump_counter" });
+    await other.callTool({ name: "demo__bump_counter" });
+    expect(await run.exited).toBe(0);
+    expect(run.stderr()).not.toContain("Unhandled");
+    expect(open()).toBe(before);
+  });
+
   it.each(["legacy", "modern"] as const)("watch --read prints the content, then each update and its re-read content (%s)", async (era) => {
     const run = runBin(["watch", running.url, COUNTER, "--read", "--era", era]);
     await run.until("stderr", watching);

@@ -271,7 +271,10 @@ describe("reconnect (legacy)", () => {
     await backend.whenWire("initialize", handshakes + 1);
     expect(c.state).toBe("reconnecting");
     const states = record(c, "connectionChange");
-    await c.disconnect();
+    // The attempt's initialize may have made a session: disconnect() gives it up to 2 s to be answered, so it can be ended.
+    const disconnecting = c.disconnect();
+    await clock.advance(2_000);
+    await disconnecting;
     const attempts = backend.legacyAttempts;
     await clock.advance(10_000);
     expect(backend.legacyAttempts).toBe(attempts);
@@ -297,7 +300,7 @@ describe.each(["legacy", "modern"] as const)("connection set-up (%s)", (era) => 
   });
 
   it("disconnect() aborts a connect under way at once: CONNECT_ABORTED", async () => {
-    const { backend, client: c } = unitSetup(era);
+    const { backend, clock, client: c } = unitSetup(era);
     client = c;
     // A server that accepted the connection and never answers the handshake.
     if (era === "legacy") backend.legacySilent = true;
@@ -305,8 +308,11 @@ describe.each(["legacy", "modern"] as const)("connection set-up (%s)", (era) => 
     const states = record(c, "connectionChange");
     const connecting = c.connect();
     await backend.whenWire(era === "legacy" ? "initialize" : "server/discover", 1);
-    await c.disconnect();
+    const disconnecting = c.disconnect();
     await expect(connecting).rejects.toMatchObject({ name: "BrokerClientError", code: "CONNECT_ABORTED" });
+    // A legacy initialize may have made a session: disconnect() waits up to 2 s for its answer, to end it.
+    if (era === "legacy") await clock.advance(2_000);
+    await disconnecting;
     expect(c.state).toBe("disconnected");
     expect(states.map((s) => s.state)).toEqual(["connecting", "disconnected"]);
   });
