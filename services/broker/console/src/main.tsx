@@ -194,7 +194,7 @@ const matches = (query: string, ...texts: unknown[]): boolean => {
 };
 
 function ResourcesView({ bump }: { bump: number }) {
-  const { data, error } = usePoll<{ resources: Resource[] }>("api/resources", 2000, bump);
+  const { data, error } = usePoll<{ resources: Resource[]; truncated?: boolean; total?: number }>("api/resources", 2000, bump);
   const [query, setQuery] = useState("");
   const [backend, setBackend] = useState("");
   const [mime, setMime] = useState("");
@@ -210,6 +210,7 @@ function ResourcesView({ bump }: { bump: number }) {
       <Problem error={error} />
       <p class="count">
         {shown.length} of {all.length} resources · {all.reduce((n, r) => n + r.subscribers, 0)} subscriptions cluster-wide
+        {data?.truncated === true && ` · the first ${all.length} of ${data.total ?? "?"} (the list is cut at 8 MB)`}
       </p>
       <div class="table">
         <table>
@@ -260,6 +261,8 @@ function ResourcesView({ bump }: { bump: number }) {
 
 function SessionsView() {
   const { data, error } = usePoll<{ instances: Instance[] }>("api/sessions", 3000, 0);
+  /** What the API lists per broker without a `limit`. */
+  const limit = 200;
   const [query, setQuery] = useState("");
   const instances = data?.instances ?? [];
   return (
@@ -278,6 +281,8 @@ function SessionsView() {
             </h2>
             <p class="count">
               {instance.legacy.count} legacy sessions · {instance.listens.count} listen streams
+              {(instance.legacy.sessions.length < Math.min(instance.legacy.count, limit) || instance.listens.streams.length < Math.min(instance.listens.count, limit)) &&
+                ` · fewer listed: each list of a broker's answer is cut at 512 KB`}
             </p>
             <div class="table">
               <table>

@@ -4,7 +4,7 @@ import type { BackendStatus, Member } from "@mcp-broker/member";
 import type { HeldTool, SubscriptionRegistry, UpdateLog } from "@mcp-broker/shared";
 import type { Catalog, CatalogKind } from "../catalog/catalog.js";
 import type { EdgeSecurity } from "./edge-security.js";
-import type { ConsoleCensus, InstanceCensus } from "./console-census.js";
+import { withinChars, type ConsoleCensus, type InstanceCensus } from "./console-census.js";
 import type { ConsoleFeed } from "./console-feed.js";
 import { sendJson } from "./mcp-endpoint.js";
 
@@ -56,6 +56,13 @@ export interface ConsoleCatalog {
 
 /** One catalog item: its definition as clients get it, and its backend. */
 export type ConsoleItem = Record<string, unknown> & { backend: string };
+
+/**
+ * The JSON characters the resources list may take: past it the list is cut and the answer says
+ * `truncated: true`. URIs reach 16 KB and a control character takes 6 in JSON, so a few thousand
+ * subscribed URIs once made an answer longer than V8's longest string, and the broker died.
+ */
+const RESOURCES_MAX_CHARS = 8 * 1024 * 1024;
 
 /** Sessions and streams per broker the sessions API lists by default, and at most. */
 const SESSIONS_DEFAULT_LIMIT = 200;
@@ -191,7 +198,12 @@ export function serveConsole(req: IncomingMessage, res: ServerResponse, access: 
     return true;
   }
   let read: Promise<unknown> | undefined;
-  if (path === `${API}resources`) read = data.resources().then((resources) => ({ resources }));
+  if (path === `${API}resources`) {
+    read = data.resources().then((all) => {
+      const { items: resources, truncated } = withinChars(all, RESOURCES_MAX_CHARS);
+      return { resources, ...(truncated && { truncated: true, total: all.length }) };
+    });
+  }
   else if (path === `${API}backends`) read = data.backends().then((backends) => ({ backends }));
   else if (path === `${API}catalog`) read = data.catalog();
   else if (path === `${API}feed`) {
@@ -211,10 +223,19 @@ export function serveConsole(req: IncomingMessage, res: ServerResponse, access: 
     sendJson(res, 404, { error: `Not found: the console's API is ${API}resources, ${API}backends, ${API}sessions, ${API}catalog and ${API}feed.` });
     return true;
   }
-  read.then(
-    (body) => sendJson(res, 200, body, { "cache-control": "no-store" }),
-    (error: unknown) => sendJson(res, 503, { error: `The cluster's state could not be read: ${(error as Error).message}` }),
-  );
+  read
+    .then(
+      (body) => {
+        try {
+          sendJson(res, 200, body, { "cache-control": "no-store" });
+        } catch (error) {
+          // Never a crash for an answer that cannot be made (see RESOURCES_MAX_CHARS).
+          sendJson(res, 500, { error: `The answer could not be made: ${(error as Error).message}` });
+        }
+      },
+      (error: unknown) => sendJson(res, 503, { error: `The cluster's state could not be read: ${(error as Error).message}` }),
+    )
+    .catch(() => res.destroy());
   return true;
 }
 

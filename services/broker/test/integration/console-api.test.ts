@@ -105,6 +105,30 @@ describe.each(["memory", "redis"] as const)("console API on the %s engine", (eng
     await listen.close();
   });
 
+  it("bounds its answers: thousands of KB of subscribed URIs neither crash the broker nor flood the bus", async () => {
+    const legacy = await connectClient(last().url, "legacy");
+    clients.push(legacy);
+    // URIs of 15 000 control characters: 90 000 characters each in JSON (the resource's name repeats it).
+    const huge = (i: number) => `push+test://items/${String(i).padStart(3, "0")}${"\u0001".repeat(15_000)}`;
+    for (let i = 0; i < 60; i++) await legacy.subscribeResource({ uri: huge(i) });
+    const resources = await api(first(), "resources");
+    expect(resources.status).toBe(200);
+    const body = resources.json as { resources: Row[]; truncated?: boolean; total?: number };
+    expect(body.truncated).toBe(true);
+    expect(body.total).toBeGreaterThan(body.resources.length);
+    expect(resources.body.length).toBeLessThan(9 * 1024 * 1024);
+    const census = await api(first(), "sessions");
+    expect(census.status).toBe(200);
+    const { instances } = census.json as { instances: { instance: string; legacy: { count: number; sessions: { subscriptions: string[] }[] } }[] };
+    // Every broker answered (on Redis, the other one over the bus), each URI shortened for the view.
+    expect(instances.length).toBe(brokers.length);
+    const listed = instances.flatMap((i) => i.legacy.sessions).find((s) => s.subscriptions.length === 60);
+    expect(listed?.subscriptions[0]).toHaveLength(513);
+    expect(census.body.length).toBeLessThan(brokers.length * 1024 * 1024);
+    expect((await raw(new URL("/healthz", first().url).href, { method: "GET" })).status).toBe(200);
+    for (let i = 0; i < 60; i++) await legacy.unsubscribeResource({ uri: huge(i) });
+  }, 60_000);
+
   it("feeds updates cluster-wide and list changes with their diffs live, and shows each resource's last update", async () => {
     const feed = await openFeed(first());
     try {
