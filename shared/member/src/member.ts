@@ -350,8 +350,9 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
    * (the generation it knew is gone: the first to notice writes a new one, the others find it
    * changed) on its next heartbeat or bus reconnect, and writes back what it holds: the cluster's name (the same: cursors stay valid), a position floor (what clients saw
    * still comes first), its heartbeat, its sessions and their subscriptions (the broker's part), the
-   * repeated jobs. Watcher leases are taken again as usual, and the watchers then watch what is
-   * wanted and count it as updated once; the reloads their watch start schedules fill the catalog.
+   * repeated jobs, and each backend's reloads (the catalog's lists, and the periodic relists) where it
+   * watches the backend. Watcher leases are taken again as usual, and the watchers then watch what
+   * is wanted and count it as updated once.
    */
   const recoverIfLost = (): Promise<void> => {
     if (redis === undefined || !started) return Promise.resolve();
@@ -371,6 +372,10 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       await registry.heartbeat(config.redis.instanceTtlMs);
       await hooks.recover?.();
       await scheduleHousekeeping();
+      // The catalog and the lists' periodic reloads went with the rest. A member that keeps its
+      // watcher lease (taking it back, not taking it over) does not start watching again, so the
+      // watch start's reloads would not come: they are scheduled here, for what it watches.
+      for (const backend of config.backends) if (watchers.holds(backend.id)) listChanges.watching(pool.get(backend.id));
     })().finally(() => (recovering = undefined));
     return recovering;
   };

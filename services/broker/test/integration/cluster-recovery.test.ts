@@ -111,6 +111,11 @@ describe("cluster recovery after Redis lost its data", () => {
     // The session is known to the cluster again once its holder noticed (within a heartbeat; the
     // updates above may flow sooner): the other broker adopts it, no 404.
     await eventually(async () => (await post(one.url, { jsonrpc: "2.0", id: 3, method: "ping" }, headers)).status === 200, "the session written back", 5_000);
+    // The catalog is written back by the watcher's reloads: a broker that starts now serves the
+    // stored lists (it does not list backends itself), the backend's tools among them.
+    const three = await startBroker({ backends: [{ id: "leg", url: backend.url, era: "legacy" }], redisUrl: `redis://127.0.0.1:${port}`, redis: { keyPrefix: "recovery:", leaseTtlMs: 1_000, instanceTtlMs: 2_000 } });
+    brokers.push(three);
+    await eventually(async () => JSON.stringify((await post(three.url, { jsonrpc: "2.0", id: 6, method: "tools/list", params: { _meta: MODERN_META } }, { "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list" })).json).includes("leg__echo"), "the stored tool list on a new broker", 10_000);
     // The catalog reloads: a tool change reaches the listen stream, and the new tool is listed.
     server.addTool("after-recovery");
     await eventually(() => listen.events.some((e) => (e.data as { method?: string }).method === "notifications/tools/list_changed"), "the list change after recovery", 10_000);
