@@ -345,6 +345,25 @@ export function jobQueueContract(name: string, harness: JobQueueHarness): void {
       await queue.close();
     });
 
+    it("brings a retry waiting out its backoff forward when the key is scheduled again, with the newest data", async () => {
+      const queue = await harness.make({ attempts: 5, backoffMs: 5_000 });
+      const runs: { data: number; at: number }[] = [];
+      queue.process(async (_key, data) => {
+        runs.push({ data, at: harness.now() });
+        if (data === 1) throw new Error("the backend answered garbage");
+      });
+      await queue.schedule("k", 1, 0);
+      await harness.until(() => runs.length === 1, "the failing run");
+      // Its retry waits 5 s; the key is scheduled again (the backend changed meanwhile): that runs after its own delay.
+      const scheduled = harness.now();
+      await queue.schedule("k", 2, 20);
+      await harness.until(async () => runs.length === 2 && (await idle(queue)), "the run brought forward");
+      expect(runs[1]?.data).toBe(2);
+      expect((runs[1]?.at ?? 0) - scheduled).toBeLessThan(4_000);
+      expect((await queue.stats()).failed).toBe(0);
+      await queue.close();
+    });
+
     it("fails a run for good after its attempts, and at once on an unrecoverable error", async () => {
       const queue = await harness.make({ attempts: 2, backoffMs: 10 });
       const runs: string[] = [];

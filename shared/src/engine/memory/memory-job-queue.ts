@@ -9,12 +9,15 @@ interface KeyState<T> {
   data: T;
   /** Runs of this job so far (a retry is a run of the same job). */
   attempt: number;
+  /** When the armed timer fires (clock time). */
+  due: number;
 }
 
 /**
  * In-process job queue with the `JobQueue` contract: a burst within the delay gives one run,
  * a schedule during a run gives exactly one more, runs of one key never overlap, a failing run is
- * retried with exponential backoff up to `attempts` runs.
+ * retried with exponential backoff up to `attempts` runs (a schedule meanwhile brings the retry
+ * forward to its own delay: what changed since is not held up by the backoff).
  */
 export class MemoryJobQueue<T> implements JobQueue<T> {
   private readonly keys = new Map<string, KeyState<T>>();
@@ -45,10 +48,17 @@ export class MemoryJobQueue<T> implements JobQueue<T> {
     if (this.closed) return;
     const state = this.keys.get(key);
     if (state === undefined) {
-      const fresh: KeyState<T> = { timer: undefined, running: false, again: undefined, data, attempt: 0 };
+      const fresh: KeyState<T> = { timer: undefined, running: false, again: undefined, data, attempt: 0, due: 0 };
       this.keys.set(key, fresh);
       this.arm(key, fresh, delayMs);
     } else if (state.running) state.again = { data, delayMs };
+    else if (state.attempt > 0 && this.clock.now() + delayMs < state.due) {
+      // Waiting out a failed run's backoff: the new schedule runs at its own time, as a new job.
+      if (state.timer !== undefined) this.clock.clearTimeout(state.timer);
+      state.data = data;
+      state.attempt = 0;
+      this.arm(key, state, delayMs);
+    }
   }
 
   async repeat(key: string, data: T, everyMs: number): Promise<void> {
@@ -106,6 +116,7 @@ export class MemoryJobQueue<T> implements JobQueue<T> {
   }
 
   private arm(key: string, state: KeyState<T>, delayMs: number): void {
+    state.due = this.clock.now() + delayMs;
     state.timer = this.clock.setTimeout(() => {
       state.timer = undefined;
       void this.execute(key, state);

@@ -1,4 +1,5 @@
-import { isNotConnectionError, Queue, UnrecoverableError, Worker, type Job } from "bullmq";
+import { randomUUID } from "node:crypto";
+import { isNotConnectionError, Job, Queue, UnrecoverableError, Worker } from "bullmq";
 import type { RedisClient } from "./redis-client.js";
 import { UnrecoverableJobError, type JobObserver, type JobQueue, type JobQueueOptions, type JobStats } from "../jobs.js";
 
@@ -72,7 +73,9 @@ export class BullJobQueue<T> implements JobQueue<T> {
   }
 
   async schedule(key: string, data: T, delayMs: number): Promise<void> {
-    await this.queue.add(RUN, { key, data } satisfies Envelope, {
+    const jobId = randomUUID();
+    const added = await this.queue.add(RUN, { key, data } satisfies Envelope, {
+      jobId,
       delay: delayMs,
       deduplication: { id: key, keepLastIfActive: true },
       attempts: this.options.attempts,
@@ -80,6 +83,14 @@ export class BullJobQueue<T> implements JobQueue<T> {
       removeOnComplete: { count: KEEP_COMPLETED },
       removeOnFail: { count: KEEP_FAILED },
     });
+    if (added.id === jobId || added.id === undefined) return;
+    // Deduplicated into the key's job. One waiting out a failed run's backoff (up to minutes) would
+    // hold this schedule up as long: it runs at this schedule's time instead, with its data.
+    // (One whose backoff ends sooner than this delay waits this delay now: at most a debounce more.)
+    const pending = await Job.fromId<Envelope>(this.queue, added.id);
+    if (pending === undefined || pending.attemptsMade === 0 || !(await pending.isDelayed())) return;
+    await pending.updateData({ key, data });
+    await pending.changeDelay(delayMs).catch(() => undefined); // it left the delayed set meanwhile: it runs anyway
   }
 
   async repeat(key: string, data: T, everyMs: number): Promise<void> {
