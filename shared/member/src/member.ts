@@ -1,5 +1,6 @@
 import { randomBytes, randomUUID } from "node:crypto";
 import {
+  UnrecoverableJobError,
   CHANNEL,
   MemoryBus,
   MemoryCatalogStore,
@@ -198,6 +199,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     watcherTimeoutMs: config.redis.watcherTimeoutMs,
     preferred: deps.preferredWatcher === true,
     onWatching: (backendId) => listChanges.watching(pool.get(backendId)),
+    onStillWatching: (backendId) => listChanges.stillWatching(pool.get(backendId)),
   });
   const listChanges = new ListChanges({
     jobs,
@@ -302,9 +304,16 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     void recoverIfLost().catch((error: unknown) => logger.warn({ err: (error as Error).message }, "checking the cluster's state failed"));
   });
   if (config.jobs.process) {
-    jobs.process(async (_key, job) => {
+    jobs.process(async (key, job) => {
       switch (job.type) {
         case "reload":
+          if (!config.backends.some((backend) => backend.id === job.backendId)) {
+            // A backend this member's config does not have (removed from the fleet, or this member
+            // runs an older config): its periodic reload would fail here every interval for good. It
+            // is stopped; a watcher of the backend (a member that has it) sets it again within a minute.
+            await jobs.stopRepeat(key);
+            throw new UnrecoverableJobError(`backend '${job.backendId}' is not in this member's config; its periodic reload is stopped`);
+          }
           return reloader.reload(job.backendId, job.list);
         case "reap":
           return subscriptionJobs.reap();

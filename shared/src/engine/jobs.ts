@@ -58,3 +58,17 @@ export type JobObserver = (run: { key: string; outcome: JobOutcome; durationMs: 
 export class UnrecoverableJobError extends Error {
   override readonly name = "UnrecoverableJobError";
 }
+
+/**
+ * Thrown by a handler that cannot run the job on this member while another may (its backend is
+ * not connected here): on a queue shared by several members the job goes back to the queue without
+ * using an attempt, for any member to take after a moment (at most `HAND_BACKS` times, then it is
+ * an ordinary failure); on a member's own queue it is an ordinary failure.
+ */
+export class ElsewhereJobError extends Error {
+  override readonly name = "ElsewhereJobError";
+}
+
+/** How often a job may be handed back (`ElsewhereJobError`), and after how long another member may take it again. */
+export const HAND_BACKS = 20;
+export const HAND_BACK_MS = 500;

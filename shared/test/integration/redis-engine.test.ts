@@ -4,7 +4,7 @@ import { Queue } from "bullmq";
 import { Redis as IORedis, type Redis } from "ioredis";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
-import type { JobQueue } from "../../src/engine/jobs.js";
+import { ElsewhereJobError, type JobQueue } from "../../src/engine/jobs.js";
 import type { BullJobQueueOptions } from "../../src/engine/redis/bullmq-job-queue.js";
 import { createRedisEngine, type RedisEngine } from "../../src/engine/redis/redis-engine.js";
 import { deleteKeys, freePort, testRedisUrl, uniquePrefix } from "../../src/testing/test-redis.js";
@@ -113,6 +113,32 @@ describe("Redis job queue", () => {
     expect(await queue.reclaim("someone else")).toBe(0);
     expect(await queue.reclaim("doomed")).toBe(1);
     await vi.waitFor(() => expect(runs).toEqual([["k", 7], ["k", 8]]), { timeout: 5_000, interval: 50 });
+  });
+
+  it("hands a job a member cannot run (ElsewhereJobError) back to the queue, without using an attempt, for a member that can", async () => {
+    const [a, b] = await cluster(2);
+    const name = `q${++queueNumber}`;
+    const failures: boolean[] = [];
+    const options = { attempts: 1, backoffMs: 10, lockMs: 5_000, decode: (data: unknown) => z.number().parse(data), onError: (_key: string, _error: unknown, final: boolean) => failures.push(final) };
+    const cannot = a!.jobQueue<number>(name, options);
+    queues.push(cannot);
+    const handedBack: number[] = [];
+    cannot.process(async (_key, data) => {
+      handedBack.push(data);
+      throw new ElsewhereJobError("its backend is not connected here");
+    });
+    await cannot.schedule("k", 7, 0);
+    await vi.waitFor(() => expect(handedBack.length).toBeGreaterThanOrEqual(2), { timeout: 10_000 });
+    // One attempt only, and still not failed: handing back used none.
+    expect((await cannot.stats()).failed).toBe(0);
+    const can = b!.jobQueue<number>(name, options);
+    queues.push(can);
+    const runs: number[] = [];
+    can.process(async (_key, data) => {
+      runs.push(data);
+    });
+    await vi.waitFor(() => expect(runs).toEqual([7]), { timeout: 10_000, interval: 50 });
+    expect(failures).toEqual([]);
   });
 
   it("gives back a job it still runs when it closes, after the grace, long before its lock lapses", async () => {

@@ -168,6 +168,26 @@ describe("cluster jobs on the Redis engine", () => {
     }
   });
 
+  it("stops the periodic reload of a backend no longer in the config (removed from the fleet)", async () => {
+    await freshBackend();
+    const a = await broker({ jobs: { attempts: 1 } });
+    await eventually(() => a.broker.watchers.holds("leg"), "the watcher");
+    // A relist left by a fleet that had backend "gone" (removed from the config since).
+    const engine = createRedisEngine({ url: redisUrl, keyPrefix: prefix, instanceId: "old-fleet", onInvalidMessage: () => undefined, onConnectionError: () => undefined });
+    await engine.connect();
+    const queue = engine.jobQueue("jobs", { decode: (data) => data as never });
+    await queue.repeat("reload:gone:tools", { type: "reload", backendId: "gone", list: "tools" }, 300);
+    await queue.close();
+    await engine.close();
+    const redis = new Redis(redisUrl);
+    try {
+      const schedulers = () => redis.zrange(`${prefix}bull:jobs:repeat`, "0", "-1");
+      await eventually(async () => !(await schedulers()).includes("repeat:reload:gone:tools"), "the relist of the removed backend stopped", 10_000);
+    } finally {
+      redis.disconnect();
+    }
+  });
+
   it("reaps a dead member's holdings once, with one reap repetition for the whole cluster", async () => {
     await freshBackend();
     const [a, b] = [await broker(), await broker()];

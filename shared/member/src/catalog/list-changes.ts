@@ -4,6 +4,9 @@ import type { Logger } from "../logger.js";
 import { jobKey, type ClusterJob } from "../jobs/cluster-jobs.js";
 import { LIST_KINDS, type ListKind } from "./list-reloader.js";
 
+/** How often a watcher sets its backend's periodic reloads again. */
+const RELISTS_AGAIN_MS = 60_000;
+
 /**
  * Where a backend's list changes become reload jobs. Only the backend's watcher (the member holding
  * its lease) takes its `list_changed` in: every member hears it over its own connection, and one
@@ -25,6 +28,9 @@ export class ListChanges {
       now: () => number;
     },
   ) {}
+
+  /** When each backend's periodic reloads were last set (clock ms). */
+  private readonly relisted = new Map<string, number>();
 
   /** When the reload each (backend, list) notification scheduled is due (clock ms), by `backendId NUL list`. */
   private readonly due = new Map<string, number>();
@@ -53,10 +59,27 @@ export class ListChanges {
 
   /** This member started watching the backend (or reconnected to it while watching): reload every list it offers. */
   watching(backend: { readonly id: string; readonly capabilities: ServerCapabilities | undefined }): void {
+    for (const list of LIST_KINDS) this.schedule(backend.id, list, 0);
+    this.relists(backend);
+  }
+
+  /**
+   * This member still watches the backend: once a minute its periodic reloads are set again (a
+   * member whose config lacks the backend stops them when it is given one to run, see the reload
+   * job; a member that has it keeps them going).
+   */
+  stillWatching(backend: { readonly id: string; readonly capabilities: ServerCapabilities | undefined }): void {
+    const now = this.deps.now();
+    if (now - (this.relisted.get(backend.id) ?? Number.NEGATIVE_INFINITY) < RELISTS_AGAIN_MS) return;
+    this.relists(backend);
+  }
+
+  /** One repeated reload per list the backend does not announce (`relistIntervalMs`), none for the others. */
+  private relists(backend: { readonly id: string; readonly capabilities: ServerCapabilities | undefined }): void {
+    this.relisted.set(backend.id, this.deps.now());
     const caps = backend.capabilities ?? {};
     const interval = this.deps.backends.find((b) => b.id === backend.id)?.relistIntervalMs ?? this.deps.relistIntervalMs;
     for (const list of LIST_KINDS) {
-      this.schedule(backend.id, list, 0);
       const job: ClusterJob = { type: "reload", backendId: backend.id, list };
       const silent = caps[list] !== undefined && caps[list].listChanged !== true;
       const done = silent ? this.deps.jobs.repeat(jobKey(job), job, interval) : this.deps.jobs.stopRepeat(jobKey(job));

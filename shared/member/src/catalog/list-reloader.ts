@@ -1,5 +1,5 @@
 import { specTypeSchemas, type ServerCapabilities } from "@modelcontextprotocol/client";
-import { type BackendConfig, type CatalogKind, type ListChange, type CatalogStore, type ListBody } from "@mcp-broker/shared";
+import { ElsewhereJobError, type BackendConfig, type CatalogKind, type ListChange, type CatalogStore, type ListBody } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
 import { canonicalHash } from "./canonical-hash.js";
 import { gateTools } from "./tool-gate.js";
@@ -68,7 +68,8 @@ export class ListReloader {
     const config = this.deps.backends.find((b) => b.id === backendId);
     const backend = this.deps.backend(backendId);
     if (config === undefined || backend === undefined) throw new Error(`backend '${backendId}' is not configured on this member`);
-    if (backend.state !== "connected") throw new Error(`backend '${backendId}' is not connected to this member`);
+    // Another member (the watcher, at least) may be connected: the job goes back for one of them.
+    if (backend.state !== "connected") throw new ElsewhereJobError(`backend '${backendId}' is not connected to this member`);
     const fetched = new Map<CatalogKind, Record<string, unknown>[]>();
     for (const kind of KINDS_OF_LIST[list]) fetched.set(kind, await this.fetch(backend, kind));
     // The whole list was fetched: what changed of it is stored together, and announced once.

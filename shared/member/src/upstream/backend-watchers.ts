@@ -37,6 +37,8 @@ export interface BackendWatchersDeps {
    * it held it): whatever the backend changed while nobody was watching is caught up on.
    */
   onWatching?: (backendId: string) => void;
+  /** This instance still watches the backend (its periodic lease renewal, every third of the lease TTL). */
+  onStillWatching?: (backendId: string) => void;
 }
 
 /**
@@ -382,6 +384,7 @@ export class BackendWatchers implements UpstreamPort {
       }
       // Reconnected while holding the lease: the connection's subscriptions are gone, watch again.
       if (reason === "connected") this.watchingNow(backendId);
+      else if (reason === "periodic") this.deps.onStillWatching?.(backendId);
       const now = this.deps.clock.now();
       if (reason === "periodic" && !this.reconciling.has(backendId) && now - (this.reconciled.get(backendId) ?? -Infinity) >= RECONCILE_INTERVAL_MS) {
         this.reconciling.add(backendId);

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
-import { isNotConnectionError, Job, Queue, UnrecoverableError, Worker } from "bullmq";
+import { DelayedError, isNotConnectionError, Job, Queue, UnrecoverableError, Worker } from "bullmq";
 import type { RedisClient } from "./redis-client.js";
-import { UnrecoverableJobError, type JobObserver, type JobQueue, type JobQueueOptions, type JobStats } from "../jobs.js";
+import { ElsewhereJobError, HAND_BACK_MS, HAND_BACKS, UnrecoverableJobError, type JobObserver, type JobQueue, type JobQueueOptions, type JobStats } from "../jobs.js";
 
 /** The job names on the queue: a job to run, and the trigger a repetition adds. */
 const RUN = "run";
@@ -13,6 +13,8 @@ const KEEP_FAILED = 1_000;
 const CLOSE_GRACE_MS = 5_000;
 
 interface Envelope {
+  /** Times members handed the job back (`ElsewhereJobError`). */
+  handedBack?: number;
   key: string;
   data: unknown;
 }
@@ -108,7 +110,7 @@ export class BullJobQueue<T> implements JobQueue<T> {
   process(handler: (key: string, data: T) => Promise<void>): void {
     if (this.worker !== undefined) throw new Error("this queue already has a handler");
     const lockMs = this.options.lockMs ?? 30_000;
-    this.worker = new Worker(this.options.name, (job) => this.run(job, handler), {
+    this.worker = new Worker(this.options.name, (job, token) => this.run(job, handler, token), {
       ...(this.options.owner !== undefined && { name: this.options.owner }),
       connection: this.connection(),
       prefix: this.options.prefix,
@@ -211,7 +213,7 @@ export class BullJobQueue<T> implements JobQueue<T> {
     return connection;
   }
 
-  private async run(job: Job, handler: (key: string, data: T) => Promise<void>): Promise<void> {
+  private async run(job: Job, handler: (key: string, data: T) => Promise<void>, token?: string): Promise<void> {
     const envelope = job.data as Partial<Envelope> | undefined;
     const key = typeof envelope?.key === "string" ? envelope.key : `job ${job.id ?? "?"}`;
     const started = Date.now();
@@ -226,6 +228,13 @@ export class BullJobQueue<T> implements JobQueue<T> {
       if (job.name === REPEAT) await this.schedule(envelope.key, data, 0);
       else await handler(envelope.key, data);
     } catch (error) {
+      const handedBack = envelope?.handedBack ?? 0;
+      if (error instanceof ElsewhereJobError && handedBack < HAND_BACKS && token !== undefined) {
+        // Not this member's to run now, another's may be: back to the queue, no attempt used.
+        await job.updateData({ ...envelope, handedBack: handedBack + 1 });
+        await job.moveToDelayed(Date.now() + HAND_BACK_MS, token);
+        throw new DelayedError();
+      }
       const unrecoverable = error instanceof UnrecoverableJobError;
       const final = unrecoverable || job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
       this.options.onError?.(key, error, final);
