@@ -66,7 +66,7 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
   };
 
   /** The legacy session's notifications go to stdout through this, until the client falls behind. */
-  const attachSession = (attached: LegacySession, lastEventId?: string): void => {
+  const attachSession = (attached: LegacySession): void => {
     let onClose: (() => void) | undefined;
     let detached = false;
     sessionStream = {
@@ -84,7 +84,7 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
         onClose: (listener) => (onClose = listener),
         close: () => undefined,
       },
-      lastEventId,
+      undefined, // what it missed since what was written last
     );
   };
 
@@ -169,6 +169,7 @@ export function serveStdio(broker: Broker, io: { input: Readable; output: Writab
         wants: wantsListChanges(request.flags),
         deliver: (notification: PreparedNotification) => {
           if (backlog !== undefined) backlog.push(notification);
+          else if (fallenBehind) endListen(message.id); // opened while the client does not read: it reopens with its cursor
           else writeLine(notification.jsonLine(cursor));
         },
         hold: () => {

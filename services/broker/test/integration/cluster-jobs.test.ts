@@ -175,7 +175,7 @@ describe("cluster jobs on the Redis engine", () => {
     // A relist left by a fleet that had backend "gone" (removed from the config since).
     const engine = createRedisEngine({ url: redisUrl, keyPrefix: prefix, instanceId: "old-fleet", onInvalidMessage: () => undefined, onConnectionError: () => undefined });
     await engine.connect();
-    const queue = engine.jobQueue("jobs", { decode: (data) => data as never });
+    const queue = engine.jobQueue<Record<string, string>>("jobs", { attempts: 1, backoffMs: 100, decode: (data) => data as Record<string, string> });
     await queue.repeat("reload:gone:tools", { type: "reload", backendId: "gone", list: "tools" }, 300);
     await queue.close();
     await engine.close();
