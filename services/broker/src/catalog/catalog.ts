@@ -203,7 +203,9 @@ export class Catalog {
     if (listed !== undefined) return { backendId: listed.backendId, uri: listed.key, match: "listed" };
     for (const candidate of this.candidates(exposedUri)) {
       for (const template of this.backendItems("resourceTemplates", candidate.backendId)) {
-        if (template.template?.matches(candidate.uri) === true) return { backendId: candidate.backendId, uri: candidate.uri, match: "template" };
+        // A template hidden by a collision (an earlier backend exposes the same one) routes nothing: the winner's does.
+        if (template.template?.matches(candidate.uri) !== true || this.get("resourceTemplates", template.exposedKey)?.backendId !== candidate.backendId) continue;
+        return { backendId: candidate.backendId, uri: candidate.uri, match: "template" };
       }
       // Only ancestors as long as one of the backend's listed resources are looked up: the walk
       // then hashes no string longer than those, however long (and slashed) the client's URI.

@@ -45,6 +45,18 @@ describe("catalog", () => {
     expect(cat.collisions()).toEqual([]);
   });
 
+  it("routes a URI of a colliding template to the template's winner, not to the backend whose template is hidden", () => {
+    const cat = new Catalog([
+      { id: "u", prefix: false },
+      { id: "p", prefix: true },
+    ]);
+    // u (listed first) exposes p+tpl://{id} itself; p's tpl://{id} would be exposed as the same.
+    cat.replace("resourceTemplates", "u", [{ uriTemplate: "p+tpl://{id}", name: "u's" }]);
+    cat.replace("resourceTemplates", "p", [{ uriTemplate: "tpl://{id}", name: "p's" }]);
+    expect(cat.collisions()).toEqual(["resourceTemplates 'p+tpl://{id}' of backend 'p' is hidden by backend 'u'"]);
+    expect(cat.resolveResource("p+tpl://5")).toEqual({ backendId: "u", uri: "p+tpl://5", match: "template" });
+  });
+
   it("keeps a held tool's name: it is not listed or found, and an unprefixed twin does not take its place", () => {
     const cat = catalog();
     cat.replace("tools", "c", [{ name: "shared", description: "from c" }]);
