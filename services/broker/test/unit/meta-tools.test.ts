@@ -129,6 +129,17 @@ describe("the broker's meta tools", () => {
     expect(uris(await call("search_resources", { query: "zzzz" }))).toEqual([]);
   });
 
+  it("search_resources looks up the first 16 distinct words of a query (each is a search of the whole index), one-letter words exactly", async () => {
+    const { call } = setup();
+    const junk = Array.from({ length: 16 }, (_, i) => `junk${i}`).join(" ");
+    expect(uris(await call("search_resources", { query: `kubernetes ${junk}` }))).toEqual(["wiki://pages/kubernetes"]);
+    expect(uris(await call("search_resources", { query: `${junk} kubernetes` }))).toEqual([]);
+    // Repeated words count once: 400 of them are one lookup, and the 17th distinct word still counts as the 2nd.
+    expect(uris(await call("search_resources", { query: `${"1 ".repeat(400)}kubernetes` }))).toEqual(["wiki://pages/kubernetes"]);
+    // One letter is not a prefix of everything.
+    expect(uris(await call("search_resources", { query: "k" }))).toEqual([]);
+  });
+
   it("search_resources follows list changes: a new resource is found, a removed one is not", async () => {
     const { call, catalog } = setup();
     expect(uris(await call("search_resources", { query: "helm" }))).toEqual([]);
