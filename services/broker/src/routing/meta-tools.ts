@@ -147,6 +147,10 @@ export class MetaTools {
   private async describe(uri: string): Promise<Result> {
     const { catalog } = this.deps;
     const resolved = catalog.resolveResource(uri);
+    // A prefixed URI of a backend that is down: nothing it offers is known now (as a read of it says).
+    if (resolved?.match === "prefix" && this.deps.updates(resolved.backendId) === "none") {
+      throw new ToolFailure(`Backend '${resolved.backendId}' is not connected: what it offers is not known now; retry later.`);
+    }
     if (resolved === undefined || resolved.match === "prefix") {
       throw new ToolFailure(`Unknown resource '${uri}': it is no listed resource, no match of a listed template and not below a listed resource. catalog_resources and search_resources show what there is.`);
     }

@@ -96,6 +96,11 @@ describe("the broker's meta tools", () => {
 
   it("answers an unknown URI and bad arguments with a tool error that says what is wrong", async () => {
     const { call } = setup();
+    // A prefixed URI of a backend that is down: its resources are not known now, and the answer says so.
+    const { call: callDown, updates, catalog } = setup();
+    updates.docs = "none";
+    catalog.clearBackend("docs");
+    expect(await callDown("describe_resource", { uri: "docs+file:///guide/install.md" })).toMatchObject({ isError: true, content: [{ text: expect.stringContaining("not connected") }] });
     const unknown = await call("describe_resource", { uri: "nowhere://x" });
     expect(unknown).toMatchObject({ isError: true, content: [{ type: "text", text: expect.stringContaining("Unknown resource 'nowhere://x'") }] });
     expect(unknown.structuredContent).toBeUndefined();
