@@ -18,7 +18,7 @@ import { BrokerError, NOTIFICATION, backoffDelay, isStdioBackend, jsonRpcCode, t
 import type { Logger } from "../logger.js";
 import { batchStdioWrites, installStdioReadBuffer } from "./stdio-read-buffer.js";
 import { INTERACTION_METHODS, InteractionRouter, askClient, type ClientInteraction, type InteractionMethod } from "./client-interaction.js";
-import { isConnectionFailure } from "./connection-failure.js";
+import { isConnectionFailure, jsonRpcErrorOf } from "./connection-failure.js";
 import { summarizeFailure } from "./failure-summary.js";
 import { NotificationStreamWatch } from "./notification-stream-watch.js";
 import { updatedEventTap, type UpdatedParams } from "./sse-update-filter.js";
@@ -592,8 +592,13 @@ export class BackendConnection {
       probe.then(
         () => this.afterHealthProbe(client),
         (error: unknown) => {
-          if (!isTimeout(error)) {
+          // Any answer, an error or a result the SDK would not take included, shows it is alive.
+          if (!isTimeout(error) && (isConnectionFailure(error, client.getProtocolEra()) || client.transport === undefined)) {
             this.drop(client, `health check failed: ${describe(error)}`);
+            return;
+          }
+          if (!isTimeout(error)) {
+            this.afterHealthProbe(client);
             return;
           }
           this.degrade(client, `health check got no answer within ${timeout} ms`);
@@ -648,7 +653,9 @@ export class BackendConnection {
     this.scheduleHealthCheck(client);
   }
 
-  private translateError(client: Client, error: unknown): Error {
+  private translateError(client: Client, received: unknown): Error {
+    // A modern backend's JSON-RPC error under a 4xx status (404: method not found) is its answer.
+    const error = (client.getProtocolEra() === "modern" ? jsonRpcErrorOf(received) : undefined) ?? received;
     if (error instanceof ProtocolError) {
       this.answered(client);
       return error;
@@ -667,7 +674,7 @@ export class BackendConnection {
     }
     const reason = describe(error);
     // The client lost its transport under us (`Not connected`): as connection-level as it gets.
-    if (isConnectionFailure(error) || client.transport === undefined) {
+    if (isConnectionFailure(error, client.getProtocolEra()) || client.transport === undefined) {
       this.drop(client, `request failed: ${reason}`);
       return new BrokerError("BACKEND_UNAVAILABLE", `Backend '${this.id}' failed: ${reason}; retry later.`, { backend: this.id }, { cause: error });
     }

@@ -1,7 +1,7 @@
 import { ProtocolError, SdkError, SdkErrorCode, SdkHttpError } from "@modelcontextprotocol/client";
 import type { Clock } from "@mcp-broker/shared";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { isConnectionFailure } from "../../src/upstream/connection-failure.js";
+import { isConnectionFailure, jsonRpcErrorOf } from "../../src/upstream/connection-failure.js";
 import { summarizeFailure } from "../../src/upstream/failure-summary.js";
 import { NotificationStreamWatch } from "../../src/upstream/notification-stream-watch.js";
 
@@ -35,6 +35,14 @@ describe("which backend request failures drop the connection", () => {
     ["an unknown error", new Error("something else")],
   ])("%s does not", (_what, error) => {
     expect(isConnectionFailure(error)).toBe(false);
+  });
+
+  it("takes a modern backend's HTTP 404 for its answer (method not found, the 2026-07-28 transport's status), not a lost session", () => {
+    const notFound = new SdkHttpError(SdkErrorCode.ClientHttpNotImplemented, 'Error POSTing to endpoint: {"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"Method not found"}}', { status: 404 });
+    expect(isConnectionFailure(notFound, "legacy")).toBe(true);
+    expect(isConnectionFailure(notFound, "modern")).toBe(false);
+    expect(jsonRpcErrorOf(notFound)).toMatchObject({ code: -32601, message: expect.stringContaining("Method not found") as unknown });
+    expect(jsonRpcErrorOf(new SdkHttpError(SdkErrorCode.ClientHttpNotImplemented, "Error POSTing to endpoint: <html>", { status: 404 }))).toBeUndefined();
   });
 });
 
