@@ -4,6 +4,10 @@ import type { Logger } from "../logger.js";
 import { jobKey, type ClusterJob } from "../jobs/cluster-jobs.js";
 import { LIST_KINDS, type ListKind } from "./list-reloader.js";
 
+/** A reload that could not be scheduled is tried again after this long, doubling up to the max. */
+const SCHEDULE_RETRY_MS = 250;
+const SCHEDULE_RETRY_MAX_MS = 5_000;
+
 /** How often a watcher sets its backend's periodic reloads again. */
 const RELISTS_AGAIN_MS = 60_000;
 
@@ -87,10 +91,19 @@ export class ListChanges {
     }
   }
 
-  private schedule(backendId: string, list: ListKind, delayMs: number): void {
+  /**
+   * Schedules the reload job; one Redis refused (a failover under way, Redis away) is tried again,
+   * 0.25 s doubling to 5 s, for as long as this member watches the backend: a change whose reload
+   * was never scheduled would be lost until the backend's next one.
+   */
+  private schedule(backendId: string, list: ListKind, delayMs: number, attempt = 0): void {
     const job: ClusterJob = { type: "reload", backendId, list };
     this.deps.jobs.schedule(jobKey(job), job, delayMs).catch((error: unknown) => {
-      this.deps.logger.warn({ backend: backendId, list, err: (error as Error).message }, "cannot schedule a list reload");
+      const watching = this.deps.watching(backendId);
+      this.deps.logger.warn({ backend: backendId, list, err: (error as Error).message, attempt }, watching ? "cannot schedule a list reload: trying again" : "cannot schedule a list reload (its new watcher reloads it)");
+      if (!watching) return;
+      const timer = setTimeout(() => this.schedule(backendId, list, delayMs, attempt + 1), Math.min(SCHEDULE_RETRY_MAX_MS, SCHEDULE_RETRY_MS * 2 ** attempt));
+      timer.unref();
     });
   }
 }
