@@ -23,7 +23,7 @@ import type { EdgeSecurity } from "./edge-security.js";
 import { checkModernRequest } from "./modern-headers.js";
 import { isPlainLegacyRequest, PLAIN_LEGACY_ROUTE } from "./plain-legacy-request.js";
 import { encodeEvent } from "../fanout/sse-event.js";
-import { KeepAlive, SseStream } from "./sse-stream.js";
+import { KeepAlive, onConnectionGone, SseStream } from "./sse-stream.js";
 
 const SESSION_HEADER = "mcp-session-id";
 /** What a browser page on a `server.corsOrigins` origin may send and read. */
@@ -455,7 +455,7 @@ export class McpEndpoint {
       },
       request.cursor,
     );
-    res.on("close", () => handle.close());
+    onConnectionGone(res, () => handle.close());
     req.on("close", () => {
       if (res.writableEnded) handle.close();
     });

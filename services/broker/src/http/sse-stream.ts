@@ -40,7 +40,7 @@ export class SseStream {
     else res.flushHeaders();
     this.chunked = res.chunkedEncoding;
     flattenHeaderBlock(res);
-    res.on("close", () => this.markClosed());
+    onConnectionGone(res, () => this.markClosed());
     this.keepAlive?.add(this);
   }
 
@@ -198,4 +198,26 @@ export class KeepAlive {
     }, this.periodMs);
     this.timer.unref?.();
   }
+}
+
+/**
+ * Calls `listener` once, when `res` closes or its connection does. A response queued behind
+ * another on a pipelined connection has no socket of its own yet, and Node emits no `close` for it
+ * when the connection dies: a stream waiting there stayed open for good (its session never idled
+ * out, a listen held its subscriptions and a slot of the session limit).
+ */
+export function onConnectionGone(res: ServerResponse, listener: () => void): void {
+  // (`req` is always there on a real response; a stand-in of one may have none.)
+  const socket = ((res.req as ServerResponse["req"] | undefined)?.socket ?? null);
+  let called = false;
+  const gone = (): void => {
+    if (called) return;
+    called = true;
+    socket?.off("close", gone);
+    listener();
+  };
+  res.once("close", gone);
+  if (socket === null) return;
+  if (socket.destroyed) queueMicrotask(gone);
+  else socket.once("close", gone);
 }
