@@ -249,7 +249,16 @@ export class SessionHost {
     // unaware, so a DELETE here later ended the record and not the session. A stale local copy
     // (this member held it before) gives its slot back when it is handed off, below.
     const stale = this.legacy.get(id);
-    if (stale === undefined) this.holdSession(principal);
+    if (stale === undefined) {
+      try {
+        this.holdSession(principal);
+      } catch (error) {
+        // At its limit here: a session that does not exist (ended, never was, not this principal's)
+        // is still a 404 (initialize again), not the limit's 503 its client would retry for good.
+        if ((await this.deps.sessions.get({ principal, sessionId: id })) === undefined) return undefined;
+        throw error;
+      }
+    }
     let adopted: Awaited<ReturnType<SessionStore["adopt"]>>;
     try {
       adopted = await this.deps.sessions.adopt({ principal, sessionId: id }, this.deps.instanceId, this.deps.clock.now());

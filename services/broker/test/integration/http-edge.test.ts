@@ -310,6 +310,10 @@ describe("HTTP edge", () => {
         headers: { "mcp-protocol-version": "2026-07-28", "mcp-method": "subscriptions/listen" },
       });
       expect(JSON.parse(refusedListen.body)).toMatchObject({ id: 6, error: { code: -32011 } });
+      // At the limit, a session id that does not exist is still unknown (404, initialize again), not the limit.
+      const gone = { "mcp-session-id": "00000000-0000-4000-8000-000000000000", "mcp-protocol-version": "2025-11-25" };
+      expect((await raw(small.url, { body: JSON.stringify({ jsonrpc: "2.0", id: 7, method: "ping" }), headers: gone })).status).toBe(404);
+      expect((await raw(small.url, { method: "DELETE", headers: gone })).status).toBe(404);
       listen.close();
       await raw(small.url, { method: "DELETE", headers: { "mcp-session-id": String(first.headers["mcp-session-id"]) } });
       await eventually(async () => (await raw(small.url, { body: initialize })).headers["mcp-session-id"] !== undefined, "a free slot");
