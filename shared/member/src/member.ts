@@ -1,6 +1,5 @@
 import { randomBytes, randomUUID } from "node:crypto";
 import {
-  UnrecoverableJobError,
   CHANNEL,
   MemoryBus,
   MemoryCatalogStore,
@@ -11,6 +10,7 @@ import {
   MemorySessionStore,
   MemoryUpdateLog,
   systemClock,
+  UnrecoverableJobError,
   watcherLease,
   type BrokerConfig,
   type Bus,

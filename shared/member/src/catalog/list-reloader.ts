@@ -1,4 +1,4 @@
-import { ProtocolError, specTypeSchemas, type ServerCapabilities } from "@modelcontextprotocol/client";
+import { ProtocolError, ProtocolErrorCode, specTypeSchemas, type ServerCapabilities } from "@modelcontextprotocol/client";
 import { ElsewhereJobError, type BackendConfig, type CatalogKind, type ListChange, type CatalogStore, type ListBody } from "@mcp-broker/shared";
 import type { Logger } from "../logger.js";
 import { canonicalHash } from "./canonical-hash.js";
@@ -33,9 +33,6 @@ export interface ListedBackend {
   readonly capabilities: ServerCapabilities | undefined;
   request(method: string, params: Record<string, unknown> | undefined): Promise<Record<string, unknown>>;
 }
-
-/** JSON-RPC's "method not found". */
-const METHOD_NOT_FOUND = -32601;
 
 /** A backend's answer to a list request that cannot be a list: the stored version stays. */
 export class MalformedListError extends Error {
@@ -105,7 +102,7 @@ export class ListReloader {
         result = await backend.request(method, cursor === undefined ? undefined : { cursor });
       } catch (error) {
         // A backend that declares the capability but not this list (resources without templates): it has none.
-        if (page === 0 && error instanceof ProtocolError && error.code === METHOD_NOT_FOUND) {
+        if (page === 0 && error instanceof ProtocolError && error.code === Number(ProtocolErrorCode.MethodNotFound)) {
           this.deps.logger.warn({ backend: backend.id, kind, method }, "the backend does not serve this list (method not found): it has none");
           return [];
         }

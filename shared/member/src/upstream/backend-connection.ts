@@ -592,17 +592,15 @@ export class BackendConnection {
       probe.then(
         () => this.afterHealthProbe(client),
         (error: unknown) => {
-          // Any answer, an error or a result the SDK would not take included, shows it is alive.
-          if (!isTimeout(error) && (isConnectionFailure(error, client.getProtocolEra()) || client.transport === undefined)) {
+          if (isTimeout(error)) {
+            this.degrade(client, `health check got no answer within ${timeout} ms`);
+            if (this.client === client) this.scheduleHealthCheck(client);
+          } else if (isConnectionFailure(error, client.getProtocolEra()) || client.transport === undefined) {
             this.drop(client, `health check failed: ${describe(error)}`);
-            return;
-          }
-          if (!isTimeout(error)) {
+          } else {
+            // Any answer, an error or a result the SDK would not take included, shows it is alive.
             this.afterHealthProbe(client);
-            return;
           }
-          this.degrade(client, `health check got no answer within ${timeout} ms`);
-          if (this.client === client) this.scheduleHealthCheck(client);
         },
       );
     }, this.config.healthIntervalMs);
