@@ -27,7 +27,7 @@ import { createRedisEngine } from "@mcp-broker/shared/node";
 import { ListChanges } from "./catalog/list-changes.js";
 import { ListReloader } from "./catalog/list-reloader.js";
 import { ConsoleFeedTap } from "./cluster/console-feed-tap.js";
-import { InstancePresence } from "./cluster/instance-presence.js";
+import { heartbeatIntervalMs, InstancePresence } from "./cluster/instance-presence.js";
 import { clusterJobSchema, jobKey, type ClusterJob } from "./jobs/cluster-jobs.js";
 import { SubscriptionJobs } from "./jobs/subscription-jobs.js";
 import { createLogger, type Logger } from "./logger.js";
@@ -232,6 +232,12 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
   upstream.attach(pool);
   const reloader = new ListReloader({ backends: config.backends, store, logger, instanceId, backend: (id) => pool.get(id) });
   const limits = { perSession: config.subscriptions.maxPerSession, perPrincipal: config.subscriptions.maxPerPrincipal, total: config.subscriptions.maxTotal };
+  /**
+   * A member is reaped once its heartbeat has been missing for two of its heartbeat periods beyond
+   * the TTL: a member that only needs its next heartbeat (Redis restarted from a snapshot in which
+   * every heartbeat had expired, or was away longer than the TTL) sends it meanwhile and is spared.
+   */
+  const deadGraceMs = 2 * heartbeatIntervalMs(config.redis.instanceTtlMs);
   const subscriptionJobs = new SubscriptionJobs({
     registry,
     sessions,
@@ -239,6 +245,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     logger,
     clock,
     sessionIdleMs: config.server.sessionIdleMs,
+    deadGraceMs,
     instanceId,
     release: (backendId, uri) => watchers.release(backendId, uri),
     enforceLater: (lowered) => jobs.schedule("limits", { type: "limits", limits: lowered }, 0),
@@ -248,22 +255,8 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     clock,
     logger,
     ttlMs: config.redis.instanceTtlMs,
-    // Redis lost its data (no heartbeat key either): not presumed dead, the recovery writes back what
-    // it holds. Checked here first: a heartbeat sent while Redis was away waits in the connection's
-    // queue and can reach a Redis restarted empty before any recovery has run; ending the sessions
-    // then lost every one of them (their clients got 404) though nobody had released what they held.
-    presumedDead: async () => {
-      try {
-        await recoverIfLost();
-      } catch (error) {
-        logger.warn({ err: (error as Error).message }, "no heartbeat to renew, and the cluster's state cannot be checked: deciding at the next heartbeat");
-        return;
-      }
-      if (clock.now() - lastRecovery <= config.redis.instanceTtlMs) {
-        logger.warn("the heartbeat had expired with the rest of Redis's data: recovered, not presumed dead");
-        return;
-      }
-      logger.error({ ttlMs: config.redis.instanceTtlMs }, "this instance was presumed dead by the cluster (no heartbeat within the TTL): ending its sessions");
+    presumedDead: () => {
+      logger.error({ ttlMs: config.redis.instanceTtlMs }, "this instance was presumed dead by the cluster (no heartbeat within the TTL, and another member reaped it): ending its sessions");
       hooks.presumedDead?.();
     },
     retryReleases: () => hooks.retryReleases?.(),
@@ -329,7 +322,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
   const scheduleHousekeeping = async (): Promise<void> => {
     const reap: ClusterJob = { type: "reap" };
     const audit: ClusterJob = { type: "audit", limits };
-    await jobs.repeat(jobKey(reap), reap, Math.max(200, Math.floor(config.redis.instanceTtlMs / 5)));
+    await jobs.repeat(jobKey(reap), reap, heartbeatIntervalMs(config.redis.instanceTtlMs));
     await jobs.repeat(jobKey(audit), audit, config.jobs.auditIntervalMs);
     // A member that starts with lower limits than the cluster ran with finds the holdings beyond them now.
     await jobs.schedule(jobKey(audit), audit, 0);
@@ -341,7 +334,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
    */
   const reclaimJobs = async (): Promise<void> => {
     if (redis === undefined || !started) return;
-    for (const dead of await registry.deadInstances()) {
+    for (const dead of await registry.deadInstances(deadGraceMs)) {
       const moved = await jobs.reclaim(dead);
       if (moved > 0) logger.warn({ instance: dead, jobs: moved }, "a member died running jobs: they go to another member now");
     }
@@ -351,7 +344,6 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
   let clusterId: string = randomUUID();
   let sharedSecret = randomBytes(32).toString("base64url");
   let recovering: Promise<void> | undefined;
-  let lastRecovery = Number.NEGATIVE_INFINITY;
   /** The incarnation of the cluster's state this member knows (see `RedisKeys.generation`). */
   let generation: string | undefined;
   /**
@@ -371,7 +363,6 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       if (current === generation) return;
       generation = current ?? undefined;
       logger.error("Redis lost the cluster's state (restarted without persistence?): writing back what this member holds");
-      lastRecovery = clock.now();
       await redis.redis.set(redis.keys.cluster(), clusterId, "NX");
       const named = await redis.redis.get(redis.keys.cluster());
       if (named !== null && named !== clusterId) logger.warn({ was: clusterId, now: named }, "another member named the cluster first; cursors this member wrote no longer resume");

@@ -77,12 +77,22 @@ export interface SubscriptionRegistry {
    */
   markWatched(backendId: string, uri: string): Promise<number>;
   /**
-   * This process is alive for `ttlMs` more. Returns false when it had been presumed dead (its last
-   * heartbeat expired): its subscriptions may have been reaped, so its sessions must end.
+   * This process is alive for `ttlMs` more. Returns false when the cluster had claimed it as dead
+   * (`claimInstance`: its subscriptions may have been reaped), so its sessions must end. A heartbeat
+   * that merely expired (a stall, Redis away or restarted) is not that: nothing was released.
    */
   heartbeat(ttlMs: number): Promise<boolean>;
-  /** Processes that heartbeat once and whose heartbeat expired since (not reaped yet). */
-  deadInstances(): Promise<string[]>;
+  /**
+   * Processes that heartbeat once and whose heartbeat has been missing for at least `graceMs` (not
+   * reaped yet). The grace spares processes that only need their next heartbeat: after Redis
+   * restarted from a snapshot, say, every heartbeat in it has expired.
+   */
+  deadInstances(graceMs: number): Promise<string[]>;
+  /**
+   * Claims a process found dead before reaping it: from then on its next heartbeat tells it it was
+   * presumed dead. False when it has a heartbeat again (it is not to be reaped).
+   */
+  claimInstance(instanceId: string): Promise<boolean>;
   /**
    * Removes every subscription held by the sessions of a dead process (those still indexed under
    * it: a session another process adopted, or one let go, is not), forgets the process, and returns

@@ -336,22 +336,44 @@ describe("Redis engine", () => {
     await dead!.registry.add(ref("d1", "shared"), limits);
     await dead!.registry.add(ref("d2", "only-dead-2"), limits);
     await alive!.registry.add(ref("a1", "shared"), limits);
-    expect(await alive!.registry.deadInstances()).toEqual([]);
+    expect(await alive!.registry.deadInstances(0)).toEqual([]);
     // Its heartbeat expires (Redis keeps time; expiring the key is what the TTL would do).
     await dead!.redis.pexpire(dead!.keys.instance(`${prefixes.at(-1)}0`), 1);
     await vi.waitFor(async () => expect(await dead!.redis.exists(dead!.keys.instance(`${prefixes.at(-1)}0`))).toBe(0));
     const deadId = `${prefixes.at(-1)}0`;
-    expect(await alive!.registry.deadInstances()).toEqual([deadId]);
+    // A suspect from the first look; dead once the grace has passed since.
+    expect(await alive!.registry.deadInstances(60_000)).toEqual([]);
+    expect(await alive!.registry.deadInstances(0)).toEqual([deadId]);
+    const claims = await Promise.all([alive!.registry.claimInstance(deadId), also!.registry.claimInstance(deadId)]);
+    expect(claims).toEqual([true, true]);
     const [reapedA, reapedB] = await Promise.all([alive!.registry.reapInstance(deadId), also!.registry.reapInstance(deadId)]);
-    expect(await alive!.registry.deadInstances()).toEqual([]);
+    expect(await alive!.registry.deadInstances(0)).toEqual([]);
     expect([...reapedA, ...reapedB].map((r) => r.uri).sort()).toEqual(["only-dead", "only-dead-2"]);
     expect(await alive!.registry.wanted("b")).toEqual(["shared"]);
     expect(await alive!.registry.ofSession("p", "d1")).toEqual([]);
     // The principal's count is back to what the living hold: 9 more fit under perPrincipal 10.
     for (let i = 0; i < 9; i++) expect(await alive!.registry.add(ref("a2", `u${i}`), { ...limits, perSession: 100 })).toMatchObject({ status: "added" });
     expect(await alive!.registry.add(ref("a2", "u9"), { ...limits, perSession: 100 })).toMatchObject({ status: "limit", limit: "principal" });
+    // Its next heartbeat tells it, once.
     expect(await dead!.registry.heartbeat(60_000)).toBe(false);
     expect(await dead!.registry.heartbeat(60_000)).toBe(true);
+  });
+
+  it("spares an instance whose heartbeat only expired (a stall, Redis restarted from an old snapshot): its next heartbeat within the grace keeps it alive, and it cannot be claimed then", async () => {
+    const [stalled, other] = await cluster(2);
+    const stalledId = `${prefixes.at(-1)}0`;
+    expect(await stalled!.registry.heartbeat(60_000)).toBe(true);
+    expect(await other!.registry.heartbeat(60_000)).toBe(true);
+    await stalled!.redis.del(stalled!.keys.instance(stalledId));
+    // Seen without its heartbeat: a suspect, not dead yet.
+    expect(await other!.registry.deadInstances(60_000)).toEqual([]);
+    expect(await stalled!.redis.hexists(stalled!.keys.suspects(), stalledId)).toBe(1);
+    // It heartbeats again: alive (nobody claimed it), no longer a suspect, and not to be claimed.
+    expect(await stalled!.registry.heartbeat(60_000)).toBe(true);
+    expect(await other!.registry.deadInstances(0)).toEqual([]);
+    expect(await stalled!.redis.hexists(stalled!.keys.suspects(), stalledId)).toBe(0);
+    expect(await other!.registry.claimInstance(stalledId)).toBe(false);
+    expect(await stalled!.registry.heartbeat(60_000)).toBe(true);
   });
 
   it("lets a preferred member (a worker) take a lease from one that is not, and keeps the others off while it is alive", async () => {

@@ -1,5 +1,9 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Redis } from "ioredis";
 import { afterEach, describe, expect, it } from "vitest";
 import { startLegacyHttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
 import { createTestServer, type TestServer } from "../fixtures/test-server.js";
@@ -20,9 +24,13 @@ async function freePort(): Promise<number> {
   });
 }
 
-/** A Redis of this test's own (it is restarted, so not the shared one), keeping nothing on disk. */
-async function redisServer(port: number): Promise<ChildProcess> {
-  const child = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: ["ignore", "pipe", "pipe"] });
+/**
+ * A Redis of this test's own (it is restarted, so not the shared one), keeping nothing on disk, or
+ * in `dir` what it is told to SAVE (and loading it when it starts).
+ */
+async function redisServer(port: number, dir?: string): Promise<ChildProcess> {
+  const disk = dir === undefined ? [] : ["--dir", dir, "--dbfilename", "dump.rdb"];
+  const child = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", ...disk], { stdio: ["ignore", "pipe", "pipe"] });
   await new Promise<void>((resolve, reject) => {
     let output = "";
     child.stdout?.on("data", (chunk: Buffer) => {
@@ -56,9 +64,9 @@ describe("cluster recovery after Redis lost its data", () => {
   });
 
   /** Two brokers on a Redis of this test's own; a legacy session subscribed on the second, with its stream open, and a listen stream on the first. */
-  async function deploy() {
+  async function deploy(dir?: string) {
     const port = await freePort();
-    redis = await redisServer(port);
+    redis = await redisServer(port, dir);
     server = createTestServer({ name: "shared-backend" });
     backend = await startLegacyHttpBackend(server);
     const config = {
@@ -141,5 +149,40 @@ describe("cluster recovery after Redis lost its data", () => {
     // The session lives on at its holder and is known to the cluster: neither answers 404.
     for (const broker of [two, one]) await eventually(async () => (await post(broker.url, { jsonrpc: "2.0", id: 3, method: "ping" }, headers)).status === 200, "the session, kept", 5_000);
     expect(streamEnded).toBe(false);
+  }, 60_000);
+
+  it("keeps its sessions when Redis comes back from a snapshot in which every heartbeat had expired: nobody was reaped, so nobody is dead", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "broker-snapshot-"));
+    try {
+      const { port, one, two, headers, legacy, listen } = await deploy(dir);
+      let ended = 0;
+      void legacy.ended.then(() => ended++);
+      void listen.ended.then(() => ended++);
+      // A snapshot of the cluster's state as it is (Redis writes one on a schedule, or for a
+      // replica's sync), then Redis dies and comes back from it after longer than the heartbeat TTL.
+      const admin = new Redis(`redis://127.0.0.1:${port}`);
+      await admin.save();
+      admin.disconnect();
+      redis?.kill("SIGKILL");
+      await new Promise((done) => redis?.once("exit", done));
+      await new Promise((r) => setTimeout(r, 2_500));
+      redis = await redisServer(port, dir);
+      await eventually(
+        async () => {
+          server.emitUpdate("test://static/a");
+          server.emitUpdate("test://static/b");
+          await new Promise((r) => setTimeout(r, 100));
+          return updated(legacy, "leg+test://static/a") >= 1 && updated(listen, "leg+test://static/b") >= 1;
+        },
+        "updates after Redis came back",
+        20_000,
+      );
+      // Past the reap's grace (two heartbeat periods) and then some: still nobody presumed dead.
+      await new Promise((r) => setTimeout(r, 2_000));
+      for (const broker of [two, one]) expect((await post(broker.url, { jsonrpc: "2.0", id: 3, method: "ping" }, headers)).status).toBe(200);
+      expect(ended).toBe(0);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   }, 60_000);
 });

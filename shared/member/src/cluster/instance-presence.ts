@@ -8,8 +8,8 @@ export interface InstancePresenceDeps {
   /** How long the cluster counts this instance alive after a heartbeat; one is sent every fifth of it. */
   ttlMs: number;
   /**
-   * The heartbeat found none to renew: this instance had been presumed dead (end its sessions, their
-   * clients start over cleanly), unless Redis lost its data (see `Member`), which it checks first.
+   * The cluster had claimed this instance as dead and reaped it (see `SubscriptionRegistry.heartbeat`):
+   * end its sessions, their clients start over cleanly.
    */
   presumedDead(): void | Promise<void>;
   /** Releases that failed earlier (Redis unreachable when a session ended) are tried again. */
@@ -18,11 +18,17 @@ export interface InstancePresenceDeps {
   beforeHeartbeat?(): Promise<void>;
 }
 
+/** How often a member heartbeats (and the cluster looks for dead members): a fifth of the TTL, at least 200 ms. */
+export function heartbeatIntervalMs(ttlMs: number): number {
+  return Math.max(200, Math.floor(ttlMs / 5));
+}
+
 /**
  * This instance's liveness in the cluster: a heartbeat every fifth of the TTL. What the sessions of
  * instances without one held is released by the cluster's reap job (see `SubscriptionJobs`). An
  * instance whose heartbeat had expired (it could not reach Redis for longer than the TTL, or
- * stalled) ends its sessions, since the others may have released their subscriptions already.
+ * stalled) and that another member reaped meanwhile ends its sessions, since their subscriptions were
+ * released.
  */
 export class InstancePresence {
   private timer: TimerHandle | undefined;
@@ -48,7 +54,7 @@ export class InstancePresence {
     }
     this.deps.retryReleases();
     if (this.closed) return;
-    this.timer = this.deps.clock.setTimeout(() => void this.tick(), Math.max(200, Math.floor(this.deps.ttlMs / 5)));
+    this.timer = this.deps.clock.setTimeout(() => void this.tick(), heartbeatIntervalMs(this.deps.ttlMs));
     this.timer.unref?.();
   }
 }

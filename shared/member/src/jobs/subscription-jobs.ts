@@ -21,6 +21,8 @@ export class SubscriptionJobs {
       clock: Clock;
       /** How long a session nobody holds lives on, for a member to adopt it (`server.sessionIdleMs`). */
       sessionIdleMs: number;
+      /** How long a member's heartbeat is missing before it is reaped (see `SubscriptionRegistry.deadInstances`). */
+      deadGraceMs: number;
       instanceId: string;
       /** The cluster-wide count of (backend, uri) reached zero: release it upstream. */
       release(backendId: string, uri: string): void;
@@ -40,7 +42,8 @@ export class SubscriptionJobs {
    * streams) is released. Then the let-go sessions nobody adopted in time end: what they held is released.
    */
   async reap(): Promise<void> {
-    for (const dead of await this.deps.registry.deadInstances()) {
+    for (const dead of await this.deps.registry.deadInstances(this.deps.deadGraceMs)) {
+      if (!(await this.deps.registry.claimInstance(dead))) continue;
       const orphaned = await this.deps.sessions.orphan(dead, this.deps.sessionIdleMs);
       const released = await this.deps.registry.reapInstance(dead);
       this.deps.logger.warn({ instance: dead, sessionsKept: orphaned.length, released: released.length }, "a cluster member (broker or worker) died: its sessions wait for another to adopt them; the rest of what it held is released");

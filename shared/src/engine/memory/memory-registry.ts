@@ -128,6 +128,10 @@ export class MemoryRegistry implements SubscriptionRegistry {
     return [];
   }
 
+  async claimInstance(): Promise<boolean> {
+    return false;
+  }
+
   async reapInstance(): Promise<{ backendId: string; uri: string }[]> {
     return [];
   }

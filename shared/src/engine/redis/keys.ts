@@ -118,6 +118,19 @@ export class RedisKeys {
     return `${this.prefix}instance:${instanceId}`;
   }
 
+  /**
+   * An instance the cluster claimed as dead (see `RedisRegistry.claimInstance`): its next heartbeat
+   * tells it so. Kept `REAPED_MARK_MS`.
+   */
+  instanceReaped(instanceId: string): string {
+    return `${this.prefix}instance-reaped:${instanceId}`;
+  }
+
+  /** Hash of the instances seen without a heartbeat: instance id → when first seen so (Redis time, ms). */
+  suspects(): string {
+    return `${this.prefix}suspects`;
+  }
+
   /** Set of JSON `[principal, sessionId]` of an instance's sessions that hold subscriptions. */
   instanceSessions(instanceId: string): string {
     return `${this.prefix}instance-sessions:${instanceId}`;

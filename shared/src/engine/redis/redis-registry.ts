@@ -140,13 +140,62 @@ redis.call('HSET', KEYS[2], ARGV[1], '1')
 return tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 `;
 
-/** KEYS: heartbeat, instances; ARGV: instance id, ttl. Returns whether the heartbeat was still there. */
+/**
+ * KEYS: heartbeat, instances, the instance's reaped mark; ARGV: instance id, ttl. Returns 0 when the
+ * cluster had claimed the instance as dead (the mark is used up: it is told once), 1 otherwise. A
+ * heartbeat that merely expired (a stall, Redis away or restarted, empty or from an old snapshot)
+ * is not a death: nobody released anything the instance held until a reaper claimed it.
+ */
 const HEARTBEAT = `
-local alive = redis.call('EXISTS', KEYS[1])
+local reaped = redis.call('DEL', KEYS[3])
 redis.call('SET', KEYS[1], '1', 'PX', ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[1])
-return alive
+if reaped == 1 then return 0 end
+return 1
 `;
+
+/**
+ * KEYS: instances, suspects; ARGV: key prefix, this instance's id, grace (ms). The instances whose
+ * heartbeat has been missing for at least the grace, by Redis's clock: one seen without it is a
+ * suspect from then on, and no longer one once it heartbeats again. Suspects no longer among the
+ * instances (reaped, or left) are forgotten.
+ */
+const DEAD = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if id ~= ARGV[2] then
+    if redis.call('EXISTS', ARGV[1] .. 'instance:' .. id) == 1 then
+      redis.call('HDEL', KEYS[2], id)
+    else
+      local seen = tonumber(redis.call('HGET', KEYS[2], id) or '')
+      if seen == nil then
+        redis.call('HSET', KEYS[2], id, now)
+        seen = now
+      end
+      if now - seen >= tonumber(ARGV[3]) then table.insert(dead, id) end
+    end
+  end
+end
+for _, id in ipairs(redis.call('HKEYS', KEYS[2])) do
+  if redis.call('SISMEMBER', KEYS[1], id) == 0 then redis.call('HDEL', KEYS[2], id) end
+end
+return dead
+`;
+
+/** KEYS: heartbeat, the reaped mark; ARGV: mark ttl (ms). Claims an instance without a heartbeat as dead; 0 when it has one again. */
+const CLAIM = `
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
+return 1
+`;
+
+/**
+ * How long the cluster remembers an instance it claimed as dead, for its next heartbeat to learn
+ * it. An instance out of touch with Redis longer than this presumes itself dead without asking.
+ */
+export const REAPED_MARK_MS = 24 * 60 * 60 * 1000;
 
 /**
  * Recounts one principal from its sessions' holdings, in one step. KEYS: the principal's session
@@ -193,7 +242,9 @@ type RegistryCommands = {
   registryMarkWatched(refcounts: string, marks: string, uri: string): Promise<number>;
   registryAddMany(...numberOfKeysKeysAndArgs: (string | number)[]): Promise<string>;
   registryRemoveMany(...numberOfKeysKeysAndArgs: (string | number)[]): Promise<string>;
-  registryHeartbeat(heartbeat: string, instances: string, instanceId: string, ttlMs: number): Promise<number>;
+  registryHeartbeat(heartbeat: string, instances: string, reaped: string, instanceId: string, ttlMs: number): Promise<number>;
+  registryDead(instances: string, suspects: string, prefix: string, instanceId: string, graceMs: number): Promise<string[]>;
+  registryClaim(heartbeat: string, reaped: string, markMs: number): Promise<number>;
   registryAuditPrincipal(index: string, counts: string, principals: string, principal: string): Promise<number[]>;
   registryAuditTotal(counts: string, total: string): Promise<number[]>;
 };
@@ -206,7 +257,8 @@ type RegistryCommands = {
  */
 export class RedisRegistry implements SubscriptionRegistry {
   private readonly redis: RedisClient & RegistryCommands;
-  private beaten = false;
+  /** When this instance's last heartbeat went through (`performance.now()`). */
+  private lastBeat: number | undefined;
 
   constructor(
     redis: RedisClient,
@@ -217,7 +269,9 @@ export class RedisRegistry implements SubscriptionRegistry {
     redis.defineCommand("registryMarkWatched", { numberOfKeys: 2, lua: MARK_WATCHED });
     redis.defineCommand("registryAddMany", { lua: ADD_MANY });
     redis.defineCommand("registryRemoveMany", { lua: REMOVE_MANY });
-    redis.defineCommand("registryHeartbeat", { numberOfKeys: 2, lua: HEARTBEAT });
+    redis.defineCommand("registryHeartbeat", { numberOfKeys: 3, lua: HEARTBEAT });
+    redis.defineCommand("registryDead", { numberOfKeys: 2, lua: DEAD });
+    redis.defineCommand("registryClaim", { numberOfKeys: 2, lua: CLAIM });
     redis.defineCommand("registryAuditPrincipal", { numberOfKeys: 3, lua: AUDIT_PRINCIPAL });
     redis.defineCommand("registryAuditTotal", { numberOfKeys: 2, lua: AUDIT_TOTAL });
     this.redis = redis as RedisClient & RegistryCommands;
@@ -291,18 +345,20 @@ export class RedisRegistry implements SubscriptionRegistry {
   }
 
   async heartbeat(ttlMs: number): Promise<boolean> {
-    const alive = (await this.redis.registryHeartbeat(this.keys.instance(this.instanceId), this.keys.instances(), this.instanceId, ttlMs)) === 1;
-    const first = !this.beaten;
-    this.beaten = true;
-    return alive || first;
+    const reaped = this.keys.instanceReaped(this.instanceId);
+    const alive = (await this.redis.registryHeartbeat(this.keys.instance(this.instanceId), this.keys.instances(), reaped, this.instanceId, ttlMs)) === 1;
+    const now = performance.now();
+    const away = this.lastBeat !== undefined && now - this.lastBeat > REAPED_MARK_MS;
+    this.lastBeat = now;
+    return alive && !away;
   }
 
-  async deadInstances(): Promise<string[]> {
-    const dead: string[] = [];
-    for (const instanceId of await this.redis.smembers(this.keys.instances())) {
-      if (instanceId !== this.instanceId && (await this.redis.exists(this.keys.instance(instanceId))) === 0) dead.push(instanceId);
-    }
-    return dead;
+  async deadInstances(graceMs: number): Promise<string[]> {
+    return this.redis.registryDead(this.keys.instances(), this.keys.suspects(), this.keys.prefix, this.instanceId, graceMs);
+  }
+
+  async claimInstance(instanceId: string): Promise<boolean> {
+    return (await this.redis.registryClaim(this.keys.instance(instanceId), this.keys.instanceReaped(instanceId), REAPED_MARK_MS)) === 1;
   }
 
   async reapInstance(instanceId: string): Promise<{ backendId: string; uri: string }[]> {
