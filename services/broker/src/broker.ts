@@ -147,7 +147,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     backendDisconnected: (backend) => catalog.backendDisconnected(backend.id),
     log: (backend, params) => router.relayLog(backend.id, params),
     ...busIntake({ fanout, catalog, sessions, held, census, feed }),
-    presumedDead: () => sessions.endAll("this broker instance lost contact with the cluster; start a new session"),
+    presumedDead: () => void sessions.endAll("this broker instance lost contact with the cluster; another takes the session over", config.server.sessionIdleMs),
     newestPosition: () => fanout.events.newest(),
     recover: async () => {
       catalog.forgetVersions();

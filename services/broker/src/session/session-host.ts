@@ -654,14 +654,20 @@ export class SessionHost {
   }
 
   /**
-   * This instance was presumed dead by the cluster: its legacy sessions were let go by another
-   * member (their records wait for adoption, what they hold is kept), so they leave this member
-   * without ending; its listen streams end (what they held may have been released): their clients
-   * open new ones.
+   * This instance was presumed dead by the cluster: the member that reaped it let its legacy
+   * sessions go (their records wait for adoption, what they hold is kept), so they leave this member
+   * without ending; each is let go here too, in case that reap was cut short before it got to them
+   * (fenced by the session's epoch: a no-op for one let go or adopted already). Its listen streams
+   * end (what they held may have been released): their clients open new ones.
    */
-  endAll(reason: string): void {
-    for (const session of [...this.legacy.values()]) session.handOff(reason);
+  async endAll(reason: string, idleMs: number): Promise<void> {
     for (const listen of [...this.listens]) listen.end?.();
+    await Promise.allSettled(
+      [...this.legacy.values()].map(async (session) => {
+        // Left either way: what it held may be released already, so it is not served from here.
+        await this.deps.sessions.letGo({ principal: session.principal, sessionId: session.id }, this.deps.instanceId, session.epoch, idleMs).finally(() => session.handOff(reason));
+      }),
+    );
   }
 
   /**

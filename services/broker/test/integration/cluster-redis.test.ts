@@ -280,6 +280,57 @@ describe.each([
     }
   }, 30_000);
 
+  it("tells an instance that stalled past the TTL and was reaped meanwhile (SIGSTOP): it hands its sessions to the cluster, which kept what they hold, and ends its listen streams", async () => {
+    await freshBackend();
+    const dir = await mkdtemp(join(tmpdir(), "broker-stall-"));
+    const configFile = join(dir, "broker.json");
+    await writeFile(configFile, JSON.stringify({ ...config(), logging: { level: "warn" } }));
+    const child = spawn(process.execPath, ["--import", "tsx", CLI, "--config", configFile, "--port", "0"], { cwd: BROKER_DIR, env: configFileEnv(), stdio: ["ignore", "ignore", "pipe"] });
+    let stderr = "";
+    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
+    const redis = state();
+    try {
+      await eventually(() => /mcp-broker ready: (\S+)/.test(stderr), "the broker to start", 20_000);
+      const url = /mcp-broker ready: (\S+)/.exec(stderr)?.[1] as string;
+      const { instance } = (await (await fetch(new URL("/readyz", url))).json()) as { instance: string };
+      const survivor = await startBroker(config());
+      brokers.push(survivor);
+      const c = await connectClient(url, "legacy");
+      clients.push(c);
+      const got = collectUpdates(c);
+      await c.subscribeResource({ uri: EXPOSED });
+      const modern = await connectClient(url, "modern");
+      clients.push(modern);
+      const listen = await modern.listen({ resourceSubscriptions: ["leg+test://items/stalled"] });
+
+      child.kill("SIGSTOP");
+      await eventually(async () => (await redis.exists(key(`instance-reaped:${instance}`))) === 1, "the survivor to reap the stalled instance", 10_000);
+      // The session waits for an adopter, holding what it held; the listen stream's went.
+      expect(await redis.hkeys(key("refs:leg"))).toEqual([URI]);
+      child.kill("SIGCONT");
+      await eventually(async () => (await redis.exists(key(`instance-reaped:${instance}`))) === 0, "the instance's heartbeat to read the mark", 10_000);
+      expect(await listen.closed).not.toBe("local");
+      await eventually(() => stderr.includes("presumed dead"), "the instance to say so");
+      // The client comes back for its session (its stream ended with a retry) and is served again,
+      // by whichever member adopts it, with what it held.
+      await eventually(
+        async () => {
+          server.emitUpdate(URI);
+          await new Promise((r) => setTimeout(r, 100));
+          return got.length >= 1;
+        },
+        "an update to the session after it was adopted",
+        15_000,
+      );
+      await c.ping();
+    } finally {
+      redis.disconnect();
+      child.kill("SIGCONT");
+      child.kill("SIGKILL");
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 40_000);
+
   it("lets a worker (a member without an endpoint) watch the backend for the brokers", async () => {
     await freshBackend();
     const dir = await mkdtemp(join(tmpdir(), "broker-worker-"));

@@ -135,7 +135,7 @@ describe("stdio server", () => {
     c.send({ jsonrpc: "2.0", id: "a", method: "subscriptions/listen", params: { notifications: { resourceSubscriptions: ["leg+test://items/1"] }, _meta: MODERN_META } });
     await eventually(() => c.received.some((m) => m.method === "notifications/subscriptions/acknowledged"), "the acknowledgement");
     // As when this member was presumed dead by the cluster: every listen stream ends.
-    running.broker.sessions.endAll("test");
+    void running.broker.sessions.endAll("test", 1_000);
     await eventually(() => c.answer("a") !== undefined, "the listen's result");
     expect(c.answer("a")?.result).toMatchObject({ resultType: "complete", _meta: { "io.modelcontextprotocol/subscriptionId": "a" } });
     // The id is free again, and a listen the cluster cuts over a lowered limit gets -32010.
