@@ -65,8 +65,8 @@ export class ClientSession {
     if (trackIds) this.heard = new Map();
   }
 
-  /** `uri`: one URI, several separated by spaces, or "" for none. */
-  async open(uri: string, toolsListChanged: boolean): Promise<void> {
+  /** `uri`: one URI, several separated by spaces, or "" for none. `stream` false: a legacy session opens no GET stream. */
+  async open(uri: string, toolsListChanged: boolean, stream = true): Promise<void> {
     this.uris = uri === "" ? [] : uri.split(" ");
     if (this.kind === "raw") {
       await this.attachStream(new URL(`/sse?key=${encodeURIComponent(uri)}`, this.url), { method: "GET", headers: { accept: "text/event-stream" } });
@@ -79,7 +79,7 @@ export class ClientSession {
       this.sessionId = id;
       const initialized = await during("notifications/initialized", this.post({ jsonrpc: "2.0", method: NOTIFICATION.initialized }));
       if (initialized.status !== 202) throw new Error(`notifications/initialized: HTTP ${initialized.status}`);
-      await during("GET stream", this.attachStream(this.url, { method: "GET", headers: { accept: "text/event-stream", ...this.legacyHeaders() } }));
+      if (stream) await during("GET stream", this.attachStream(this.url, { method: "GET", headers: { accept: "text/event-stream", ...this.legacyHeaders() } }));
       for (const one of this.uris) await during("resources/subscribe", this.call("resources/subscribe", { uri: one }));
       return;
     }

@@ -19,6 +19,11 @@ export interface OpenParams {
   concurrency: number;
   /** Also ask for tools/list_changed (modern listen flag; legacy sessions get it anyway). */
   toolsListChanged: boolean;
+  /**
+   * Legacy only: open no GET stream (initialize, initialized, subscribe): a session whose client is
+   * away between turns, its updates kept for its resumption. Costs the generator no socket each.
+   */
+  withoutStreams?: boolean;
 }
 
 export interface OpenResult {

@@ -97,7 +97,7 @@ async function open(params: OpenParams): Promise<OpenResult> {
       const from = params.localAddresses;
       if (from !== undefined && from.length > 0) session.localAddress = from[index % from.length];
       try {
-        await session.open(params.uris[index] ?? "", params.toolsListChanged);
+        await session.open(params.uris[index] ?? "", params.toolsListChanged, params.withoutStreams !== true);
         sessions.push(session);
         opened++;
       } catch (error) {

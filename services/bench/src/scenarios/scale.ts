@@ -35,6 +35,32 @@ const perSession = (p: Point, field: "rss" | "heapUsed"): number => (p.full[fiel
 const fdsPerSession = (p: Point): number | null => (p.full.fds === undefined || p.empty.fds === undefined ? null : (p.full.fds - p.empty.fds) / p.sessions);
 
 /**
+ * `count` legacy sessions on a fresh memory-engine broker, each initialized and subscribed, with no
+ * GET stream open: the broker's own state per session, without a socket each.
+ */
+async function streamlessClimb(ctx: BenchContext, count: number, settled: boolean): Promise<Point> {
+  ctx.log(`scale: ${count.toLocaleString("en-US")} idle legacy sessions without streams`);
+  const path = await startBrokerPath(ctx, ctx.memory, `scale-streamless-${count}`, "legacy", []);
+  try {
+    const sample = async (): Promise<ProcessUsage> => {
+      const [usage] = await path.deployment.usage(settled);
+      if (usage === undefined) throw new Error("no broker usage");
+      return usage;
+    };
+    await sleep(ctx.plan.memory.settleMs);
+    const empty = await sample();
+    const acceptMs = await path.fleet.open("legacy", path.deployment.urls, Array.from({ length: count }, () => exposedUri(0)), { concurrency: 96, withoutStreams: true });
+    await sleep(ctx.plan.memory.settleMs);
+    const [census] = await path.deployment.census();
+    const point: Point = { era: "legacy", sessions: count, acceptMs, held: census?.legacySessions ?? 0, empty, full: await sample() };
+    ctx.log(`  legacy without streams: accepted in ${fmt(acceptMs / 1000)} s, RSS ${fmt(kb(perSession(point, "rss")))} KB/session, heap ${fmt(kb(perSession(point, "heapUsed")))} KB, fds ${fmt(fdsPerSession(point))}`);
+    return point;
+  } finally {
+    await path.stop();
+  }
+}
+
+/**
  * Scenario 10: one memory-engine broker holding `counts` idle subscribed sessions (legacy: session,
  * GET stream, one subscription; modern: one listen stream with one resource), all on one resource.
  * Per session: RSS, heap and file descriptors over the empty process; the time to accept them all;
@@ -174,6 +200,20 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
     }
   }
 
+  // Sessions without a stream need no descriptor each: the largest count is reached that way
+  // whatever the open-file limit, which measures what the broker itself keeps per session.
+  const streamless = await streamlessClimb(ctx, largest, settled);
+  const at = largest.toLocaleString("en-US");
+  const base = { scenario: SCENARIO, engine: "memory" as const, status: "measured" as const, baseline: null, ratio: null, target: null, met: null };
+  rows.push({ ...base, measure: `RSS per idle legacy session without an open stream @ ${at}`, unit: "KB", broker: kb(perSession(streamless, "rss")) });
+  rows.push({ ...base, measure: `heap per idle legacy session without an open stream @ ${at}`, unit: "KB", broker: kb(perSession(streamless, "heapUsed")) });
+  rows.push({ ...base, measure: `time to accept ${at} legacy sessions without streams (initialize, initialized, subscribe)`, unit: "ms", broker: streamless.acceptMs });
+  rows.push({ ...base, measure: `legacy sessions without streams lost while ${at} were set up`, unit: "", broker: largest - streamless.held, target: "0", met: streamless.held === largest });
+  table.push(["legacy, no stream", at, fmt(streamless.acceptMs / 1000), streamless.held, fmt(kb(perSession(streamless, "rss"))), fmt(kb(perSession(streamless, "heapUsed"))), fmt(fdsPerSession(streamless)), fmt(streamless.full.rss / 1024 / 1024), streamless.full.reducerGcs ?? ""]);
+  findings.push(
+    `${at} legacy sessions without an open stream (each initialized and subscribed, its client away: what an agent between turns leaves; updates wait in its resume history): ${fmt(kb(perSession(streamless, "rss")))} KB RSS and ${fmt(kb(perSession(streamless, "heapUsed")))} KB heap per session, accepted in ${fmt(streamless.acceptMs / 1000)} s, ${largest - streamless.held} lost. This is the broker's own state per session; a stream adds its socket (compare the rows with streams at the counts measured).`,
+  );
+
   return {
     id: "scale",
     title: SCENARIO,
@@ -181,6 +221,7 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
       `Counts ${counts.map((n) => n.toLocaleString("en-US")).join(" and ")} (and, when the machine cannot reach them, the largest it can). One memory-engine broker process per era; all sessions subscribed to bench+bench://r/0. ` +
       `Each server is sampled ${settled ? "settled (as in scenario 4)" : "as it is (quick run: not settled, so RSS figures are rough)"}, after ${ctx.plan.memory.settleMs / 1000} s idle, before any session and again with all of them: per session = growth ÷ sessions (file descriptors from /proc/<pid>/fd). ` +
       "Time to accept = from the first handshake until every session is open (the generators open 96 at a time each). Lost = sessions the broker's census does not hold once all opened. " +
+      `Then ${largest.toLocaleString("en-US")} legacy sessions on a fresh broker without streams (initialize, initialized, one subscribe each, no GET stream: a client away between turns), sampled the same way: they need no open file each, so this count is reached whatever the limit; no baseline (the raw server keeps nothing for a client without a stream). ` +
       `Broadcast: ${broadcastUpdates} single updates ${intervalMs} ms apart to all legacy sessions, in ${slices} slices alternating with the raw SSE server holding as many streams (fed from Redis), time until the last session has each; p99 over the updates. ` +
       `Setup the bench does itself: the open-file limit is raised with prlimit before any process starts (children inherit it; this machine: soft ${limit.soft}, hard ${limit.hard}${limit.refused === undefined ? "" : `; ${limit.refused}`}); ` +
       `streams connect from loopback aliases (127.0.1.1 and up for the raw server, 127.0.2.x legacy, 127.0.3.x modern; Linux routes all of 127/8 to lo), one per ${STREAMS_PER_SOURCE.toLocaleString("en-US")} streams: a socket bound to a source address takes its port from that address's ~28k ephemeral ports, less those still in TIME_WAIT; more generator processes when one cannot hold its share.`,
