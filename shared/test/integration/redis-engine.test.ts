@@ -455,6 +455,17 @@ describe("Redis engine", () => {
     expect(await a!.redis.sismember(a!.keys.instanceSessions(idA), JSON.stringify(["p", "s"]))).toBe(0);
   });
 
+  it("stamps an update published right after its key's watch began: the watch's start never lands after it", async () => {
+    const [engine] = await cluster(1);
+    const update = { kind: "resource.updated", v: 1, origin: "o", backendId: "b", uri: "k", at: Date.now(), update: 1 } as unknown as Parameters<RedisEngine["updates"]["publish"]>[0];
+    // As a watcher does: the subscribe's answer starts the watch, and the backend's first update
+    // for it comes in the same turn of the event loop.
+    const [, position] = await Promise.all([engine!.updates.watched("b", "k"), engine!.updates.publish(update, ["k"])]);
+    const [stamp] = await engine!.updates.stamps("b", ["k"]);
+    expect(stamp?.updated).toBe(position);
+    expect(stamp!.since).toBeLessThan(position);
+  });
+
   it("never publishes at a position below its own last one, even when the counter was lost", async () => {
     const [engine] = await cluster(1);
     const update = { kind: "resource.updated", v: 1, origin: "o", backendId: "b", uri: "u" } as unknown as Parameters<RedisEngine["updates"]["publish"]>[0];

@@ -59,6 +59,15 @@ return 1
  */
 export const UPDATE_PUBLISH_COMMAND = "updatePublish";
 
+/**
+ * The watch-start script's command name. It stays out of auto-pipelining too, so that it reaches
+ * Redis before any update published after it: an auto-pipelined command waits for the check phase,
+ * and a publish issued later (the backend's first update after the subscribe's answer, in the same
+ * turn) overtook it; its clearing of the key's last-update stamp then erased that update's, and a
+ * session resuming later was not told of it (seen in the session-takeover test, under load).
+ */
+export const UPDATE_WATCHED_COMMAND = "updateWatched";
+
 type UpdateLogCommands = {
   updateRaise(positions: string, floor: number): Promise<number>;
   updatePublish(numberOfKeys: number, ...keysAndArgs: (string | number)[]): Promise<number[]>;
@@ -90,7 +99,7 @@ export class RedisUpdateLog implements UpdateLog {
     private readonly keys: RedisKeys,
   ) {
     redis.defineCommand(UPDATE_PUBLISH_COMMAND, { lua: keys.script(PUBLISH) });
-    redis.defineCommand("updateWatched", { numberOfKeys: 2, lua: WATCHED });
+    redis.defineCommand(UPDATE_WATCHED_COMMAND, { numberOfKeys: 2, lua: WATCHED });
     redis.defineCommand("updateRaise", { numberOfKeys: 1, lua: RAISE });
     this.redis = redis as RedisClient & UpdateLogCommands;
   }
