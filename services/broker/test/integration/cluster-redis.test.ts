@@ -192,7 +192,12 @@ describe.each([
       // The listen stream's are gone; the session's wait for it to be adopted.
       expect((await redis.hkeys(key("refs:leg"))).sort()).toEqual([URI, "test://static/b"]);
       // Nobody comes back for it: once its record expires, the reap job releases what it held.
-      await eventually(async () => (await redis.hlen(key("refs:leg"))) === 0, "the expired session's release", 15_000);
+      await eventually(async () => (await redis.hlen(key("refs:leg"))) === 0, "the expired session's release", 15_000).catch(async (error: Error) => {
+        // Failed rarely in CI (not reproduced since): where the session's record and its orphan entry stood.
+        const record = key(`session:anonymous:${encodeURIComponent((c.transport as { sessionId?: string } | undefined)?.sessionId ?? "")}`);
+        const state = { orphans: await redis.zrange(key("orphans"), "0", "-1", "WITHSCORES"), now: Date.now(), record: { ttl: await redis.pttl(record), fields: await redis.hgetall(record) } };
+        throw new Error(`${error.message}; ${JSON.stringify(state)}`);
+      });
     } finally {
       redis.disconnect();
     }
