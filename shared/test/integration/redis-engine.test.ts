@@ -466,6 +466,15 @@ describe("Redis engine", () => {
     expect(stamp!.since).toBeLessThan(position);
   });
 
+  it("keeps a new watch's start when the previous watch's end was sent just before it", async () => {
+    const [engine] = await cluster(1);
+    await engine!.updates.watched("b", "k");
+    // As a watcher does: the release ends the watch (not awaited), and a subscribe watches the key again at once.
+    await Promise.all([engine!.updates.unwatched("b", "k"), engine!.updates.watched("b", "k")]);
+    const [stamp] = await engine!.updates.stamps("b", ["k"]);
+    expect(stamp?.since).toBeDefined();
+  });
+
   it("never publishes at a position below its own last one, even when the counter was lost", async () => {
     const [engine] = await cluster(1);
     const update = { kind: "resource.updated", v: 1, origin: "o", backendId: "b", uri: "u" } as unknown as Parameters<RedisEngine["updates"]["publish"]>[0];

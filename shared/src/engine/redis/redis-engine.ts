@@ -4,7 +4,7 @@ import { BullJobQueue, type BullJobQueueOptions } from "./bullmq-job-queue.js";
 import { RedisBus } from "./redis-bus.js";
 import { RedisCatalogStore } from "./redis-catalog-store.js";
 import { RedisSessionStore } from "./redis-session-store.js";
-import { RedisUpdateLog, UPDATE_PUBLISH_COMMAND, UPDATE_WATCHED_COMMAND } from "./redis-update-log.js";
+import { RedisUpdateLog, UPDATE_PUBLISH_COMMAND, UPDATE_UNWATCHED_COMMAND, UPDATE_WATCHED_COMMAND } from "./redis-update-log.js";
 import { RedisKeys } from "./keys.js";
 import { RedisLeases } from "./redis-leases.js";
 import { RedisRegistry } from "./redis-registry.js";
@@ -74,8 +74,9 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
   };
   // Auto-pipelining writes the commands issued in one tick with one socket write instead of one
   // each. Publishes, the hot path, bypass it (see RedisBus.publish and UPDATE_PUBLISH_COMMAND), and
-  // so does the start of a watch, which must reach Redis before the publishes after it (UPDATE_WATCHED_COMMAND).
-  const redis = connect("commands", { enableAutoPipelining: true, autoPipeliningIgnoredCommands: [UPDATE_PUBLISH_COMMAND, UPDATE_WATCHED_COMMAND] });
+  // so do the start and end of a watch, which must reach Redis in order with those publishes
+  // (UPDATE_WATCHED_COMMAND, UPDATE_UNWATCHED_COMMAND).
+  const redis = connect("commands", { enableAutoPipelining: true, autoPipeliningIgnoredCommands: [UPDATE_PUBLISH_COMMAND, UPDATE_WATCHED_COMMAND, UPDATE_UNWATCHED_COMMAND] });
   // On a cluster the bus uses sharded pub/sub: the client keeps a subscriber per master (ours is the one that serves the prefix's slot).
   const subscriber = connect("subscriber", { commandTimeout: undefined, shardedSubscribers: true });
   let lastError: Error | undefined;

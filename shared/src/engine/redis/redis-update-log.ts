@@ -44,6 +44,12 @@ redis.call('HDEL', KEYS[2], 'u' .. ARGV[1], 't' .. ARGV[1])
 return 1
 `;
 
+/** KEYS: the stamps hash. ARGV: key. The watch ended: nothing is known of the key until it is watched again. */
+const UNWATCHED = `
+redis.call('HDEL', KEYS[1], 'u' .. ARGV[1], 's' .. ARGV[1], 't' .. ARGV[1])
+return 1
+`;
+
 /** KEYS: the position counter. ARGV: floor. */
 const RAISE = `
 if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
@@ -68,10 +74,14 @@ export const UPDATE_PUBLISH_COMMAND = "updatePublish";
  */
 export const UPDATE_WATCHED_COMMAND = "updateWatched";
 
+/** The watch end's command name: out of auto-pipelining as well, so it stays before the next watch's start. */
+export const UPDATE_UNWATCHED_COMMAND = "updateUnwatched";
+
 type UpdateLogCommands = {
   updateRaise(positions: string, floor: number): Promise<number>;
   updatePublish(numberOfKeys: number, ...keysAndArgs: (string | number)[]): Promise<number[]>;
   updateWatched(positions: string, stamps: string, key: string): Promise<number>;
+  updateUnwatched(stamps: string, key: string): Promise<number>;
 };
 
 /** An update waiting for the end of its tick, to be published with the others of that tick. */
@@ -100,6 +110,7 @@ export class RedisUpdateLog implements UpdateLog {
   ) {
     redis.defineCommand(UPDATE_PUBLISH_COMMAND, { lua: keys.script(PUBLISH) });
     redis.defineCommand(UPDATE_WATCHED_COMMAND, { numberOfKeys: 2, lua: WATCHED });
+    redis.defineCommand(UPDATE_UNWATCHED_COMMAND, { numberOfKeys: 1, lua: UNWATCHED });
     redis.defineCommand("updateRaise", { numberOfKeys: 1, lua: RAISE });
     this.redis = redis as RedisClient & UpdateLogCommands;
   }
@@ -148,7 +159,7 @@ export class RedisUpdateLog implements UpdateLog {
   }
 
   async unwatched(backendId: string, key: string): Promise<void> {
-    await this.redis.hdel(this.keys.stamps(backendId), `u${key}`, `s${key}`, `t${key}`);
+    await this.redis.updateUnwatched(this.keys.stamps(backendId), key);
   }
 
   async updatedAt(backendId: string, keys: readonly string[]): Promise<(number | undefined)[]> {
