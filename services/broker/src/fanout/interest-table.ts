@@ -19,8 +19,8 @@ export interface NotificationSink {
 interface Interest {
   readonly target: SubscriptionTarget;
   readonly sinks: Set<NotificationSink>;
-  /** The bus SUBSCRIBE made when the first sink came (settled once it is subscribed, or failed). */
-  readonly subscribed: Promise<void>;
+  /** The bus SUBSCRIBE made when the first sink came (settled once it is subscribed, or failed); undefined once settled. */
+  subscribing: Promise<void> | undefined;
 }
 
 /**
@@ -34,8 +34,12 @@ export class InterestTable {
 
   constructor(private readonly deps: { bus: Bus; clock: Clock; graceMs: number; onError: (error: unknown) => void }) {}
 
-  /** Resolves once the bus channel is subscribed (at once when it was already); never rejects (failures go to `onError`). */
-  add(target: SubscriptionTarget, sink: NotificationSink): Promise<void> {
+  /**
+   * The bus SUBSCRIBE still under way for the channel, to wait for before telling the client it is
+   * subscribed (an update published before it lands would not reach this member); undefined when
+   * the channel is subscribed already (most of the time). Never rejects (failures go to `onError`).
+   */
+  add(target: SubscriptionTarget, sink: NotificationSink): Promise<void> | undefined {
     const channel = CHANNEL.resource(target.backendId, target.uri);
     const timer = this.graceTimers.get(channel);
     if (timer !== undefined) {
@@ -44,12 +48,17 @@ export class InterestTable {
     }
     let interest = this.interests.get(channel);
     if (interest === undefined) {
-      interest = { target: { backendId: target.backendId, uri: target.uri }, sinks: new Set(), subscribed: this.deps.bus.subscribe(channel).catch(this.deps.onError) };
+      const made: Interest = { target: { backendId: target.backendId, uri: target.uri }, sinks: new Set(), subscribing: undefined };
+      made.subscribing = this.deps.bus
+        .subscribe(channel)
+        .catch(this.deps.onError)
+        .finally(() => (made.subscribing = undefined));
+      interest = made;
       this.interests.set(channel, interest);
     }
     interest.sinks.add(sink);
-    // A later sink waits for the same SUBSCRIBE (settled already, most of the time).
-    return interest.subscribed;
+    // A later sink waits for the same SUBSCRIBE while it is under way.
+    return interest.subscribing;
   }
 
   remove(target: SubscriptionTarget, sink: NotificationSink): void {

@@ -282,7 +282,7 @@ export class SessionHost {
     const session = this.start(id, principal, { epoch: record.epoch, subscriptions, logLevel: record.logLevel, protocolVersion: record.protocolVersion });
     session.supports = supportOf(record.capabilities);
     // Subscribed on the bus before anything is read for resumption: nothing falls between.
-    await Promise.all(Object.values(subscriptions).map((target) => this.deps.fanout.interest.add(target, session)));
+    await this.interestIn(Object.values(subscriptions), session);
     // What the cluster handed out before now is the cluster's to tell a resuming client; this
     // member's history holds what comes after (unknown: every resumption asks the cluster).
     session.coversFrom(await this.deps.resume.current().catch(() => undefined));
@@ -348,12 +348,18 @@ export class SessionHost {
     });
     const session = new LegacySession(id, principal, actor, this.env, options.epoch, options.protocolVersion);
     if (options.logLevel !== undefined && (LOG_LEVELS as readonly string[]).includes(options.logLevel)) session.logLevel = options.logLevel as LogLevel;
+    /** The bus SUBSCRIBE of the subscribe being answered, when still under way: the answer waits for it. */
+    let subscribing: Promise<void> | undefined;
     // One listener for all effects (a listener per event type costs a Set each, per session).
     actor.on("*", (effect) => {
       switch (effect.type) {
-        case "reply":
-          session.settle(effect.replyTo, effect.error);
+        case "reply": {
+          const { replyTo, error } = effect;
+          if (subscribing === undefined) session.settle(replyTo, error);
+          else void subscribing.then(() => session.settle(replyTo, error));
+          subscribing = undefined;
           break;
+        }
         case "subscribe.run": {
           const { replyTo } = effect;
           // A reservation that lands after the session ended or left is released (see runSubscriptionFlow).
@@ -367,7 +373,8 @@ export class SessionHost {
           break;
         }
         case "interest.add":
-          void this.deps.fanout.interest.add(effect.target, session);
+          // Its reply comes next, in the same step (see the machine's finishHead).
+          subscribing = this.deps.fanout.interest.add(effect.target, session);
           break;
         case "interest.remove":
           this.deps.fanout.interest.remove(effect.target, session);
@@ -491,6 +498,8 @@ export class SessionHost {
     const subscribing = { aborted: false };
     let acknowledged = false;
     let forgotten = false;
+    /** The bus SUBSCRIBEs of the honored URIs still under way: the acknowledgement waits for them. */
+    let subscribingBus: Promise<unknown> | undefined;
     /** What the subscribe left out of the honored filter, for the acknowledgement. */
     let refused: readonly { uri: string; error: BrokerError }[] = [];
     /** Once per listen, however it ends (closed, rejected, failed). */
@@ -518,9 +527,12 @@ export class SessionHost {
           this.releaseAll(effect.principal, effect.sessionId).then(done, done);
           break;
         }
-        case "interest.add":
-          for (const target of effect.targets) void this.deps.fanout.interest.add(target, sink);
+        case "interest.add": {
+          // The acknowledgement comes next: it waits for the bus SUBSCRIBEs under way.
+          const under = effect.targets.map((target) => this.deps.fanout.interest.add(target, sink)).filter((p) => p !== undefined);
+          if (under.length > 0) subscribingBus = Promise.all(under);
           break;
+        }
         case "interest.remove":
           for (const target of effect.targets) this.deps.fanout.interest.remove(target, sink);
           break;
@@ -534,21 +546,15 @@ export class SessionHost {
           onOutcome(effect);
           break;
         case "listen.acknowledged": {
-          acknowledged = true;
-          this.listens.add(sink);
-          this.listensById.set(id, sink);
-          this.listenHoldings.set(id, { principal, honored: () => targetsOf(actor.getSnapshot().context.honored), since: Date.now() });
-          this.deps.fanout.listen(sink);
-          if (cursor === undefined) {
-            onOutcome({ ...effect, refused });
+          if (subscribingBus !== undefined) {
+            const ready = subscribingBus;
+            subscribingBus = undefined;
+            void ready.then(() => {
+              if (!forgotten) acknowledge(effect);
+            });
             break;
           }
-          const from = this.deps.cursors.parse(cursor, principal);
-          // Held from before the acknowledgement: nothing that arrived meanwhile may precede what the resumption tells.
-          sink.hold?.();
-          onOutcome({ ...effect, refused, resumed: from === undefined ? "everything" : "exact" });
-          if (from === undefined) this.deps.logger.info({ principal, stream: id }, "listen: a cursor not of this cluster and principal; everything it honors is announced once");
-          void this.resumeListen(targetsOf(actor.getSnapshot().context.honored), sink, from);
+          acknowledge(effect);
           break;
         }
         case "listen.ended":
@@ -556,6 +562,23 @@ export class SessionHost {
           break;
       }
     });
+    const acknowledge = (effect: Extract<ListenEmitted, { type: "listen.acknowledged" }>): void => {
+      acknowledged = true;
+      this.listens.add(sink);
+      this.listensById.set(id, sink);
+      this.listenHoldings.set(id, { principal, honored: () => targetsOf(actor.getSnapshot().context.honored), since: Date.now() });
+      this.deps.fanout.listen(sink);
+      if (cursor === undefined) {
+        onOutcome({ ...effect, refused });
+        return;
+      }
+      const from = this.deps.cursors.parse(cursor, principal);
+      // Held from before the acknowledgement: nothing that arrived meanwhile may precede what the resumption tells.
+      sink.hold?.();
+      onOutcome({ ...effect, refused, resumed: from === undefined ? "everything" : "exact" });
+      if (from === undefined) this.deps.logger.info({ principal, stream: id }, "listen: a cursor not of this cluster and principal; everything it honors is announced once");
+      void this.resumeListen(targetsOf(actor.getSnapshot().context.honored), sink, from);
+    };
     this.failureCleanups.set(id, () => {
       subscribing.aborted = true;
       for (const target of targetsOf(actor.getSnapshot().context.honored)) {
@@ -600,6 +623,12 @@ export class SessionHost {
     listen.fail?.(new BrokerError("SUBSCRIPTION_LIMIT", `${what}; open a new listen within the limit.`, { limit: message.limit, max: message.max, uris }));
   }
 
+  /** Adds `sink`'s interest in each target; resolves once the bus is subscribed to all of them. */
+  private async interestIn(targets: readonly SubscriptionTarget[], sink: NotificationSink): Promise<void> {
+    const under = targets.map((target) => this.deps.fanout.interest.add(target, sink)).filter((p) => p !== undefined);
+    if (under.length > 0) await Promise.all(under);
+  }
+
   /**
    * A listen stream resumes from `from` (the event its cursor names): what the cluster reports
    * happened since, merged with what arrives meanwhile in position order, then, once, what nobody
@@ -609,7 +638,7 @@ export class SessionHost {
     let report: SinceReport | undefined;
     if (from !== undefined) {
       // Subscribed on the bus before anything is read: nothing falls between.
-      await Promise.all(targets.map((target) => this.deps.fanout.interest.add(target, sink)));
+      await this.interestIn(targets, sink);
       report = await this.deps.resume.since(targets, from.position).catch(() => undefined);
     }
     const wanted = LIST_NAMES.filter((list) => sink.wants?.(list) ?? true);

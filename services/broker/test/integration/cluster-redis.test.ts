@@ -205,6 +205,33 @@ describe.each([
     expect(watcher.broker.upstream.watched("leg")).toEqual([]);
   });
 
+  oneRedisOnly("answers a subscribe once its instance listens on the bus: an update made right after the answer reaches the session", async () => {
+    await freshBackend();
+    const watcher = await startBroker(config());
+    brokers.push(watcher);
+    await eventually(() => watcher.broker.watchers.holds("leg"), "the watcher");
+    // The other instance's pub/sub connection reaches Redis slowly: its SUBSCRIBE lands 300 ms after it is sent.
+    const proxy = await redisProxy(redisUrl, { latency: { ms: 300, connection: ":subscriber" } });
+    const slow = await startBroker({ ...config(), redisUrl: proxy.url });
+    try {
+      const c = await client(slow, "legacy");
+      const got = collectUpdates(c);
+      await c.subscribeResource({ uri: EXPOSED });
+      server.emitUpdate(URI);
+      await eventually(() => got.length === 1, "the update made right after the answer", 5_000);
+      const modern = await client(slow, "modern");
+      const heard = collectUpdates(modern);
+      await modern.listen({ resourceSubscriptions: ["leg+test://static/b"] });
+      server.emitUpdate("test://static/b");
+      await eventually(() => heard.length === 1, "the update made right after the acknowledgement", 5_000);
+    } finally {
+      // Closed while it still reaches Redis: a stop cut off from Redis waits out its timeouts.
+      await Promise.all(clients.splice(0).map((c) => c.close().catch(() => undefined)));
+      await slow.close();
+      proxy.close();
+    }
+  }, 30_000);
+
   oneRedisOnly("re-announces subscribed resources after Redis connections drop (pub/sub keeps nothing)", async () => {
     const [a, b] = await cluster();
     const watcher = a.broker.watchers.holds("leg") ? a : b;
@@ -437,9 +464,9 @@ describe.each([
 /**
  * A TCP proxy to Redis that can cut every connection and refuse new ones (Redis away), then let
  * them through again, or freeze the open ones: they stay open and carry nothing (a connection a
- * NAT dropped silently), while new ones pass.
+ * NAT dropped silently), while new ones pass. With `latency`, what one kind of connection sends is delayed.
  */
-async function redisProxy(target: string): Promise<{ url: string; cut(): void; restore(): void; freeze(): void; close(): void }> {
+async function redisProxy(target: string, options: { latency?: { ms: number; connection: string } } = {}): Promise<{ url: string; cut(): void; restore(): void; freeze(): void; close(): void }> {
   const { hostname, port } = new URL(target);
   const sockets = new Set<Socket>();
   const pairs: [Socket, Socket][] = [];
@@ -455,8 +482,21 @@ async function redisProxy(target: string): Promise<{ url: string; cut(): void; r
       socket.on("close", () => sockets.delete(socket));
       socket.on("error", () => undefined);
     }
-    inbound.pipe(outbound).pipe(inbound);
-    pairs.push([inbound, outbound]);
+    const latency = options.latency;
+    if (latency === undefined) {
+      inbound.pipe(outbound).pipe(inbound);
+      pairs.push([inbound, outbound]);
+    } else {
+      // What a connection whose name (its first command, CLIENT SETNAME) contains `latency.connection`
+      // sends reaches Redis that much later, in order; the others pass at once. No freeze then.
+      let delayed: boolean | undefined;
+      inbound.on("data", (chunk: Buffer) => {
+        delayed ??= chunk.toString("latin1").includes(latency.connection);
+        if (delayed) setTimeout(() => outbound.write(chunk), latency.ms);
+        else outbound.write(chunk);
+      });
+      outbound.pipe(inbound);
+    }
     inbound.on("close", () => outbound.destroy());
     outbound.on("close", () => inbound.destroy());
   });
