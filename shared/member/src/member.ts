@@ -23,7 +23,7 @@ import {
   type SubscriptionRegistry,
   type UpdateLog,
 } from "@mcp-broker/shared";
-import { createRedisEngine } from "@mcp-broker/shared/node";
+import { createRedisEngine, RECONNECT_MAX_MS } from "@mcp-broker/shared/node";
 import { ListChanges } from "./catalog/list-changes.js";
 import { ListReloader } from "./catalog/list-reloader.js";
 import { ConsoleFeedTap } from "./cluster/console-feed-tap.js";
@@ -238,6 +238,12 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
    * every heartbeat had expired, or was away longer than the TTL) sends it meanwhile and is spared.
    */
   const deadGraceMs = 2 * heartbeatIntervalMs(config.redis.instanceTtlMs);
+  /**
+   * After this member's Redis connections had trouble (Redis restarted, or went away), nobody is
+   * reaped until every member had time to reconnect (its delay grows to `RECONNECT_MAX_MS`) and
+   * heartbeat: a member that came back a little later than the others is not dead.
+   */
+  const settling = (): boolean => redis !== undefined && Date.now() - redis.lastTrouble() < RECONNECT_MAX_MS + deadGraceMs;
   const subscriptionJobs = new SubscriptionJobs({
     registry,
     sessions,
@@ -246,6 +252,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     clock,
     sessionIdleMs: config.server.sessionIdleMs,
     deadGraceMs,
+    settling,
     instanceId,
     release: (backendId, uri) => watchers.release(backendId, uri),
     enforceLater: (lowered) => jobs.schedule("limits", { type: "limits", limits: lowered }, 0),
@@ -259,6 +266,8 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       logger.error({ ttlMs: config.redis.instanceTtlMs }, "this instance was presumed dead by the cluster (no heartbeat within the TTL, and another member reaped it): ending its sessions");
       hooks.presumedDead?.();
     },
+    writesLost: () => recoverIfLost(true),
+    troubleSince: (at) => redis !== undefined && redis.lastTrouble() >= at,
     retryReleases: () => hooks.retryReleases?.(),
     beforeHeartbeat: async () => {
       await recoverIfLost();
@@ -333,7 +342,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
    * (up to twice `jobs.lockMs`, their keys' later runs held up meanwhile: a reap, for one).
    */
   const reclaimJobs = async (): Promise<void> => {
-    if (redis === undefined || !started) return;
+    if (redis === undefined || !started || settling()) return;
     for (const dead of await registry.deadInstances(deadGraceMs)) {
       const moved = await jobs.reclaim(dead);
       if (moved > 0) logger.warn({ instance: dead, jobs: moved }, "a member died running jobs: they go to another member now");
@@ -344,6 +353,8 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
   let clusterId: string = randomUUID();
   let sharedSecret = randomBytes(32).toString("base64url");
   let recovering: Promise<void> | undefined;
+  /** When the last recovery finished (`Date.now()` ms). */
+  let recoveredAt = Number.NEGATIVE_INFINITY;
   /** The incarnation of the cluster's state this member knows (see `RedisKeys.generation`). */
   let generation: string | undefined;
   /**
@@ -355,14 +366,19 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
    * watches the backend. Watcher leases are taken again as usual, and the watchers then watch what
    * is wanted and count it as updated once.
    */
-  const recoverIfLost = (): Promise<void> => {
-    if (redis === undefined || !started) return Promise.resolve();
+  const recoverIfLost = async (writesLost = false): Promise<void> => {
+    if (redis === undefined || !started) return;
+    // A recovery for lost writes runs after one under way (which may have found nothing to do),
+    // unless one finished since Redis last had trouble.
+    if (writesLost) await recovering?.catch(() => undefined);
+    if (writesLost && recoveredAt > redis.lastTrouble()) return;
     recovering ??= (async () => {
       const existing = await redis.redis.set(redis.keys.generation(), randomUUID(), "NX", "GET");
       const current = existing ?? (await redis.redis.get(redis.keys.generation()));
-      if (current === generation) return;
+      if (current === generation && !writesLost) return;
       generation = current ?? undefined;
-      logger.error("Redis lost the cluster's state (restarted without persistence?): writing back what this member holds");
+      if (writesLost) logger.warn("Redis was away or lost this member's writes (restarted from a snapshot?): writing back what this member holds");
+      else logger.error("Redis lost the cluster's state (restarted without persistence?): writing back what this member holds");
       await redis.redis.set(redis.keys.cluster(), clusterId, "NX");
       const named = await redis.redis.get(redis.keys.cluster());
       if (named !== null && named !== clusterId) logger.warn({ was: clusterId, now: named }, "another member named the cluster first; cursors this member wrote no longer resume");
@@ -376,8 +392,9 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       // watcher lease (taking it back, not taking it over) does not start watching again, so the
       // watch start's reloads would not come: they are scheduled here, for what it watches.
       for (const backend of config.backends) if (watchers.holds(backend.id)) listChanges.watching(pool.get(backend.id));
+      recoveredAt = Date.now();
     })().finally(() => (recovering = undefined));
-    return recovering;
+    await recovering;
   };
   return {
     config,

@@ -42,6 +42,21 @@ export interface RemoveOutcome {
   moved?: boolean;
 }
 
+/** What a heartbeat learns. */
+export interface Heartbeat {
+  /**
+   * False when the cluster had claimed this process as dead (`claimInstance`: its subscriptions may
+   * have been reaped), so its sessions must end. A heartbeat that merely expired (a stall, Redis
+   * away or restarted) is not that: nothing was released.
+   */
+  alive: boolean;
+  /**
+   * Redis lost writes of this process since its previous heartbeat: it restarted empty, or from a
+   * snapshot older than that heartbeat. What the process holds must be written back.
+   */
+  lost: boolean;
+}
+
 /**
  * Who is subscribed to what, cluster-wide, with limits. `add` and `remove` are atomic: limits hold
  * exactly under concurrent calls from any number of processes, and `first`/`last` are reported to
@@ -76,12 +91,8 @@ export interface SubscriptionRegistry {
    * subscriber count read in the same step (a watch just made checks that somebody still wants it).
    */
   markWatched(backendId: string, uri: string): Promise<number>;
-  /**
-   * This process is alive for `ttlMs` more. Returns false when the cluster had claimed it as dead
-   * (`claimInstance`: its subscriptions may have been reaped), so its sessions must end. A heartbeat
-   * that merely expired (a stall, Redis away or restarted) is not that: nothing was released.
-   */
-  heartbeat(ttlMs: number): Promise<boolean>;
+  /** This process is alive for `ttlMs` more (see `Heartbeat` for what it learns). */
+  heartbeat(ttlMs: number): Promise<Heartbeat>;
   /**
    * Processes that heartbeat once and whose heartbeat has been missing for at least `graceMs` (not
    * reaped yet). The grace spares processes that only need their next heartbeat: after Redis
@@ -94,7 +105,8 @@ export interface SubscriptionRegistry {
    */
   claimInstance(instanceId: string): Promise<boolean>;
   /**
-   * Removes every subscription held by the sessions of a dead process (those still indexed under
+   * Removes, while the cluster's claim on it stands (`claimInstance`; once the process read it, what
+   * it holds is its own again), every subscription held by the sessions of a dead process (those still indexed under
    * it: a session another process adopted, or one let go, is not), forgets the process, and returns
    * the (backend, uri) whose cluster-wide count this dropped to zero (each to exactly one caller).
    */

@@ -51,7 +51,10 @@ export interface SessionStore {
    * now (a newer epoch than `epoch`), it expires `idleMs` from now unless adopted.
    */
   letGo(key: SessionKey, owner: string, epoch: number, idleMs: number): Promise<void>;
-  /** The sessions `owner` held, let go because it died: as `letGo`, for every one of them; returns them. */
+  /**
+   * The sessions `owner` held, let go because it died: as `letGo`, for every one of them, while the
+   * cluster's claim on `owner` stands (see `SubscriptionRegistry.claimInstance`); returns them.
+   */
   orphan(owner: string, idleMs: number): Promise<SessionKey[]>;
   /**
    * Sessions let go whose records expired (nobody adopted them): their subscriptions are to be

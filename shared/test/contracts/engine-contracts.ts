@@ -576,7 +576,8 @@ export function updateLogContract(name: string, make: () => Promise<{ log: Updat
 }
 
 /** `make` gives a store and a way to let time pass (fake for memory, real for Redis). */
-export function sessionStoreContract(name: string, make: () => Promise<{ store: SessionStore; elapse: (ms: number) => Promise<void> }>): void {
+/** `claim`: the cluster's claim on a dead member, which fences `orphan` (see `SubscriptionRegistry.claimInstance`); none for one process. */
+export function sessionStoreContract(name: string, make: () => Promise<{ store: SessionStore; elapse: (ms: number) => Promise<void>; claim?: (owner: string) => Promise<void> }>): void {
   describe(`SessionStore contract: ${name}`, () => {
     const session = (sessionId: string, principal = "p") => ({ sessionId, principal, protocolVersion: "2025-11-25", clientInfo: { name: "c", version: "1" }, capabilities: { roots: {} } });
 
@@ -616,7 +617,7 @@ export function sessionStoreContract(name: string, make: () => Promise<{ store: 
     });
 
     it("expires a session let go, or orphaned by its holder's death, unless adopted in time; reports each expiry again until its release is marked", async () => {
-      const { store, elapse } = await make();
+      const { store, elapse, claim } = await make();
       await store.create(session("kept"), "m1", 1);
       await store.create(session("lost"), "m1", 1);
       await store.create(session("dead1"), "dead", 1);
@@ -626,6 +627,7 @@ export function sessionStoreContract(name: string, make: () => Promise<{ store: 
       await store.letGo({ principal: "p", sessionId: "lost" }, "m1", 1, 300);
       // A stale epoch lets nothing go (another member holds it by now).
       await store.letGo({ principal: "p", sessionId: "kept" }, "m1", kept!.epoch + 5, 10);
+      await claim?.("dead");
       expect((await store.orphan("dead", 300)).map((k) => k.sessionId).sort()).toEqual(["dead1", "dead2"]);
       expect(await store.get({ principal: "p", sessionId: "lost" })).toMatchObject({ owner: "" });
       await store.adopt({ principal: "p", sessionId: "kept" }, "m2", 2);

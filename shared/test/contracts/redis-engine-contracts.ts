@@ -31,7 +31,10 @@ export function redisEngineContracts(name: string, members: (n: number) => Promi
     const [a, b] = await members(2);
     return { store: a!.catalog, bus: b!.bus };
   });
-  sessionStoreContract(name, async () => ({ store: (await members(1))[0]!.sessions, elapse }));
+  sessionStoreContract(name, async () => {
+    const [member] = await members(1);
+    return { store: member!.sessions, elapse, claim: async (owner) => void (await member!.registry.claimInstance(owner)) };
+  });
   updateLogContract(name, async () => {
     const [a, b] = await members(2);
     return { log: a!.updates, bus: b!.bus, store: a!.catalog };

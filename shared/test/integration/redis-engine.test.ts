@@ -329,9 +329,9 @@ describe("Redis engine", () => {
     const [dead, alive, also] = await cluster(3);
     const limits = { perSession: 10, perPrincipal: 10, total: 100 };
     const ref = (sessionId: string, uri: string) => ({ principal: "p", sessionId, backendId: "b", uri });
-    expect(await dead!.registry.heartbeat(60_000)).toBe(true);
-    expect(await alive!.registry.heartbeat(60_000)).toBe(true);
-    expect(await also!.registry.heartbeat(60_000)).toBe(true);
+    expect(await dead!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: false });
+    expect(await alive!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: false });
+    expect(await also!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: false });
     await dead!.registry.add(ref("d1", "only-dead"), limits);
     await dead!.registry.add(ref("d1", "shared"), limits);
     await dead!.registry.add(ref("d2", "only-dead-2"), limits);
@@ -354,26 +354,26 @@ describe("Redis engine", () => {
     // The principal's count is back to what the living hold: 9 more fit under perPrincipal 10.
     for (let i = 0; i < 9; i++) expect(await alive!.registry.add(ref("a2", `u${i}`), { ...limits, perSession: 100 })).toMatchObject({ status: "added" });
     expect(await alive!.registry.add(ref("a2", "u9"), { ...limits, perSession: 100 })).toMatchObject({ status: "limit", limit: "principal" });
-    // Its next heartbeat tells it, once.
-    expect(await dead!.registry.heartbeat(60_000)).toBe(false);
-    expect(await dead!.registry.heartbeat(60_000)).toBe(true);
+    // Its next heartbeat tells it, once (and that its writes are gone: the reap forgot them).
+    expect(await dead!.registry.heartbeat(60_000)).toEqual({ alive: false, lost: true });
+    expect(await dead!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: false });
   });
 
   it("spares an instance whose heartbeat only expired (a stall, Redis restarted from an old snapshot): its next heartbeat within the grace keeps it alive, and it cannot be claimed then", async () => {
     const [stalled, other] = await cluster(2);
     const stalledId = `${prefixes.at(-1)}0`;
-    expect(await stalled!.registry.heartbeat(60_000)).toBe(true);
-    expect(await other!.registry.heartbeat(60_000)).toBe(true);
+    expect(await stalled!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: false });
+    expect(await other!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: false });
     await stalled!.redis.del(stalled!.keys.instance(stalledId));
     // Seen without its heartbeat: a suspect, not dead yet.
     expect(await other!.registry.deadInstances(60_000)).toEqual([]);
     expect(await stalled!.redis.hexists(stalled!.keys.suspects(), stalledId)).toBe(1);
     // It heartbeats again: alive (nobody claimed it), no longer a suspect, and not to be claimed.
-    expect(await stalled!.registry.heartbeat(60_000)).toBe(true);
+    expect(await stalled!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: false });
     expect(await other!.registry.deadInstances(0)).toEqual([]);
     expect(await stalled!.redis.hexists(stalled!.keys.suspects(), stalledId)).toBe(0);
     expect(await other!.registry.claimInstance(stalledId)).toBe(false);
-    expect(await stalled!.registry.heartbeat(60_000)).toBe(true);
+    expect(await stalled!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: false });
   });
 
   it("lets a preferred member (a worker) take a lease from one that is not, and keeps the others off while it is alive", async () => {
@@ -433,12 +433,49 @@ describe("Redis engine", () => {
     expect(await a!.registry.remove(ref("u2"))).toEqual({ removed: true, last: true });
   });
 
+  it("tells an instance whose writes Redis lost since its last heartbeat (restarted empty, or from an older snapshot), and only then", async () => {
+    const [member] = await cluster(1);
+    const id = `${prefixes.at(-1)}0`;
+    expect(await member!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: false });
+    const older = await member!.redis.get(member!.keys.instanceSequence(id));
+    expect(await member!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: false });
+    // Its heartbeat expired meanwhile (a stall): nothing was lost.
+    await member!.redis.del(member!.keys.instance(id));
+    expect(await member!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: false });
+    // Redis came back from a snapshot taken before the last heartbeat.
+    await member!.redis.set(member!.keys.instanceSequence(id), older ?? "");
+    expect(await member!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: true });
+    expect(await member!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: false });
+    // Redis came back empty.
+    await member!.redis.del(member!.keys.instanceSequence(id), member!.keys.instance(id));
+    expect(await member!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: true });
+  });
+
+  it("reaps nothing of a dead instance once it read the cluster's claim (it came back): what it holds is its own again", async () => {
+    const [a, reaper] = await cluster(2);
+    const limits = { perSession: 10, perPrincipal: 10, total: 100 };
+    const idA = `${prefixes.at(-1)}0`;
+    expect(await a!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: false });
+    await a!.sessions.create({ sessionId: "s", principal: "p", protocolVersion: "2025-11-25" }, idA, Date.now());
+    expect(await a!.registry.add({ principal: "p", sessionId: "s", backendId: "b", uri: "u", epoch: 1 }, limits)).toEqual({ status: "added", first: true });
+    await a!.registry.add({ principal: "p", sessionId: "listen-1", backendId: "b", uri: "v" }, limits);
+    await a!.redis.del(a!.keys.instance(idA));
+    expect(await reaper!.registry.claimInstance(idA)).toBe(true);
+    // A heartbeats before the reaper got to its sessions: it is told, and what it holds is its own.
+    expect(await a!.registry.heartbeat(60_000)).toEqual({ alive: false, lost: false });
+    await a!.redis.del(a!.keys.instance(idA));
+    expect(await reaper!.sessions.orphan(idA, 60_000)).toEqual([]);
+    expect(await reaper!.registry.reapInstance(idA)).toEqual([]);
+    expect((await a!.sessions.get({ principal: "p", sessionId: "s" }))?.owner).toBe(idA);
+    expect((await a!.registry.wanted("b")).sort()).toEqual(["u", "v"]);
+  });
+
   it("does not reap a session another member holds, though a stale entry of the dead one still names it", async () => {
     const [a, b, c] = await cluster(3);
     const limits = { perSession: 10, perPrincipal: 10, total: 100 };
     const ref = (uri: string, epoch: number) => ({ principal: "p", sessionId: "s", backendId: "b", uri, epoch });
     const [idA, idB] = [`${prefixes.at(-1)}0`, `${prefixes.at(-1)}1`];
-    for (const member of [a, b, c]) expect(await member!.registry.heartbeat(60_000)).toBe(true);
+    for (const member of [a, b, c]) expect(await member!.registry.heartbeat(60_000)).toEqual({ alive: true, lost: false });
     await a!.sessions.create({ sessionId: "s", principal: "p", protocolVersion: "2025-11-25" }, idA, Date.now());
     expect(await a!.registry.add(ref("u1", 1), limits)).toEqual({ status: "added", first: true });
     // Member a lets the session go (a graceful stop), and a subscribe of it still lands after that,

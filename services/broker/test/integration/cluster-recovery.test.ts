@@ -64,7 +64,7 @@ describe("cluster recovery after Redis lost its data", () => {
   });
 
   /** Two brokers on a Redis of this test's own; a legacy session subscribed on the second, with its stream open, and a listen stream on the first. */
-  async function deploy(dir?: string) {
+  async function deploy(dir?: string, beforeSessions?: (port: number) => Promise<void>) {
     const port = await freePort();
     redis = await redisServer(port, dir);
     server = createTestServer({ name: "shared-backend" });
@@ -78,6 +78,7 @@ describe("cluster recovery after Redis lost its data", () => {
     };
     const [one, two] = [await startBroker(config), await startBroker(config)];
     brokers.push(one, two);
+    await beforeSessions?.(port);
     const init = await post(two.url, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
     const sessionId = init.headers.get("mcp-session-id") ?? "";
     const headers = { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-11-25" };
@@ -181,6 +182,42 @@ describe("cluster recovery after Redis lost its data", () => {
       await new Promise((r) => setTimeout(r, 2_000));
       for (const broker of [two, one]) expect((await post(broker.url, { jsonrpc: "2.0", id: 3, method: "ping" }, headers)).status).toBe(200);
       expect(ended).toBe(0);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it("writes back what it holds when Redis comes back from a snapshot taken before its sessions subscribed: they deliver again", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "broker-snapshot-"));
+    try {
+      const save = async (port: number) => {
+        const admin = new Redis(`redis://127.0.0.1:${port}`);
+        await admin.save();
+        admin.disconnect();
+      };
+      // The snapshot holds the members and the cluster's name, but none of the sessions and subscriptions made after it.
+      const { port, one, two, headers, legacy, listen } = await deploy(dir, save);
+      let ended = 0;
+      void legacy.ended.then(() => ended++);
+      void listen.ended.then(() => ended++);
+      redis?.kill("SIGKILL");
+      await new Promise((done) => redis?.once("exit", done));
+      await new Promise((r) => setTimeout(r, 1_000));
+      redis = await redisServer(port, dir);
+      await eventually(
+        async () => {
+          server.emitUpdate("test://static/a");
+          server.emitUpdate("test://static/b");
+          await new Promise((r) => setTimeout(r, 100));
+          return updated(legacy, "leg+test://static/a") >= 1 && updated(listen, "leg+test://static/b") >= 1;
+        },
+        "updates after Redis came back from the older snapshot",
+        20_000,
+      );
+      expect(ended).toBe(0);
+      expect((await post(two.url, { jsonrpc: "2.0", id: 4, method: "ping" }, headers)).status).toBe(200);
+      // The session is the cluster's again: the other broker adopts it.
+      await eventually(async () => (await post(one.url, { jsonrpc: "2.0", id: 3, method: "ping" }, headers)).status === 200, "the session written back", 5_000);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

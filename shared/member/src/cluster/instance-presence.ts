@@ -12,6 +12,10 @@ export interface InstancePresenceDeps {
    * end its sessions, their clients start over cleanly.
    */
   presumedDead(): void | Promise<void>;
+  /** Redis lost this instance's writes since its last heartbeat, or may have (it was away): write back what it holds. */
+  writesLost(): Promise<void>;
+  /** Whether its Redis connections had trouble since `at` (`Date.now()` ms). */
+  troubleSince?(at: number): boolean;
   /** Releases that failed earlier (Redis unreachable when a session ended) are tried again. */
   retryReleases(): void;
   /** Runs before each heartbeat: the cluster's state is checked (see `Member`'s recovery). */
@@ -33,6 +37,8 @@ export function heartbeatIntervalMs(ttlMs: number): number {
 export class InstancePresence {
   private timer: TimerHandle | undefined;
   private closed = false;
+  /** When the last heartbeat that went through was sent (`Date.now()` ms). */
+  private lastSent: number | undefined;
 
   constructor(private readonly deps: InstancePresenceDeps) {}
 
@@ -48,7 +54,14 @@ export class InstancePresence {
   private async tick(): Promise<void> {
     await this.deps.beforeHeartbeat?.().catch((error: unknown) => this.deps.logger.warn({ err: (error as Error).message }, "checking the cluster's state failed"));
     try {
-      if (!(await this.deps.registry.heartbeat(this.deps.ttlMs))) await this.deps.presumedDead();
+      const sentAt = Date.now();
+      const beat = await this.deps.registry.heartbeat(this.deps.ttlMs);
+      // Redis away since the last heartbeat may have come back from a snapshot older than what
+      // this member wrote after that heartbeat (the sequence cannot tell): written back too.
+      const away = this.lastSent !== undefined && this.deps.troubleSince?.(this.lastSent) === true;
+      this.lastSent = sentAt;
+      if (!beat.alive) await this.deps.presumedDead();
+      else if (beat.lost || away) await this.deps.writesLost();
     } catch (error) {
       this.deps.logger.warn({ err: (error as Error).message }, "heartbeat failed");
     }

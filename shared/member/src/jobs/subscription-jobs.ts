@@ -23,6 +23,8 @@ export class SubscriptionJobs {
       sessionIdleMs: number;
       /** How long a member's heartbeat is missing before it is reaped (see `SubscriptionRegistry.deadInstances`). */
       deadGraceMs: number;
+      /** Redis came back lately: the other members may still be reconnecting, so nobody is reaped yet. */
+      settling?: () => boolean;
       instanceId: string;
       /** The cluster-wide count of (backend, uri) reached zero: release it upstream. */
       release(backendId: string, uri: string): void;
@@ -42,11 +44,12 @@ export class SubscriptionJobs {
    * streams) is released. Then the let-go sessions nobody adopted in time end: what they held is released.
    */
   async reap(): Promise<void> {
-    for (const dead of await this.deps.registry.deadInstances(this.deps.deadGraceMs)) {
-      if (!(await this.deps.registry.claimInstance(dead))) continue;
-      const orphaned = await this.deps.sessions.orphan(dead, this.deps.sessionIdleMs);
-      const released = await this.deps.registry.reapInstance(dead);
-      this.deps.logger.warn({ instance: dead, sessionsKept: orphaned.length, released: released.length }, "a cluster member (broker or worker) died: its sessions wait for another to adopt them; the rest of what it held is released");
+    const dead = await this.deps.registry.deadInstances(this.deps.deadGraceMs);
+    for (const instance of this.deps.settling?.() === true ? [] : dead) {
+      if (!(await this.deps.registry.claimInstance(instance))) continue;
+      const orphaned = await this.deps.sessions.orphan(instance, this.deps.sessionIdleMs);
+      const released = await this.deps.registry.reapInstance(instance);
+      this.deps.logger.warn({ instance, sessionsKept: orphaned.length, released: released.length }, "a cluster member (broker or worker) died: its sessions wait for another to adopt them; the rest of what it held is released");
       for (const { backendId, uri } of released) this.deps.release(backendId, uri);
     }
     // An expired session comes back until it is marked released: a reap cut short does it again.

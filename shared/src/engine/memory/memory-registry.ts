@@ -1,5 +1,5 @@
 import { beyondLimits, type Holding } from "../limits.js";
-import type { AddOutcome, AuditReport, Beyond, CountRepair, RemoveOutcome, SubscriptionLimits, SubscriptionRef, SubscriptionRegistry } from "../registry.js";
+import type { AddOutcome, AuditReport, Beyond, CountRepair, Heartbeat, RemoveOutcome, SubscriptionLimits, SubscriptionRef, SubscriptionRegistry } from "../registry.js";
 
 const SEP = "\u0000";
 
@@ -120,8 +120,8 @@ export class MemoryRegistry implements SubscriptionRegistry {
   }
 
   /** One process: it is never presumed dead, and there is nobody else to reap. */
-  async heartbeat(): Promise<boolean> {
-    return true;
+  async heartbeat(): Promise<Heartbeat> {
+    return { alive: true, lost: false };
   }
 
   async deadInstances(): Promise<string[]> {

@@ -126,6 +126,11 @@ export class RedisKeys {
     return `${this.prefix}instance-reaped:${instanceId}`;
   }
 
+  /** The sequence number of an instance's last heartbeat: one it does not find as it wrote it says Redis lost writes. */
+  instanceSequence(instanceId: string): string {
+    return `${this.prefix}instance-sequence:${instanceId}`;
+  }
+
   /** Hash of the instances seen without a heartbeat: instance id → when first seen so (Redis time, ms). */
   suspects(): string {
     return `${this.prefix}suspects`;

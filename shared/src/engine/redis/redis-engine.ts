@@ -40,17 +40,26 @@ export interface RedisEngine {
   readonly redis: RedisClient;
   /** A BullMQ job queue of this cluster (its connections are its own; `close` it before the engine). */
   jobQueue<T>(name: string, options: Omit<BullJobQueueOptions<T>, "connect" | "prefix" | "name">): JobQueue<T>;
+  /**
+   * When either connection last had trouble (an error, a close, a reconnect; `Date.now()` ms, or
+   * -Infinity): Redis went away or restarted (it may have lost writes), and the other members may
+   * still be waiting out their reconnect delay (at most `RECONNECT_MAX_MS`).
+   */
+  lastTrouble(): number;
   /** Resolves once both connections are ready; rejects when Redis cannot be reached. */
   connect(): Promise<void>;
   close(): Promise<void>;
 }
+
+/** The longest a member waits between two attempts to reach Redis again. */
+export const RECONNECT_MAX_MS = 5_000;
 
 export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
   const connection = {
     commandTimeout: options.commandTimeoutMs ?? 5_000,
     // Fail a command after one retry rather than queueing it for minutes while Redis is down.
     maxRetriesPerRequest: 1,
-    retryStrategy: (attempt: number) => Math.min(100 * 2 ** attempt, 5_000),
+    retryStrategy: (attempt: number) => Math.min(100 * 2 ** attempt, RECONNECT_MAX_MS),
   };
   const seeds = options.cluster?.map(seedNode);
   const connect = (role: string, extra: RedisOptions & { shardedSubscribers?: boolean }): RedisClient => {
@@ -80,6 +89,10 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
   // On a cluster the bus uses sharded pub/sub: the client keeps a subscriber per master (ours is the one that serves the prefix's slot).
   const subscriber = connect("subscriber", { commandTimeout: undefined, shardedSubscribers: true });
   let lastError: Error | undefined;
+  let troubleAt = Number.NEGATIVE_INFINITY;
+  for (const client of [redis, subscriber]) {
+    for (const event of ["error", "close", "reconnecting", "node error"]) client.on(event, () => (troubleAt = Date.now()));
+  }
   redis.on("error", (error: Error) => {
     lastError = error;
     options.onConnectionError("commands", error);
@@ -98,6 +111,7 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     leases: new RedisLeases(redis, keys),
     catalog: new RedisCatalogStore(redis, keys),
     updates: new RedisUpdateLog(redis, keys),
+    lastTrouble: () => troubleAt,
     sessions: new RedisSessionStore(redis, keys),
     redis,
     jobQueue: (name, queueOptions) =>

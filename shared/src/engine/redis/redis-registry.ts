@@ -1,7 +1,7 @@
 import { scanKeys, type RedisClient } from "./redis-client.js";
 import { unavailable } from "./unavailable.js";
 import { beyondLimits, type Holding } from "../limits.js";
-import type { AddOutcome, AuditReport, Beyond, CountRepair, RemoveOutcome, SubscriptionLimits, SubscriptionRef, SubscriptionRegistry } from "../registry.js";
+import type { AddOutcome, AuditReport, Beyond, CountRepair, Heartbeat, RemoveOutcome, SubscriptionLimits, SubscriptionRef, SubscriptionRegistry } from "../registry.js";
 import type { RedisKeys } from "./keys.js";
 
 const SEP = "\u0000";
@@ -88,18 +88,21 @@ const ADDED: Readonly<Record<string, (limits: SubscriptionLimits) => AddOutcome>
  * Removes refs of one session. KEYS: as ADD_MANY's first seven (the session set of the instance
  * that indexed the session), then each backend's refcounts. ARGV: as ADD_MANY's first five (the
  * epoch fence: a record that names another epoch leaves the holdings alone; a record that is gone
- * does not), then the refs as one JSON array: per ref, member, uri, its backend's index (0-based),
- * flat. Returns one string: `M` (moved: every ref left alone), or per ref `0` (not held), `1`
- * (removed) or `2` (removed, and the last subscriber of its resource).
+ * does not), then a fence key ('' for none: the removal happens only while that key exists, the
+ * cluster's claim on a dead instance being reaped), then the refs as one JSON array: per ref,
+ * member, uri, its backend's index (0-based), flat. Returns one string: `M` (moved, or the claim
+ * is gone: every ref left alone), or per ref `0` (not held), `1` (removed) or `2` (removed, and the
+ * last subscriber of its resource).
  */
 const REMOVE_MANY = `
 if ARGV[4] ~= '' then
   local epoch = redis.call('HGET', KEYS[7], 'epoch')
   if epoch and epoch ~= ARGV[4] then return 'M' end
 end
+if ARGV[6] ~= '' and redis.call('EXISTS', ARGV[6]) == 0 then return 'M' end
 local out = {}
 local removed = 0
-local batch = cjson.decode(ARGV[6])
+local batch = cjson.decode(ARGV[7])
 for i = 0, tonumber(ARGV[5]) - 1 do
   local refs = KEYS[8 + batch[3 + 3 * i]]
   local uri = batch[2 + 3 * i]
@@ -141,17 +144,22 @@ return tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 `;
 
 /**
- * KEYS: heartbeat, instances, the instance's reaped mark; ARGV: instance id, ttl. Returns 0 when the
- * cluster had claimed the instance as dead (the mark is used up: it is told once), 1 otherwise. A
- * heartbeat that merely expired (a stall, Redis away or restarted, empty or from an old snapshot)
- * is not a death: nobody released anything the instance held until a reaper claimed it.
+ * KEYS: heartbeat, instances, the instance's reaped mark, its heartbeat sequence; ARGV: instance
+ * id, ttl, the sequence this instance wrote last ('' for none), the next. Returns {alive, lost}:
+ * alive 0 when the cluster had claimed the instance as dead (the mark is used up: it is told
+ * once); lost 1 when the sequence is not the one it wrote last (Redis lost writes since: restarted
+ * empty, or from an older snapshot). A heartbeat that merely expired (a stall, Redis away or
+ * restarted) is not a death: nobody released anything the instance held until a reaper claimed it.
  */
 const HEARTBEAT = `
 local reaped = redis.call('DEL', KEYS[3])
 redis.call('SET', KEYS[1], '1', 'PX', ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[1])
-if reaped == 1 then return 0 end
-return 1
+local seen = redis.call('GET', KEYS[4])
+redis.call('SET', KEYS[4], ARGV[4])
+local lost = 0
+if ARGV[3] ~= '' and seen ~= ARGV[3] then lost = 1 end
+return {1 - reaped, lost}
 `;
 
 /**
@@ -242,7 +250,7 @@ type RegistryCommands = {
   registryMarkWatched(refcounts: string, marks: string, uri: string): Promise<number>;
   registryAddMany(...numberOfKeysKeysAndArgs: (string | number)[]): Promise<string>;
   registryRemoveMany(...numberOfKeysKeysAndArgs: (string | number)[]): Promise<string>;
-  registryHeartbeat(heartbeat: string, instances: string, reaped: string, instanceId: string, ttlMs: number): Promise<number>;
+  registryHeartbeat(heartbeat: string, instances: string, reaped: string, sequence: string, instanceId: string, ttlMs: number, expected: string, next: string): Promise<[number, number]>;
   registryDead(instances: string, suspects: string, prefix: string, instanceId: string, graceMs: number): Promise<string[]>;
   registryClaim(heartbeat: string, reaped: string, markMs: number): Promise<number>;
   registryAuditPrincipal(index: string, counts: string, principals: string, principal: string): Promise<number[]>;
@@ -259,6 +267,8 @@ export class RedisRegistry implements SubscriptionRegistry {
   private readonly redis: RedisClient & RegistryCommands;
   /** When this instance's last heartbeat went through (`performance.now()`). */
   private lastBeat: number | undefined;
+  /** The heartbeat sequence this instance wrote last (undefined: none, or not known to have landed). */
+  private sequence: number | undefined;
 
   constructor(
     redis: RedisClient,
@@ -269,7 +279,7 @@ export class RedisRegistry implements SubscriptionRegistry {
     redis.defineCommand("registryMarkWatched", { numberOfKeys: 2, lua: MARK_WATCHED });
     redis.defineCommand("registryAddMany", { lua: ADD_MANY });
     redis.defineCommand("registryRemoveMany", { lua: REMOVE_MANY });
-    redis.defineCommand("registryHeartbeat", { numberOfKeys: 3, lua: HEARTBEAT });
+    redis.defineCommand("registryHeartbeat", { numberOfKeys: 4, lua: HEARTBEAT });
     redis.defineCommand("registryDead", { numberOfKeys: 2, lua: DEAD });
     redis.defineCommand("registryClaim", { numberOfKeys: 2, lua: CLAIM });
     redis.defineCommand("registryAuditPrincipal", { numberOfKeys: 3, lua: AUDIT_PRINCIPAL });
@@ -303,7 +313,9 @@ export class RedisRegistry implements SubscriptionRegistry {
   /** Removes refs of one session that `instanceId` indexed (this instance, or a dead one being reaped). */
   private async removeOf(refs: readonly SubscriptionRef[], instanceId: string): Promise<RemoveOutcome[]> {
     if (refs.length === 0) return [];
-    const out = await unavailable(this.redis.registryRemoveMany(...this.batch(refs, instanceId, (backendId) => [this.keys.refcounts(backendId)])));
+    // A dead instance's are removed only while the cluster's claim on it stands (see `reapInstance`).
+    const fence = instanceId === this.instanceId ? "" : this.keys.instanceReaped(instanceId);
+    const out = await unavailable(this.redis.registryRemoveMany(...this.batch(refs, instanceId, (backendId) => [this.keys.refcounts(backendId)], [fence])));
     if (out === "M") return refs.map(() => ({ removed: false, last: false, moved: true }));
     return refs.map((_, i) => ({ removed: out[i] === "1" || out[i] === "2", last: out[i] === "2" }));
   }
@@ -318,7 +330,7 @@ export class RedisRegistry implements SubscriptionRegistry {
    * piece, five pieces per argument, and a listen of 100 URIs is a batch of 100 (~300 arguments):
    * 80 → 20 µs to build one and make it bytes, in a micro-benchmark.
    */
-  private batch(refs: readonly SubscriptionRef[], instanceId: string, backendKeys: (backendId: string) => string[], extra: number[] = []): (string | number)[] {
+  private batch(refs: readonly SubscriptionRef[], instanceId: string, backendKeys: (backendId: string) => string[], extra: (string | number)[]): (string | number)[] {
     const first = refs[0] as SubscriptionRef;
     const backends: string[] = [];
     const perRef: (string | number)[] = [];
@@ -344,13 +356,26 @@ export class RedisRegistry implements SubscriptionRegistry {
     return [keys.length, ...keys, first.principal, JSON.stringify([first.principal, first.sessionId]), holdings, first.epoch ?? "", refs.length, ...extra, JSON.stringify(perRef)];
   }
 
-  async heartbeat(ttlMs: number): Promise<boolean> {
-    const reaped = this.keys.instanceReaped(this.instanceId);
-    const alive = (await this.redis.registryHeartbeat(this.keys.instance(this.instanceId), this.keys.instances(), reaped, this.instanceId, ttlMs)) === 1;
+  async heartbeat(ttlMs: number): Promise<Heartbeat> {
+    const expected = this.sequence;
+    const next = (this.sequence ?? 0) + 1;
+    // Unknown until the answer comes: a heartbeat that failed here may have been applied there.
+    this.sequence = undefined;
+    const [alive, lost] = await this.redis.registryHeartbeat(
+      this.keys.instance(this.instanceId),
+      this.keys.instances(),
+      this.keys.instanceReaped(this.instanceId),
+      this.keys.instanceSequence(this.instanceId),
+      this.instanceId,
+      ttlMs,
+      expected === undefined ? "" : String(expected),
+      String(next),
+    );
+    this.sequence = next;
     const now = performance.now();
     const away = this.lastBeat !== undefined && now - this.lastBeat > REAPED_MARK_MS;
     this.lastBeat = now;
-    return alive && !away;
+    return { alive: alive === 1 && !away, lost: lost === 1 };
   }
 
   async deadInstances(graceMs: number): Promise<string[]> {
@@ -385,6 +410,7 @@ export class RedisRegistry implements SubscriptionRegistry {
     }
     // Another process reaping at the same time gets `removed: false` for what this one took.
     await this.redis.srem(this.keys.instances(), instanceId);
+    await this.redis.del(this.keys.instanceSequence(instanceId));
     return released;
   }
 

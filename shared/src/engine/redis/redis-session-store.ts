@@ -7,8 +7,13 @@ import { unavailable } from "./unavailable.js";
 const NOW = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
 
-/** KEYS: record, the owner's record index. ARGV: member, owner, lastSeen, epoch, then field, value pairs. */
+/**
+ * KEYS: record, the owner's record index. ARGV: member, owner, lastSeen, epoch, then field, value
+ * pairs. A record at a newer epoch stays (a write-back after Redis was away finds the session
+ * adopted by another member since): returns 0 then.
+ */
 const CREATE = `
+if tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0') > tonumber(ARGV[4]) then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'epoch', ARGV[4], 'lastSeen', ARGV[3], unpack(ARGV, 5))
 redis.call('SADD', KEYS[2], ARGV[1])
@@ -38,8 +43,13 @@ if redis.call('EXISTS', KEYS[5]) == 1 then redis.call('SADD', KEYS[3], ARGV[5]) 
 return {epoch, old}
 `;
 
-/** KEYS: record, owner's record index, owner's holdings index, orphans. ARGV: member, owner, epoch (or 0 for any), idleMs, holdings member. */
+/**
+ * KEYS: record, owner's record index, owner's holdings index, orphans. ARGV: member, owner, epoch
+ * (or 0 for any), idleMs, holdings member, a fence key ('' for none: nothing happens unless it
+ * exists, the cluster's claim on a dead owner being reaped).
+ */
 const LET_GO = `
+if ARGV[6] ~= '' and redis.call('EXISTS', ARGV[6]) == 0 then return 0 end
 local owner = redis.call('HGET', KEYS[1], 'owner')
 local mine = owner ~= false and owner == ARGV[2] and (ARGV[3] == '0' or redis.call('HGET', KEYS[1], 'epoch') == ARGV[3])
 redis.call('SREM', KEYS[2], ARGV[1])
@@ -101,7 +111,7 @@ return 1
 type SessionCommands = {
   sessionCreate(record: string, index: string, ...args: (string | number)[]): Promise<number>;
   sessionAdopt(record: string, index: string, holdingsIndex: string, orphans: string, holdings: string, owner: string, member: string, prefix: string, lastSeen: number, holdingsMember: string): Promise<[number, string] | null>;
-  sessionLetGo(record: string, index: string, holdingsIndex: string, orphans: string, member: string, owner: string, epoch: number, idleMs: number, holdingsMember: string): Promise<number>;
+  sessionLetGo(record: string, index: string, holdingsIndex: string, orphans: string, member: string, owner: string, epoch: number, idleMs: number, holdingsMember: string, fence: string): Promise<number>;
   sessionExpired(orphans: string, prefix: string, retryMs: number): Promise<string[]>;
   sessionReleased(record: string, orphans: string, member: string): Promise<number>;
   sessionDelete(record: string, orphans: string, member: string, prefix: string): Promise<number>;
@@ -190,6 +200,7 @@ export class RedisSessionStore implements SessionStore {
         epoch,
         idleMs,
         holdingsMember(key),
+        "",
       ),
     );
   }
@@ -209,6 +220,9 @@ export class RedisSessionStore implements SessionStore {
         0,
         idleMs,
         holdingsMember(key),
+        // Only while the claim stands: once the owner read it (it heartbeat again), the sessions
+        // are its own to let go, and one it adopted again since is not the reaper's to touch.
+        this.keys.instanceReaped(owner),
       );
       if (released === 1) orphaned.push(key);
     }

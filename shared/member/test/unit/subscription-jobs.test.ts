@@ -1,0 +1,35 @@
+import { systemClock, type Bus, type SessionStore, type SubscriptionRegistry } from "@mcp-broker/shared";
+import { describe, expect, it } from "vitest";
+import { SubscriptionJobs } from "../../src/jobs/subscription-jobs.js";
+import { createLogger } from "../../src/logger.js";
+
+describe("the reap job", () => {
+  it("reaps nobody while Redis came back lately (the others may still be reconnecting), then the dead", async () => {
+    const claimed: string[] = [];
+    const registry = {
+      deadInstances: async () => ["gone"],
+      claimInstance: async (id: string) => (claimed.push(id), true),
+      reapInstance: async () => [],
+    } as unknown as SubscriptionRegistry;
+    const sessions = { orphan: async () => [], expired: async () => [] } as unknown as SessionStore;
+    let settling = true;
+    const jobs = new SubscriptionJobs({
+      registry,
+      sessions,
+      bus: {} as Bus,
+      logger: createLogger("silent"),
+      clock: systemClock,
+      sessionIdleMs: 1_000,
+      deadGraceMs: 0,
+      settling: () => settling,
+      instanceId: "me",
+      release: () => undefined,
+      enforceLater: async () => undefined,
+    });
+    await jobs.reap();
+    expect(claimed).toEqual([]);
+    settling = false;
+    await jobs.reap();
+    expect(claimed).toEqual(["gone"]);
+  });
+});
