@@ -267,10 +267,10 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       hooks.presumedDead?.();
     },
     writesLost: () => recoverIfLost(true),
-    troubleSince: (at) => redis !== undefined && redis.lastTrouble() >= at,
     retryReleases: () => hooks.retryReleases?.(),
     beforeHeartbeat: async () => {
-      await recoverIfLost();
+      // Beside the heartbeats, not before them: a write-back of many sessions takes seconds.
+      void recoverIfLost().catch((error: unknown) => logger.warn({ err: (error as Error).message }, "checking the cluster's state failed"));
       await reclaimJobs();
     },
   });
@@ -385,7 +385,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       // The first member to write its secret back gives it to the others; what another sealed meanwhile is refused (call again).
       sharedSecret = (await redis.redis.set(redis.keys.sharedSecret(), sharedSecret, "NX", "GET")) ?? sharedSecret;
       await updates.raiseTo(hooks.newestPosition?.() ?? 0);
-      await registry.heartbeat(config.redis.instanceTtlMs);
+      // Its heartbeat is the presence's (one at a time: each checks the sequence the last one left).
       await hooks.recover?.();
       await scheduleHousekeeping();
       // The catalog and the lists' periodic reloads went with the rest. A member that keeps its

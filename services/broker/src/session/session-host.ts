@@ -666,16 +666,24 @@ export class SessionHost {
     const now = this.deps.clock.now();
     let sessions = 0;
     let subscriptions = 0;
-    const add = async (principal: string, sessionId: string, targets: Iterable<SubscriptionTarget>) => {
+    /** False when the session's record is at a newer epoch: another member adopted it meanwhile. */
+    const add = async (principal: string, sessionId: string, targets: Iterable<SubscriptionTarget>, epoch?: number): Promise<boolean> => {
       for (const target of targets) {
-        const outcome = await this.deps.registry.add({ principal, sessionId, backendId: target.backendId, uri: target.uri }, this.deps.limits);
+        const outcome = await this.deps.registry.add({ principal, sessionId, backendId: target.backendId, uri: target.uri, ...(epoch !== undefined && { epoch }) }, this.deps.limits);
+        if (outcome.status === "moved") return false;
         if (outcome.status === "added") subscriptions++;
       }
+      return true;
     };
     for (const session of [...this.legacy.values()]) {
       if (session.closed) continue;
+      // A record at a newer epoch stays (the store refuses to go back), and the adds fenced by this
+      // member's epoch then say so: the session is not this member's any more.
       await this.deps.sessions.create({ sessionId: session.id, principal: session.principal, protocolVersion: session.protocolVersion }, this.deps.instanceId, now, session.epoch);
-      await add(session.principal, session.id, Object.values(session.actor.getSnapshot().context.subscriptions));
+      if (!(await add(session.principal, session.id, Object.values(session.actor.getSnapshot().context.subscriptions), session.epoch))) {
+        session.handOff("the session moved to another broker instance");
+        continue;
+      }
       sessions++;
     }
     for (const [id, { principal, honored }] of this.listenHoldings) await add(principal, id, honored());

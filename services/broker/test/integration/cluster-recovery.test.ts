@@ -200,6 +200,8 @@ describe("cluster recovery after Redis lost its data", () => {
       let ended = 0;
       void legacy.ended.then(() => ended++);
       void listen.ended.then(() => ended++);
+      // The members heartbeat after the snapshot (every 400 ms): their heartbeats then show Redis lost their writes.
+      await new Promise((r) => setTimeout(r, 1_000));
       redis?.kill("SIGKILL");
       await new Promise((done) => redis?.once("exit", done));
       await new Promise((r) => setTimeout(r, 1_000));

@@ -337,8 +337,8 @@ describe.each([
 
       child.kill("SIGSTOP");
       await eventually(async () => (await redis.exists(key(`instance-reaped:${instance}`))) === 1, "the survivor to reap the stalled instance", 10_000);
-      // The session waits for an adopter, holding what it held; the listen stream's went.
-      expect(await redis.hkeys(key("refs:leg"))).toEqual([URI]);
+      // The session waits for an adopter, holding what it held; the listen stream's go (the reap's next step after its claim).
+      await eventually(async () => JSON.stringify(await redis.hkeys(key("refs:leg"))) === JSON.stringify([URI]), "the reap to release the listen stream's");
       child.kill("SIGCONT");
       await eventually(async () => (await redis.exists(key(`instance-reaped:${instance}`))) === 0, "the instance's heartbeat to read the mark", 10_000);
       expect(await listen.closed).not.toBe("local");

@@ -12,10 +12,8 @@ export interface InstancePresenceDeps {
    * end its sessions, their clients start over cleanly.
    */
   presumedDead(): void | Promise<void>;
-  /** Redis lost this instance's writes since its last heartbeat, or may have (it was away): write back what it holds. */
+  /** Redis lost this instance's writes since its last heartbeat: write back what it holds (runs beside the heartbeats). */
   writesLost(): Promise<void>;
-  /** Whether its Redis connections had trouble since `at` (`Date.now()` ms). */
-  troubleSince?(at: number): boolean;
   /** Releases that failed earlier (Redis unreachable when a session ended) are tried again. */
   retryReleases(): void;
   /** Runs before each heartbeat: the cluster's state is checked (see `Member`'s recovery). */
@@ -37,8 +35,6 @@ export function heartbeatIntervalMs(ttlMs: number): number {
 export class InstancePresence {
   private timer: TimerHandle | undefined;
   private closed = false;
-  /** When the last heartbeat that went through was sent (`Date.now()` ms). */
-  private lastSent: number | undefined;
 
   constructor(private readonly deps: InstancePresenceDeps) {}
 
@@ -54,14 +50,11 @@ export class InstancePresence {
   private async tick(): Promise<void> {
     await this.deps.beforeHeartbeat?.().catch((error: unknown) => this.deps.logger.warn({ err: (error as Error).message }, "checking the cluster's state failed"));
     try {
-      const sentAt = Date.now();
       const beat = await this.deps.registry.heartbeat(this.deps.ttlMs);
-      // Redis away since the last heartbeat may have come back from a snapshot older than what
-      // this member wrote after that heartbeat (the sequence cannot tell): written back too.
-      const away = this.lastSent !== undefined && this.deps.troubleSince?.(this.lastSent) === true;
-      this.lastSent = sentAt;
       if (!beat.alive) await this.deps.presumedDead();
-      else if (beat.lost || away) await this.deps.writesLost();
+      // Not awaited: a write-back of many sessions takes seconds, and the heartbeats go on meanwhile
+      // (a member that stopped heartbeating for it was reaped).
+      else if (beat.lost) void this.deps.writesLost().catch((error: unknown) => this.deps.logger.warn({ err: (error as Error).message }, "writing back what this member holds failed; the next heartbeat tries again"));
     } catch (error) {
       this.deps.logger.warn({ err: (error as Error).message }, "heartbeat failed");
     }

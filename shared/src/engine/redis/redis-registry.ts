@@ -145,10 +145,11 @@ return tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 
 /**
  * KEYS: heartbeat, instances, the instance's reaped mark, its heartbeat sequence; ARGV: instance
- * id, ttl, the sequence this instance wrote last ('' for none), the next. Returns {alive, lost}:
- * alive 0 when the cluster had claimed the instance as dead (the mark is used up: it is told
- * once); lost 1 when the sequence is not the one it wrote last (Redis lost writes since: restarted
- * empty, or from an older snapshot). A heartbeat that merely expired (a stall, Redis away or
+ * id, ttl, the last sequence this instance knows landed ('' for none), the next (larger). Returns
+ * {alive, lost}: alive 0 when the cluster had claimed the instance as dead (the mark is used up:
+ * it is told once); lost 1 when the sequence is missing or below the one known to have landed
+ * (Redis lost writes since: restarted empty, or from an older snapshot). A heartbeat that failed
+ * on the way may have landed: it left a larger number, which is no loss. A heartbeat that merely expired (a stall, Redis away or
  * restarted) is not a death: nobody released anything the instance held until a reaper claimed it.
  */
 const HEARTBEAT = `
@@ -158,7 +159,7 @@ redis.call('SADD', KEYS[2], ARGV[1])
 local seen = redis.call('GET', KEYS[4])
 redis.call('SET', KEYS[4], ARGV[4])
 local lost = 0
-if ARGV[3] ~= '' and seen ~= ARGV[3] then lost = 1 end
+if ARGV[3] ~= '' and (not seen or tonumber(seen) < tonumber(ARGV[3])) then lost = 1 end
 return {1 - reaped, lost}
 `;
 
@@ -267,8 +268,10 @@ export class RedisRegistry implements SubscriptionRegistry {
   private readonly redis: RedisClient & RegistryCommands;
   /** When this instance's last heartbeat went through (`performance.now()`). */
   private lastBeat: number | undefined;
-  /** The heartbeat sequence this instance wrote last (undefined: none, or not known to have landed). */
+  /** The last heartbeat sequence this instance knows landed (undefined: none yet). */
   private sequence: number | undefined;
+  /** Heartbeats sent: the next one's sequence number. */
+  private beats = 0;
 
   constructor(
     redis: RedisClient,
@@ -356,11 +359,10 @@ export class RedisRegistry implements SubscriptionRegistry {
     return [keys.length, ...keys, first.principal, JSON.stringify([first.principal, first.sessionId]), holdings, first.epoch ?? "", refs.length, ...extra, JSON.stringify(perRef)];
   }
 
+  /** One at a time (see `InstancePresence`): each checks the sequence the previous one left. */
   async heartbeat(ttlMs: number): Promise<Heartbeat> {
-    const expected = this.sequence;
-    const next = (this.sequence ?? 0) + 1;
-    // Unknown until the answer comes: a heartbeat that failed here may have been applied there.
-    this.sequence = undefined;
+    const landed = this.sequence;
+    const next = ++this.beats;
     const [alive, lost] = await this.redis.registryHeartbeat(
       this.keys.instance(this.instanceId),
       this.keys.instances(),
@@ -368,7 +370,7 @@ export class RedisRegistry implements SubscriptionRegistry {
       this.keys.instanceSequence(this.instanceId),
       this.instanceId,
       ttlMs,
-      expected === undefined ? "" : String(expected),
+      landed === undefined ? "" : String(landed),
       String(next),
     );
     this.sequence = next;
