@@ -377,7 +377,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       const current = existing ?? (await redis.redis.get(redis.keys.generation()));
       if (current === generation && !writesLost) return;
       generation = current ?? undefined;
-      if (writesLost) logger.warn("Redis was away or lost this member's writes (restarted from a snapshot?): writing back what this member holds");
+      if (writesLost) logger.warn("Redis lost this member's writes since an earlier heartbeat (restarted from an older snapshot?): writing back what this member holds");
       else logger.error("Redis lost the cluster's state (restarted without persistence?): writing back what this member holds");
       await redis.redis.set(redis.keys.cluster(), clusterId, "NX");
       const named = await redis.redis.get(redis.keys.cluster());
