@@ -103,20 +103,12 @@ describe("cluster recovery after Redis lost its data", () => {
   }
 
   it("writes back sessions and subscriptions: ids keep working, updates flow again, lists reload", async () => {
-    const { port, one, headers, legacy, listen } = await deploy();
+    const deployed = await deploy();
+    const { port, one, headers, listen } = deployed;
     await restartRedisEmpty(port);
 
     // Once written back and watched again, updates flow as before.
-    await eventually(
-      async () => {
-        server.emitUpdate("test://static/a");
-        server.emitUpdate("test://static/b");
-        await new Promise((r) => setTimeout(r, 100));
-        return updated(legacy, "leg+test://static/a") >= 1 && updated(listen, "leg+test://static/b") >= 1;
-      },
-      "updates through the recovered cluster",
-      20_000,
-    );
+    await deliverAgain(deployed);
     // The session is known to the cluster again once its holder noticed (within a heartbeat; the
     // updates above may flow sooner): the other broker adopts it, no 404.
     await eventually(async () => (await post(one.url, { jsonrpc: "2.0", id: 3, method: "ping" }, headers)).status === 200, "the session written back", 5_000);
@@ -152,76 +144,77 @@ describe("cluster recovery after Redis lost its data", () => {
     expect(streamEnded).toBe(false);
   }, 60_000);
 
-  it("keeps its sessions when Redis comes back from a snapshot in which every heartbeat had expired: nobody was reaped, so nobody is dead", async () => {
+  /** Redis writes a snapshot of what it holds now (it does so on a schedule, or for a replica's sync). */
+  async function save(port: number): Promise<void> {
+    const admin = new Redis(`redis://127.0.0.1:${port}`);
+    await admin.save();
+    admin.disconnect();
+  }
+
+  /** Redis killed, and after `outageMs` started again on the same port, from the snapshot in `dir`. */
+  async function restartFromSnapshot(port: number, dir: string, outageMs: number): Promise<void> {
+    redis?.kill("SIGKILL");
+    await new Promise((done) => redis?.once("exit", done));
+    await new Promise((r) => setTimeout(r, outageMs));
+    redis = await redisServer(port, dir);
+  }
+
+  /** Both of `deploy`'s streams get updates again, and (with `ended`) neither ended meanwhile. */
+  async function deliverAgain({ legacy, listen }: Awaited<ReturnType<typeof deploy>>, ended: () => number = () => 0): Promise<void> {
+    await eventually(
+      async () => {
+        server.emitUpdate("test://static/a");
+        server.emitUpdate("test://static/b");
+        await new Promise((r) => setTimeout(r, 100));
+        return updated(legacy, "leg+test://static/a") >= 1 && updated(listen, "leg+test://static/b") >= 1;
+      },
+      "updates after Redis came back",
+      20_000,
+    );
+    expect(ended()).toBe(0);
+  }
+
+  /** A deployment on a Redis that keeps its snapshots in a directory of the test's own. */
+  async function withSnapshots(run: (dir: string) => Promise<void>): Promise<void> {
     const dir = await mkdtemp(join(tmpdir(), "broker-snapshot-"));
     try {
-      const { port, one, two, headers, legacy, listen } = await deploy(dir);
-      let ended = 0;
-      void legacy.ended.then(() => ended++);
-      void listen.ended.then(() => ended++);
-      // A snapshot of the cluster's state as it is (Redis writes one on a schedule, or for a
-      // replica's sync), then Redis dies and comes back from it after longer than the heartbeat TTL.
-      const admin = new Redis(`redis://127.0.0.1:${port}`);
-      await admin.save();
-      admin.disconnect();
-      redis?.kill("SIGKILL");
-      await new Promise((done) => redis?.once("exit", done));
-      await new Promise((r) => setTimeout(r, 2_500));
-      redis = await redisServer(port, dir);
-      await eventually(
-        async () => {
-          server.emitUpdate("test://static/a");
-          server.emitUpdate("test://static/b");
-          await new Promise((r) => setTimeout(r, 100));
-          return updated(legacy, "leg+test://static/a") >= 1 && updated(listen, "leg+test://static/b") >= 1;
-        },
-        "updates after Redis came back",
-        20_000,
-      );
+      await run(dir);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  const countEnds = (deployed: Awaited<ReturnType<typeof deploy>>): (() => number) => {
+    let ended = 0;
+    for (const stream of [deployed.legacy, deployed.listen]) void stream.ended.then(() => ended++);
+    return () => ended;
+  };
+
+  it("keeps its sessions when Redis comes back from a snapshot in which every heartbeat had expired: nobody was reaped, so nobody is dead", () =>
+    withSnapshots(async (dir) => {
+      const deployed = await deploy(dir);
+      const ended = countEnds(deployed);
+      // Redis comes back from a snapshot of the state as it is, after longer than the heartbeat TTL.
+      await save(deployed.port);
+      await restartFromSnapshot(deployed.port, dir, 2_500);
+      await deliverAgain(deployed, ended);
       // Past the reap's grace (two heartbeat periods) and then some: still nobody presumed dead.
       await new Promise((r) => setTimeout(r, 2_000));
-      for (const broker of [two, one]) expect((await post(broker.url, { jsonrpc: "2.0", id: 3, method: "ping" }, headers)).status).toBe(200);
-      expect(ended).toBe(0);
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
-  }, 60_000);
+      for (const broker of [deployed.two, deployed.one]) expect((await post(broker.url, { jsonrpc: "2.0", id: 3, method: "ping" }, deployed.headers)).status).toBe(200);
+      expect(ended()).toBe(0);
+    }), 60_000);
 
-  it("writes back what it holds when Redis comes back from a snapshot taken before its sessions subscribed: they deliver again", async () => {
-    const dir = await mkdtemp(join(tmpdir(), "broker-snapshot-"));
-    try {
-      const save = async (port: number) => {
-        const admin = new Redis(`redis://127.0.0.1:${port}`);
-        await admin.save();
-        admin.disconnect();
-      };
+  it("writes back what it holds when Redis comes back from a snapshot taken before its sessions subscribed: they deliver again", () =>
+    withSnapshots(async (dir) => {
       // The snapshot holds the members and the cluster's name, but none of the sessions and subscriptions made after it.
-      const { port, one, two, headers, legacy, listen } = await deploy(dir, save);
-      let ended = 0;
-      void legacy.ended.then(() => ended++);
-      void listen.ended.then(() => ended++);
+      const deployed = await deploy(dir, save);
+      const ended = countEnds(deployed);
       // The members heartbeat after the snapshot (every 400 ms): their heartbeats then show Redis lost their writes.
       await new Promise((r) => setTimeout(r, 1_000));
-      redis?.kill("SIGKILL");
-      await new Promise((done) => redis?.once("exit", done));
-      await new Promise((r) => setTimeout(r, 1_000));
-      redis = await redisServer(port, dir);
-      await eventually(
-        async () => {
-          server.emitUpdate("test://static/a");
-          server.emitUpdate("test://static/b");
-          await new Promise((r) => setTimeout(r, 100));
-          return updated(legacy, "leg+test://static/a") >= 1 && updated(listen, "leg+test://static/b") >= 1;
-        },
-        "updates after Redis came back from the older snapshot",
-        20_000,
-      );
-      expect(ended).toBe(0);
-      expect((await post(two.url, { jsonrpc: "2.0", id: 4, method: "ping" }, headers)).status).toBe(200);
+      await restartFromSnapshot(deployed.port, dir, 1_000);
+      await deliverAgain(deployed, ended);
+      expect((await post(deployed.two.url, { jsonrpc: "2.0", id: 4, method: "ping" }, deployed.headers)).status).toBe(200);
       // The session is the cluster's again: the other broker adopts it.
-      await eventually(async () => (await post(one.url, { jsonrpc: "2.0", id: 3, method: "ping" }, headers)).status === 200, "the session written back", 5_000);
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
-  }, 60_000);
+      await eventually(async () => (await post(deployed.one.url, { jsonrpc: "2.0", id: 3, method: "ping" }, deployed.headers)).status === 200, "the session written back", 5_000);
+    }), 60_000);
 });
