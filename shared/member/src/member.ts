@@ -263,7 +263,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     logger,
     ttlMs: config.redis.instanceTtlMs,
     presumedDead: () => {
-      logger.error({ ttlMs: config.redis.instanceTtlMs }, "this instance was presumed dead by the cluster (no heartbeat within the TTL, and another member reaped it): ending its sessions");
+      logger.error({ ttlMs: config.redis.instanceTtlMs }, "this instance was presumed dead by the cluster (no heartbeat within the TTL, and another member reaped it): its sessions leave it");
       hooks.presumedDead?.();
     },
     writesLost: () => recoverIfLost(true),

@@ -527,12 +527,10 @@ export class SessionHost {
           this.releaseAll(effect.principal, effect.sessionId).then(done, done);
           break;
         }
-        case "interest.add": {
+        case "interest.add":
           // The acknowledgement comes next: it waits for the bus SUBSCRIBEs under way.
-          const under = effect.targets.map((target) => this.deps.fanout.interest.add(target, sink)).filter((p) => p !== undefined);
-          if (under.length > 0) subscribingBus = Promise.all(under);
+          subscribingBus = this.interestIn(effect.targets, sink);
           break;
-        }
         case "interest.remove":
           for (const target of effect.targets) this.deps.fanout.interest.remove(target, sink);
           break;
@@ -623,10 +621,10 @@ export class SessionHost {
     listen.fail?.(new BrokerError("SUBSCRIPTION_LIMIT", `${what}; open a new listen within the limit.`, { limit: message.limit, max: message.max, uris }));
   }
 
-  /** Adds `sink`'s interest in each target; resolves once the bus is subscribed to all of them. */
-  private async interestIn(targets: readonly SubscriptionTarget[], sink: NotificationSink): Promise<void> {
+  /** Adds `sink`'s interest in each target; the bus SUBSCRIBEs still under way for them, if any. */
+  private interestIn(targets: readonly SubscriptionTarget[], sink: NotificationSink): Promise<unknown> | undefined {
     const under = targets.map((target) => this.deps.fanout.interest.add(target, sink)).filter((p) => p !== undefined);
-    if (under.length > 0) await Promise.all(under);
+    return under.length > 0 ? Promise.all(under) : undefined;
   }
 
   /**
@@ -699,12 +697,8 @@ export class SessionHost {
    */
   async endAll(reason: string, idleMs: number): Promise<void> {
     for (const listen of [...this.listens]) listen.end?.();
-    await Promise.allSettled(
-      [...this.legacy.values()].map(async (session) => {
-        // Left either way: what it held may be released already, so it is not served from here.
-        await this.deps.sessions.letGo({ principal: session.principal, sessionId: session.id }, this.deps.instanceId, session.epoch, idleMs).finally(() => session.handOff(reason));
-      }),
-    );
+    // Each leaves either way: what it held may be released already, so it is not served from here.
+    await Promise.allSettled([...this.legacy.values()].map((session) => this.deps.sessions.letGo({ principal: session.principal, sessionId: session.id }, this.deps.instanceId, session.epoch, idleMs).finally(() => session.handOff(reason))));
   }
 
   /**

@@ -151,6 +151,18 @@ describe("cluster recovery after Redis lost its data", () => {
     admin.disconnect();
   }
 
+  /** Each member's last heartbeat sequence number in Redis, by key. */
+  async function heartbeatSequences(port: number): Promise<Record<string, number>> {
+    const admin = new Redis(`redis://127.0.0.1:${port}`);
+    try {
+      const keys = await admin.keys("recovery:instance-sequence:*");
+      const values = keys.length === 0 ? [] : await admin.mget(...keys);
+      return Object.fromEntries(keys.map((key, i) => [key, Number(values[i])]));
+    } finally {
+      admin.disconnect();
+    }
+  }
+
   /** Redis killed, and after `outageMs` started again on the same port, from the snapshot in `dir`. */
   async function restartFromSnapshot(port: number, dir: string, outageMs: number): Promise<void> {
     redis?.kill("SIGKILL");
@@ -207,10 +219,18 @@ describe("cluster recovery after Redis lost its data", () => {
   it("writes back what it holds when Redis comes back from a snapshot taken before its sessions subscribed: they deliver again", () =>
     withSnapshots(async (dir) => {
       // The snapshot holds the members and the cluster's name, but none of the sessions and subscriptions made after it.
-      const deployed = await deploy(dir, save);
+      let saved: Record<string, number> = {};
+      const deployed = await deploy(dir, async (port) => {
+        await save(port);
+        saved = await heartbeatSequences(port);
+      });
       const ended = countEnds(deployed);
-      // The members heartbeat after the snapshot (every 400 ms): their heartbeats then show Redis lost their writes.
-      await new Promise((r) => setTimeout(r, 1_000));
+      expect(Object.keys(saved)).toHaveLength(2);
+      // Each member heartbeats after the snapshot: its next heartbeat then shows Redis lost its writes.
+      await eventually(async () => {
+        const now = await heartbeatSequences(deployed.port);
+        return Object.entries(saved).every(([key, n]) => (now[key] ?? 0) > n);
+      }, "a heartbeat of each member after the snapshot");
       await restartFromSnapshot(deployed.port, dir, 1_000);
       await deliverAgain(deployed, ended);
       expect((await post(deployed.two.url, { jsonrpc: "2.0", id: 4, method: "ping" }, deployed.headers)).status).toBe(200);

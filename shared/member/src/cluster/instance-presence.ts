@@ -9,7 +9,7 @@ export interface InstancePresenceDeps {
   ttlMs: number;
   /**
    * The cluster had claimed this instance as dead and reaped it (see `SubscriptionRegistry.heartbeat`):
-   * end its sessions, their clients start over cleanly.
+   * its sessions leave it (legacy ones to be adopted elsewhere, listen streams end).
    */
   presumedDead(): void | Promise<void>;
   /** Redis lost this instance's writes since its last heartbeat: write back what it holds (runs beside the heartbeats). */
@@ -29,8 +29,8 @@ export function heartbeatIntervalMs(ttlMs: number): number {
  * This instance's liveness in the cluster: a heartbeat every fifth of the TTL. What the sessions of
  * instances without one held is released by the cluster's reap job (see `SubscriptionJobs`). An
  * instance whose heartbeat had expired (it could not reach Redis for longer than the TTL, or
- * stalled) and that another member reaped meanwhile ends its sessions, since their subscriptions were
- * released.
+ * stalled) and that another member reaped meanwhile lets its sessions go, since the cluster took
+ * over what they hold.
  */
 export class InstancePresence {
   private timer: TimerHandle | undefined;

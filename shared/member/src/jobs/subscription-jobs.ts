@@ -44,6 +44,7 @@ export class SubscriptionJobs {
    * streams) is released. Then the let-go sessions nobody adopted in time end: what they held is released.
    */
   async reap(): Promise<void> {
+    // Looked for even while settling: the suspects' clocks start now.
     const dead = await this.deps.registry.deadInstances(this.deps.deadGraceMs);
     for (const instance of this.deps.settling?.() === true ? [] : dead) {
       if (!(await this.deps.registry.claimInstance(instance))) continue;

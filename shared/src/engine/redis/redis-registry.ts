@@ -149,8 +149,9 @@ return tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
  * {alive, lost}: alive 0 when the cluster had claimed the instance as dead (the mark is used up:
  * it is told once); lost 1 when the sequence is missing or below the one known to have landed
  * (Redis lost writes since: restarted empty, or from an older snapshot). A heartbeat that failed
- * on the way may have landed: it left a larger number, which is no loss. A heartbeat that merely expired (a stall, Redis away or
- * restarted) is not a death: nobody released anything the instance held until a reaper claimed it.
+ * on the way may have landed: it left a larger number, which is no loss. A heartbeat that merely
+ * expired (a stall, Redis away or restarted) is not a death: nobody released anything the
+ * instance held until a reaper claimed it.
  */
 const HEARTBEAT = `
 local reaped = redis.call('DEL', KEYS[3])
@@ -251,7 +252,7 @@ type RegistryCommands = {
   registryMarkWatched(refcounts: string, marks: string, uri: string): Promise<number>;
   registryAddMany(...numberOfKeysKeysAndArgs: (string | number)[]): Promise<string>;
   registryRemoveMany(...numberOfKeysKeysAndArgs: (string | number)[]): Promise<string>;
-  registryHeartbeat(heartbeat: string, instances: string, reaped: string, sequence: string, instanceId: string, ttlMs: number, expected: string, next: string): Promise<[number, number]>;
+  registryHeartbeat(heartbeat: string, instances: string, reaped: string, sequence: string, instanceId: string, ttlMs: number, landed: string, next: string): Promise<[number, number]>;
   registryDead(instances: string, suspects: string, prefix: string, instanceId: string, graceMs: number): Promise<string[]>;
   registryClaim(heartbeat: string, reaped: string, markMs: number): Promise<number>;
   registryAuditPrincipal(index: string, counts: string, principals: string, principal: string): Promise<number[]>;
