@@ -154,6 +154,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       await sessions.reregister();
     },
     retryReleases: () => sessions.retryReleases(),
+    steady: () => void sessions.verifyHeld().catch((error: unknown) => logger.warn({ err: (error as Error).message }, "checking the sessions' records failed")),
   });
   const gate = new StartupGate();
   let http: Server | undefined;

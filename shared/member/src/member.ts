@@ -77,6 +77,11 @@ export interface MemberHooks {
   recover?(): Promise<void>;
   /** A heartbeat went through: releases that failed while Redis was away are tried again. */
   retryReleases?(): void;
+  /**
+   * A heartbeat found this member's writes kept by Redis, and no write-back is under way: a record
+   * this member wrote and no longer finds was removed by another member (not lost by Redis).
+   */
+  steady?(): void;
 }
 
 /** A backend as `/readyz` shows it. */
@@ -268,6 +273,9 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     },
     writesLost: () => recoverIfLost(true),
     retryReleases: () => hooks.retryReleases?.(),
+    steady: () => {
+      if (recovering === undefined) hooks.steady?.();
+    },
     beforeHeartbeat: async () => {
       // Beside the heartbeats, not before them: a write-back of many sessions takes seconds.
       void recoverIfLost().catch((error: unknown) => logger.warn({ err: (error as Error).message }, "checking the cluster's state failed"));

@@ -17,7 +17,8 @@ type ServedMessage = Exclude<BusMessage, { kind: `watch.${string}` | "console.li
  * - `held.retry`, `held.round` → the held calls: a modern client's retry of a call held on another member, and its answer;
  * - `console.census`, `console.sessions` → the console: another member's console asks for this one's sessions, and answers to this one's;
  * - `console.updates` → the console's live feed (heard only while one is open here);
- * - a gap (the bus reconnected) → every subscribed resource re-announced, every list re-read;
+ * - a gap (the bus reconnected) → every subscribed resource re-announced, every list re-read, and
+ *   every session's record read again (a `session.moved` may be among what was lost);
  * - an update this broker's member could not publish (Redis away) → its own sessions, as its own event.
  */
 export function busIntake(deps: {
@@ -27,6 +28,7 @@ export function busIntake(deps: {
     revoke(message: Extract<BusMessage, { kind: "subscriptions.revoked" }>): void;
     moved(message: Extract<BusMessage, { kind: "session.moved" }>): void;
     clientAnswered(message: Extract<BusMessage, { kind: "client.answer" }>): void;
+    doubtHeld(): void;
   };
   held: { retried(message: Extract<BusMessage, { kind: "held.retry" }>): void; round(message: Extract<BusMessage, { kind: "held.round" }>): void };
   census: { receive(message: Extract<BusMessage, { kind: "console.census" | "console.sessions" }>): void };
@@ -67,6 +69,7 @@ export function busIntake(deps: {
     },
     receiveGap: () => {
       fanout.gap();
+      sessions.doubtHeld();
       void catalog.resync();
     },
     // Redis away: this broker's own update reaches its own sessions; the others hear of the gap.

@@ -85,6 +85,9 @@ const LIST_NAMES: readonly ListName[] = ["tools", "prompts", "resources"];
 
 type SubscriptionsRevoked = Extract<BusMessage, { kind: "subscriptions.revoked" }>;
 
+/** Session records read at once when the sessions are checked after a bus gap (see `verifyHeld`). */
+const VERIFY_BATCH = 256;
+
 /** Subscriptions listed per session or stream in a console census (the census stays small on the bus). */
 const CENSUS_SUBSCRIPTIONS = 100;
 
@@ -109,6 +112,12 @@ export class SessionHost {
   private readonly idleTimers = new Map<string, TimerHandle>();
   /** Legacy sessions plus listen streams, per principal, for `maxSessionsPerPrincipal`. */
   private readonly sessionsHeld = new Map<string, number>();
+  /**
+   * Sessions held here when the bus last reconnected, whose records are read again once Redis is
+   * known to have kept this member's writes (`doubtHeld`, `verifyHeld`).
+   */
+  private doubted = new Set<LegacySession>();
+  private verifying = false;
   /** Releases of ended sessions and streams still on their way to the registry. */
   private readonly releasing = new Set<Promise<void>>();
   /** Ended sessions and streams whose release failed, to try again (principal NUL session id). */
@@ -430,6 +439,51 @@ export class SessionHost {
     this.deps.logger.info({ session: session.id, epoch: session.epoch, holder: record.owner || "(nobody)", holderEpoch: record.epoch }, "session held by another member by now; handing off the stale copy");
     session.handOff("another member holds the session");
     return false;
+  }
+
+  /**
+   * The bus reconnected: a `session.moved` to this member may have been lost meanwhile, so each
+   * session it holds may be a stale copy of one another member adopted or ended (a DELETE there).
+   * Their records are read again at the next heartbeat that finds this member's writes kept
+   * (`verifyHeld`): until then a missing record may be Redis's loss, which the write-back restores.
+   */
+  doubtHeld(): void {
+    for (const session of this.legacy.values()) this.doubted.add(session);
+  }
+
+  /**
+   * Reads the record of each session doubted since the bus reconnected: one held elsewhere by now,
+   * or gone (ended on another member), is handed off (its stream ends; its client's next request
+   * adopts it, or gets 404 and initializes again). Redis kept this member's writes (see
+   * `MemberHooks.steady`), so a missing record was removed, not lost.
+   */
+  async verifyHeld(): Promise<void> {
+    if (this.verifying || this.doubted.size === 0) return;
+    this.verifying = true;
+    const doubted = [...this.doubted];
+    this.doubted = new Set();
+    const current = (session: LegacySession) => !session.closed && this.legacy.get(session.id) === session;
+    try {
+      for (let i = 0; i < doubted.length; i += VERIFY_BATCH) {
+        await Promise.all(
+          doubted.slice(i, i + VERIFY_BATCH).map(async (session) => {
+            if (!current(session)) return;
+            let record: SessionRecord | undefined;
+            try {
+              record = await this.deps.sessions.get({ principal: session.principal, sessionId: session.id });
+            } catch {
+              this.doubted.add(session);
+              return;
+            }
+            if (!current(session) || (record !== undefined && record.owner === this.deps.instanceId && record.epoch === session.epoch)) return;
+            this.deps.logger.info({ session: session.id, epoch: session.epoch, holder: record?.owner ?? "(ended)", holderEpoch: record?.epoch }, "session ended or held elsewhere while the bus was away; handing off the stale copy");
+            session.handOff(record === undefined ? "the session ended on another broker instance" : "another member holds the session");
+          }),
+        );
+      }
+    } finally {
+      this.verifying = false;
+    }
   }
 
   legacySessions(): LegacySession[] {

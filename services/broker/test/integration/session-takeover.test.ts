@@ -289,6 +289,41 @@ describe("sessions across broker instances", () => {
     await eventually(() => described(updates(onFirst)).includes(B), "the update of what the second subscribed to");
   });
 
+  it("lets go of sessions adopted or ended elsewhere while its bus was away, once its bus is back", async () => {
+    await fresh();
+    const [first, second] = [await broker(), await broker()];
+    const [adopted, ended, kept] = [await initialize(first.url), await initialize(first.url), await initialize(first.url)];
+    await subscribe(first.url, adopted, A);
+    const onKept = await stream(first.url, kept);
+    await subscribe(first.url, kept, B);
+    // The bus is away: the first broker's session.moved messages are lost.
+    first.broker.sessions.moved = () => undefined;
+    await subscribe(second.url, adopted, B);
+    expect((await fetch(second.url, { method: "DELETE", headers: headersOf(ended) })).status).toBe(200);
+    const ping = { jsonrpc: "2.0", id: 9, method: "ping" };
+    // The stale copies still answer (a missing record alone may be Redis's loss, so it is trusted).
+    expect((await post(first.url, ping, headersOf(ended))).status).toBe(200);
+    // The bus reconnects (its subscriber connection killed): the first broker reads its sessions' records again.
+    const redis = new Redis(redisUrl);
+    try {
+      const { instance } = (await (await fetch(new URL("/readyz", first.url))).json()) as { instance: string };
+      const line = String(await redis.client("LIST")).split("\n").find((l) => l.includes(`name=mcp-broker:${instance}:subscriber `));
+      await redis.client("KILL", "ID", /id=(\d+)/.exec(line ?? "")?.[1] as string);
+    } finally {
+      redis.disconnect();
+    }
+    await eventually(() => first.broker.sessions.legacySession(adopted, "anonymous") === undefined && first.broker.sessions.legacySession(ended, "anonymous") === undefined, "the stale copies let go", 10_000);
+    expect((await post(first.url, ping, headersOf(ended))).status).toBe(404);
+    // The one it still holds stays, with its stream and what it subscribed to.
+    expect(first.broker.sessions.legacySession(kept, "anonymous")).toBeDefined();
+    server.emitUpdate("test://static/b");
+    await eventually(() => described(updates(onKept)).includes(B), "the kept session's update");
+    // The adopted session goes on at its new holder, with both subscriptions.
+    const onSecond = await stream(second.url, adopted);
+    server.emitUpdate("test://static/a");
+    await eventually(() => described(updates(onSecond)).includes(A), "the adopted session's update at its new holder");
+  });
+
   it("answers 404 to a session id presented by another principal, or one that never existed", async () => {
     await fresh();
     const keys = { auth: { apiKeys: [{ key: KEY_A, principal: "team-a" }, { key: KEY_B, principal: "team-b" }] } };

@@ -16,6 +16,8 @@ export interface InstancePresenceDeps {
   writesLost(): Promise<void>;
   /** Releases that failed earlier (Redis unreachable when a session ended) are tried again. */
   retryReleases(): void;
+  /** A heartbeat landed and found this instance's writes kept: what Redis holds of it is the cluster's word. */
+  steady?(): void;
   /** Runs before each heartbeat: the cluster's state is checked (see `Member`'s recovery). */
   beforeHeartbeat?(): Promise<void>;
 }
@@ -52,9 +54,10 @@ export class InstancePresence {
     try {
       const beat = await this.deps.registry.heartbeat(this.deps.ttlMs);
       if (!beat.alive) await this.deps.presumedDead();
+      else if (!beat.lost) this.deps.steady?.();
       // Not awaited: a write-back of many sessions takes seconds, and the heartbeats go on meanwhile
       // (a member that stopped heartbeating for it was reaped).
-      else if (beat.lost) void this.deps.writesLost().catch((error: unknown) => this.deps.logger.warn({ err: (error as Error).message }, "writing back what this member holds failed; the next heartbeat tries again"));
+      else void this.deps.writesLost().catch((error: unknown) => this.deps.logger.warn({ err: (error as Error).message }, "writing back what this member holds failed; the next heartbeat tries again"));
     } catch (error) {
       this.deps.logger.warn({ err: (error as Error).message }, "heartbeat failed");
     }
