@@ -241,10 +241,16 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       // No new connections from here on; then every session and stream ends, the connections
       // close (listen streams end with theirs), and what they held is released before Redis goes.
       gate.close();
+      // Redis away: nothing below can reach it, so nothing waits for it (each step that needs it fails at once).
+      if (!member.redisReachable()) member.abandonRedis();
       const stopped = http === undefined ? Promise.resolve() : new Promise<void>((resolve) => http?.close(() => resolve()));
       // A cluster takes the legacy sessions over: their clients reconnect to another member, which
       // adopts them and resumes their streams. Alone (memory engine), they end.
-      if (member.engine !== "memory") await sessions.handOffAll("this broker instance is stopping; another takes the session over", config.server.sessionIdleMs);
+      if (member.engine !== "memory") {
+        const stranded = await sessions.handOffAll("this broker instance is stopping; another takes the session over", config.server.sessionIdleMs);
+        // Redis did not answer (stalled, or a connection that went silent): the rest does not wait for it either.
+        if (stranded > 0) member.abandonRedis();
+      }
       endpoint.closeStreams();
       held.close();
       feed.close();

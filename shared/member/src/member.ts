@@ -133,6 +133,15 @@ export interface Member {
   backends(): BackendStatus[];
   /** The instance that watches the backend for the cluster now (holds its lease); undefined: none. */
   watcherOf(backendId: string): Promise<string | undefined>;
+  /** Redis answers as far as this member knows (its command connection is up); always true on the memory engine. */
+  redisReachable(): boolean;
+  /**
+   * For a stop while Redis does not answer: drops this member's Redis connections, so that nothing
+   * more of the stop waits for it (each step that needs Redis fails at once instead of waiting out
+   * its timeout). What this member held stays in Redis, for the cluster's reap once Redis answers
+   * again, as after a crash.
+   */
+  abandonRedis(): void;
   close(): Promise<void>;
 }
 
@@ -274,7 +283,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     writesLost: () => recoverIfLost(true),
     retryReleases: () => hooks.retryReleases?.(),
     steady: () => {
-      if (recovering === undefined) hooks.steady?.();
+      if (recovering === undefined && !writeBackOwed) hooks.steady?.();
     },
     beforeHeartbeat: async () => {
       // Beside the heartbeats, not before them: a write-back of many sessions takes seconds.
@@ -358,9 +367,13 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
   };
 
   let started = false;
+  /** Redis did not answer when this member stopped (see `abandonRedis`). */
+  let abandoned = false;
   let clusterId: string = randomUUID();
   let sharedSecret = randomBytes(32).toString("base64url");
   let recovering: Promise<void> | undefined;
+  /** A write-back started and not finished (it failed): Redis may lack what this member holds until one is done. */
+  let writeBackOwed = false;
   /** When the last recovery finished (`Date.now()` ms). */
   let recoveredAt = Number.NEGATIVE_INFINITY;
   /** The incarnation of the cluster's state this member knows (see `RedisKeys.generation`). */
@@ -383,10 +396,13 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     recovering ??= (async () => {
       const existing = await redis.redis.set(redis.keys.generation(), randomUUID(), "NX", "GET");
       const current = existing ?? (await redis.redis.get(redis.keys.generation()));
-      if (current === generation && !writesLost) return;
+      if (current === generation && !writesLost && !writeBackOwed) return;
+      if (current !== generation) logger.error("Redis lost the cluster's state (restarted without persistence?): writing back what this member holds");
+      else if (writesLost) logger.warn("Redis lost this member's writes since an earlier heartbeat (restarted from an older snapshot?): writing back what this member holds");
+      else logger.warn("writing back what this member holds again (the last write-back failed)");
       generation = current ?? undefined;
-      if (writesLost) logger.warn("Redis lost this member's writes since an earlier heartbeat (restarted from an older snapshot?): writing back what this member holds");
-      else logger.error("Redis lost the cluster's state (restarted without persistence?): writing back what this member holds");
+      // Owed until it is done: one that fails (Redis stalled meanwhile) runs again at the next check.
+      writeBackOwed = true;
       await redis.redis.set(redis.keys.cluster(), clusterId, "NX");
       const named = await redis.redis.get(redis.keys.cluster());
       if (named !== null && named !== clusterId) logger.warn({ was: clusterId, now: named }, "another member named the cluster first; cursors this member wrote no longer resume");
@@ -400,6 +416,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       // watcher lease (taking it back, not taking it over) does not start watching again, so the
       // watch start's reloads would not come: they are scheduled here, for what it watches.
       for (const backend of config.backends) if (watchers.holds(backend.id)) listChanges.watching(pool.get(backend.id));
+      writeBackOwed = false;
       recoveredAt = Date.now();
     })().finally(() => (recovering = undefined));
     await recovering;
@@ -464,12 +481,20 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
         watching: watchers.holds(b.id),
       })),
     watcherOf: (backendId) => leases.holder(watcherLease(backendId)),
+    redisReachable: () => redis === undefined || redis.reachable(),
+    abandonRedis() {
+      if (redis === undefined || abandoned) return;
+      abandoned = true;
+      logger.warn("Redis does not answer: this instance stops without handing over what is left (the cluster's reap takes its sessions and watches once Redis answers again, as after a crash)");
+      presence.close();
+      redis.abandon();
+    },
     async close() {
       presence.close();
       feedTap.close();
       await watchers.close();
       upstream.close();
-      await jobs.close();
+      await jobs.close({ abandon: abandoned });
       await pool.close();
       await bus.close();
       await registry.close();

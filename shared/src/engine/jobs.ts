@@ -27,7 +27,12 @@ export interface JobQueue<T> {
   /** Keys waiting, delayed or running (repetitions not counted). */
   pending(): Promise<string[]>;
   stats(): Promise<JobStats>;
-  close(): Promise<void>;
+  /**
+   * Stops taking jobs and lets the running ones finish (within a grace period). `abandon`: Redis is
+   * away, nothing graceful can reach it: the connections are dropped at once (the running jobs'
+   * locks lapse and another member runs them).
+   */
+  close(options?: { abandon?: boolean }): Promise<void>;
 }
 
 export interface JobQueueOptions {

@@ -760,15 +760,13 @@ export class SessionHost {
    * member adopts it when its client comes back; it expires after `idleMs` otherwise) and the
    * session leaves this member without ending, keeping what it holds. Its stream ends, so its
    * client reconnects (to another member) right away. With the memory engine there is no one to
-   * hand them to: they end, as before.
+   * hand them to: they end, as before. Resolves with how many records could not be let go.
    */
-  async handOffAll(reason: string, idleMs: number): Promise<void> {
-    await Promise.allSettled(
-      [...this.legacy.values()].map(async (session) => {
-        await this.deps.sessions.letGo({ principal: session.principal, sessionId: session.id }, this.deps.instanceId, session.epoch, idleMs);
-        session.handOff(reason);
-      }),
-    );
+  async handOffAll(reason: string, idleMs: number): Promise<number> {
+    // Each leaves either way: a record that could not be let go (Redis away) still names this member,
+    // whose sessions the cluster's reap lets go once its heartbeat has lapsed.
+    const outcomes = await Promise.allSettled([...this.legacy.values()].map((session) => this.deps.sessions.letGo({ principal: session.principal, sessionId: session.id }, this.deps.instanceId, session.epoch, idleMs).finally(() => session.handOff(reason))));
+    return outcomes.filter((outcome) => outcome.status === "rejected").length;
   }
 
   close(): void {

@@ -124,6 +124,30 @@ describe("cluster recovery after Redis lost its data", () => {
     expect(JSON.stringify(tools.json)).toContain("leg__after-recovery");
   }, 60_000);
 
+  it("writes back again after a write-back that failed (Redis stalled meanwhile), and lets go of nothing until it is done", async () => {
+    const deployed = await deploy();
+    const { port, one, two, headers, legacy } = deployed;
+    let streamEnded = false;
+    void legacy.ended.then(() => (streamEnded = true));
+    // The session's holder fails its write-backs part way, as when Redis stalls past the command
+    // timeout: the one its bus's reconnect starts, and the one its heartbeat starts on finding its
+    // writes lost. Its later heartbeats find nothing lost (their sequence landed, the generation is
+    // the one it read), so only the failed write-back says that Redis lacks what it holds.
+    const reregister = two.broker.sessions.reregister.bind(two.broker.sessions);
+    let calls = 0;
+    two.broker.sessions.reregister = async () => {
+      if (++calls <= 2) throw new Error("Command timed out");
+      await reregister();
+    };
+    await restartRedisEmpty(port);
+    // Written back at last (at a later heartbeat's check); meanwhile the session's missing record was
+    // no sign that another member ended it.
+    await eventually(() => calls >= 3, "the write-back again", 5_000);
+    await deliverAgain(deployed);
+    for (const broker of [two, one]) await eventually(async () => (await post(broker.url, { jsonrpc: "2.0", id: 3, method: "ping" }, headers)).status === 200, "the session, kept and written back", 5_000);
+    expect(streamEnded).toBe(false);
+  }, 60_000);
+
   it("keeps its sessions through a longer outage: a heartbeat queued while Redis was away and answered by the empty one is not taken for this member's death", async () => {
     const { port, one, two, headers, legacy } = await deploy();
     let streamEnded = false;

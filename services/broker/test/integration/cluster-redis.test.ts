@@ -440,6 +440,32 @@ describe.each([
     }
   }, 60_000);
 
+  oneRedisOnly("stops without waiting for a Redis that is down or hangs, and leaves its sessions in Redis for the cluster (not ended)", async () => {
+    for (const how of ["down", "hangs"] as const) {
+      const { proxy, running } = await brokerBehindProxy(60_000);
+      const c = await client(running, "legacy");
+      await c.subscribeResource({ uri: EXPOSED });
+      const sessionId = (c.transport as { sessionId?: string }).sessionId ?? "";
+      if (how === "down") proxy.cut();
+      else proxy.stall();
+      // Before: 27 s with Redis down (each step waited out its command timeout), forever when it hung (an unanswered QUIT).
+      let timer: NodeJS.Timeout | undefined;
+      const stopped = await Promise.race([running.close().then(() => true), new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), 20_000)))]);
+      clearTimeout(timer);
+      expect(stopped, `the stop with Redis ${how}`).toBe(true);
+      proxy.close();
+      // Its session was neither ended nor released: the cluster's reap hands it over once the member's heartbeat lapses.
+      const redis = state();
+      try {
+        expect(await redis.hget(key(`session:anonymous:${sessionId}`), "owner")).not.toBeNull();
+        expect(await redis.hkeys(key("refs:leg"))).toContain(URI);
+      } finally {
+        redis.disconnect();
+      }
+      clients.splice(0).forEach((each) => void each.close().catch(() => undefined));
+    }
+  }, 60_000);
+
   oneRedisOnly("notices Redis connections that went silent (no error, no close), reconnects them and catches up", async () => {
     const { proxy, running } = await brokerBehindProxy(60_000);
     try {
@@ -464,16 +490,25 @@ describe.each([
 /**
  * A TCP proxy to Redis that can cut every connection and refuse new ones (Redis away), then let
  * them through again, or freeze the open ones: they stay open and carry nothing (a connection a
- * NAT dropped silently), while new ones pass. With `latency`, what one kind of connection sends is delayed.
+ * NAT dropped silently), while new ones pass; or stall all of them, new ones too (Redis hangs). With `latency`, what one kind of connection sends is delayed.
  */
-async function redisProxy(target: string, options: { latency?: { ms: number; connection: string } } = {}): Promise<{ url: string; cut(): void; restore(): void; freeze(): void; close(): void }> {
+async function redisProxy(target: string, options: { latency?: { ms: number; connection: string } } = {}): Promise<{ url: string; cut(): void; restore(): void; freeze(): void; stall(): void; close(): void }> {
   const { hostname, port } = new URL(target);
   const sockets = new Set<Socket>();
   const pairs: [Socket, Socket][] = [];
   let refusing = false;
+  let stalled = false;
   const proxy = createServer((inbound) => {
     if (refusing) {
       inbound.destroy();
+      return;
+    }
+    if (stalled) {
+      // Accepted and never answered, as by a Redis that stopped (SIGSTOP) or hangs.
+      sockets.add(inbound);
+      inbound.on("close", () => sockets.delete(inbound));
+      inbound.on("error", () => undefined);
+      inbound.pause();
       return;
     }
     const outbound = connect(Number(port), hostname);
@@ -512,6 +547,16 @@ async function redisProxy(target: string, options: { latency?: { ms: number; con
       refusing = false;
     },
     freeze: () => {
+      for (const [inbound, outbound] of pairs.splice(0)) {
+        inbound.unpipe(outbound);
+        outbound.unpipe(inbound);
+        inbound.pause();
+        outbound.pause();
+      }
+    },
+    /** Every connection, open or new, carries nothing from now on: a Redis that hangs. */
+    stall: () => {
+      stalled = true;
       for (const [inbound, outbound] of pairs.splice(0)) {
         inbound.unpipe(outbound);
         outbound.unpipe(inbound);

@@ -189,10 +189,16 @@ export class BullJobQueue<T> implements JobQueue<T> {
    * its key's later runs waited up to twice `lockMs`, and a reap held up that long delayed the
    * release of every expired session). Bounded also while Redis is away: the connections are dropped.
    */
-  async close(): Promise<void> {
+  async close(options: { abandon?: boolean } = {}): Promise<void> {
     this.closing = true;
     clearTimeout(this.fetchPause);
     const worker = this.worker;
+    if (options.abandon === true) {
+      for (const connection of this.connections) connection.disconnect();
+      void worker?.close(true).catch(() => undefined);
+      void this.queue.close().catch(() => undefined);
+      return;
+    }
     const graceful = (async () => {
       await worker?.close();
       await this.queue.close();

@@ -48,8 +48,18 @@ export interface RedisEngine {
   lastTrouble(): number;
   /** Resolves once both connections are ready; rejects when Redis cannot be reached. */
   connect(): Promise<void>;
+  /** The command connection is up (connected and ready), as far as this process knows. */
+  reachable(): boolean;
+  /**
+   * Drops both connections now, for a stop while Redis is away: what waits for Redis fails at once
+   * ("Connection is closed"), and so does every command after, instead of waiting out its timeout.
+   */
+  abandon(): void;
   close(): Promise<void>;
 }
+
+/** How long a closing engine waits for Redis to answer its QUITs before it drops the connections. */
+const QUIT_WAIT_MS = 1_000;
 
 /** The longest a member waits between two attempts to reach Redis again. */
 export const RECONNECT_MAX_MS = 5_000;
@@ -140,9 +150,23 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
       // One Redis must not be a cluster node (a cluster was checked before connecting).
       if (seeds === undefined) await checkNotClusterNode(redis);
     },
+    reachable: () => redis.status === "ready",
+    abandon() {
+      for (const client of [redis, subscriber]) {
+        client.options.enableOfflineQueue = false;
+        client.disconnect();
+        // ioredis ends a client that waits between two reconnect attempts only at the next attempt,
+        // which `disconnect` cancelled: what it queued would wait out its timeout.
+        if (client.status === "reconnecting") (client as unknown as { flushQueue?(error: Error): void }).flushQueue?.(new Error("Connection is closed."));
+      }
+    },
     async close() {
       await bus.close();
-      await Promise.allSettled([redis.quit(), subscriber.quit()]);
+      // A QUIT that Redis does not answer (stalled) is not waited for: the subscriber has no command timeout.
+      const quit = Promise.allSettled([redis.quit(), subscriber.quit()]);
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([quit, new Promise((resolve) => (timer = setTimeout(resolve, QUIT_WAIT_MS)))]);
+      clearTimeout(timer);
       redis.disconnect();
       subscriber.disconnect();
     },
