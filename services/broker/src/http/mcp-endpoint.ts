@@ -1,9 +1,10 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { classifyInboundRequest, isJsonContentType, ProtocolErrorCode } from "@modelcontextprotocol/server";
+import { classifyInboundRequest, isJsonContentType, ProtocolErrorCode, UnsupportedProtocolVersionError } from "@modelcontextprotocol/server";
 import {
   BrokerError,
   LEGACY_PROTOCOL_VERSIONS,
   META,
+  MODERN_PROTOCOL_VERSION,
   NOTIFICATION,
   isJsonObject,
   type Clock,
@@ -81,6 +82,13 @@ export class McpEndpoint {
       req.resume();
       return;
     }
+    // (A POST is checked once its body is read, so that the answer carries the request's id.)
+    const unsupported = req.method === "POST" ? undefined : unsupportedVersionHeader(header(req, "mcp-protocol-version"));
+    if (unsupported !== undefined) {
+      req.resume();
+      sendJson(res, 400, rpcError(null, unsupported.code, unsupported.message, unsupported.data));
+      return;
+    }
     switch (req.method) {
       case "POST":
         return this.post(req, res, verdict.principal);
@@ -133,6 +141,13 @@ export class McpEndpoint {
       return;
     }
     const headers = { protocolVersion: header(req, "mcp-protocol-version"), mcpMethod: header(req, "mcp-method"), mcpName: header(req, "mcp-name") };
+    // A revision neither era speaks: the SDK's classifier takes any version it does not know for a
+    // later modern one, and told a legacy request it lacked the modern envelope.
+    const unsupported = unsupportedVersionHeader(headers.protocolVersion);
+    if (unsupported !== undefined) {
+      sendJson(res, 400, rpcError(idOf(message), unsupported.code, unsupported.message, unsupported.data));
+      return;
+    }
     const route = isPlainLegacyRequest(message, headers.protocolVersion)
       ? PLAIN_LEGACY_ROUTE
       : classifyInboundRequest({
@@ -200,11 +215,6 @@ export class McpEndpoint {
     const isRequest = message.id !== undefined && message.id !== null;
     if (isRequest && !(typeof message.id === "string" || typeof message.id === "number")) {
       sendJson(res, 400, rpcError(null, -32600, "Invalid Request: id must be a string or a number."));
-      return;
-    }
-    const version = header(req, "mcp-protocol-version");
-    if (version !== undefined && !(LEGACY_PROTOCOL_VERSIONS as readonly string[]).includes(version)) {
-      sendJson(res, 400, rpcError(idOf(message), -32600, `Unsupported MCP-Protocol-Version '${version}'.`));
       return;
     }
     if (message.method === "initialize") {
@@ -347,7 +357,8 @@ export class McpEndpoint {
       progressToken: typeof token === "string" || typeof token === "number" ? token : undefined,
       logLevel: who.era === "modern" ? (LOG_LEVELS.includes(modernLevel as LogLevel) ? (modernLevel as LogLevel) : undefined) : who.session?.logLevel,
       notify: (method, params) => {
-        if (res.writableEnded) return;
+        // A client that takes only JSON gets its answer as JSON, without the call's notifications (progress, logs).
+        if (res.writableEnded || (sse === undefined && !acceptsEventStream(req.headers.accept))) return;
         sse ??= new SseStream(res, { keepAlive: this.keepAlive, headers });
         sse.write(encodeEvent({ jsonrpc: "2.0", method, params }));
       },
@@ -612,4 +623,11 @@ function closedSignal(res: ServerResponse): AbortSignal {
     if (!res.writableFinished) closed.abort(new Error("the client's connection closed"));
   });
   return closed.signal;
+}
+
+/** The SDK's unsupported-version error for an MCP-Protocol-Version header that names no revision this broker speaks, in either era. */
+function unsupportedVersionHeader(version: string | undefined): UnsupportedProtocolVersionError | undefined {
+  const named = version?.trim();
+  if (named === undefined || named === MODERN_PROTOCOL_VERSION || (LEGACY_PROTOCOL_VERSIONS as readonly string[]).includes(named)) return undefined;
+  return new UnsupportedProtocolVersionError({ supported: [MODERN_PROTOCOL_VERSION, ...LEGACY_PROTOCOL_VERSIONS], requested: named });
 }

@@ -193,6 +193,23 @@ describe("HTTP edge", () => {
     expect(unsupported.error?.message).toContain("2099-01-01");
   });
 
+  it("answers an MCP-Protocol-Version that neither era speaks with 400 and the unsupported-version error, on a legacy session's requests too", async () => {
+    const init = await raw(running.url, { body: initialize, headers: auth(KEY_A) });
+    const session = { ...auth(KEY_A), "mcp-session-id": String(init.headers["mcp-session-id"]) };
+    const ping = JSON.stringify({ jsonrpc: "2.0", id: 7, method: "ping" });
+    for (const version of ["2099-01-01", "bogus", "2025-01-01"]) {
+      const answered = await raw(running.url, { body: ping, headers: { ...session, "mcp-protocol-version": version } });
+      expect(answered.status).toBe(400);
+      // Before: a legacy request with a version the SDK takes for a later modern one was told to add the modern envelope (-32602).
+      expect(JSON.parse(answered.body)).toMatchObject({ id: 7, error: { code: -32022, data: { supported: expect.arrayContaining(["2026-07-28", "2025-11-25"]), requested: version } } });
+      for (const method of ["GET", "DELETE"]) {
+        expect((await raw(running.url, { method, headers: { ...session, accept: "text/event-stream", "mcp-protocol-version": version } })).status).toBe(400);
+      }
+    }
+    // The session is still there, for its own version.
+    expect((await raw(running.url, { body: ping, headers: { ...session, "mcp-protocol-version": "2025-11-25" } })).status).toBe(200);
+  });
+
   it("takes the Mcp-Name of the longest URI it allows: Base64-encoded, over Node's default 16 KB for all headers", async () => {
     const defaults = await startBroker({ backends: [] });
     try {

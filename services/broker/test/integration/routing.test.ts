@@ -71,6 +71,20 @@ describe("routing", () => {
     expect(bystander.notes.received).toEqual([]);
   });
 
+  it("answers a client that takes only JSON with JSON, without the call's progress (it said it cannot read an event stream)", async () => {
+    const init = await post(running.url, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
+    const session = { "mcp-session-id": init.headers.get("mcp-session-id") ?? "", "mcp-protocol-version": "2025-11-25" };
+    await post(running.url, { jsonrpc: "2.0", method: "notifications/initialized" }, session);
+    const call = { jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "leg__slow", arguments: { ms: 40 }, _meta: { progressToken: "p" } } };
+    const jsonOnly = await post(running.url, call, { ...session, accept: "application/json" });
+    expect(jsonOnly.headers.get("content-type")).toContain("application/json");
+    expect(jsonOnly.json).toMatchObject({ id: 2, result: { content: [{ type: "text", text: "waited 40ms" }] } });
+    // With both listed, the same call streams its progress first.
+    const both = await post(running.url, { ...call, id: 3 }, session);
+    expect(both.headers.get("content-type")).toContain("text/event-stream");
+    expect(both.text).toContain(PROGRESS);
+  });
+
   it.each(["legacy", "modern"] as const)("answers a %s client as itself: a modern backend's serverInfo is not passed on", async (era) => {
     const { client: c } = await client(era);
     const result = await c.callTool({ name: "mod__echo", arguments: { text: "who" } });
