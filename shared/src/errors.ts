@@ -33,7 +33,7 @@ export const ERROR_CATALOG = {
   },
   STARTING: {
     jsonRpc: -32005,
-    summary: "This broker instance is starting and does not serve yet (server.whileStarting: refuse; HTTP 503 with Retry-After); nothing was done, so retrying is safe, and a load balancer sends the retry to another instance.",
+    summary: "This broker instance is starting and does not serve yet (server.whileStarting: refuse), or is stopping (HTTP 503 with Retry-After); nothing was done, so retrying is safe, and a load balancer sends the retry to another instance.",
   },
   SUBSCRIPTION_LIMIT: {
     jsonRpc: -32010,

@@ -255,6 +255,8 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       held.close();
       feed.close();
       sessions.close();
+      // Requests in flight (a tool call) get their answers first, within server.drainMs; new ones get 503 meanwhile.
+      await endpoint.drain(config.server.drainMs);
       http?.closeAllConnections();
       await stopped;
       await sessions.drain(5_000);

@@ -112,6 +112,8 @@ export const brokerConfigSchema = z
         resumeHistory: z.number().int().min(0).max(100_000).default(64),
         /** A request (headers and body) must arrive within this long, or it gets 408. */
         requestTimeoutMs: positiveMs.default(30_000),
+        /** A stopping broker lets the requests in flight (tool calls) finish for at most this long before it closes their connections. */
+        drainMs: ms.default(10_000),
         /** `/mcp` requests before the broker serves: held until it does, or refused with 503 (behind a load balancer that retries elsewhere). */
         whileStarting: z.enum(["hold", "refuse"]).default("hold"),
       })

@@ -72,7 +72,8 @@ export function createHttpServer(deps: {
     const path = (req.url ?? "/").split("?")[0];
     if (path === mcpPath) {
       if (deps.gate.state === "open") handleMcp(req, res);
-      else if (deps.gate.state === "holding" && deps.whileStarting === "refuse") refuseWhileStarting(req, res);
+      else if (deps.gate.state === "closed") refuse(req, res, "This broker instance is stopping; retry (through the load balancer, another instance answers).", true);
+      else if (deps.whileStarting === "refuse") refuse(req, res, "This broker instance is starting and does not serve yet; retry (through the load balancer, another instance answers).");
       // Held while the broker starts; dropped if it shuts down first (its connection ends with the rest).
       else void deps.gate.pass().then((open) => (open ? handleMcp(req, res) : res.destroy()));
       return;
@@ -90,12 +91,12 @@ export function createHttpServer(deps: {
 }
 
 /**
- * A request that reached a broker still starting, refused before anything is read or done: a load
- * balancer that retries on 503 sends it to another instance at once, where holding it would keep
- * a reconnecting client waiting until this one serves.
+ * A request that reached a broker still starting, or stopping, refused before anything is read or
+ * done: a load balancer that retries on 503 sends it to another instance at once, where holding it
+ * would keep a reconnecting client waiting until this one serves. A stopping one also closes the
+ * connection, so that a client's next request opens one to another instance.
  */
-function refuseWhileStarting(req: IncomingMessage, res: ServerResponse): void {
+function refuse(req: IncomingMessage, res: ServerResponse, message: string, stopping = false): void {
   req.resume();
-  const error = { code: jsonRpcCode("STARTING", "legacy"), message: "This broker instance is starting and does not serve yet; retry (through the load balancer, another instance answers)." };
-  sendJson(res, 503, { jsonrpc: "2.0", id: null, error }, { "retry-after": "1" });
+  sendJson(res, 503, { jsonrpc: "2.0", id: null, error: { code: jsonRpcCode("STARTING", "legacy"), message } }, { "retry-after": "1", ...(stopping && { connection: "close" }) });
 }

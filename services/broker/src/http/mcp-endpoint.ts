@@ -49,6 +49,9 @@ export class McpEndpoint {
   /** Open listen streams, by the id of their listen request (for the final result on shutdown). */
   private readonly listenStreams = new Map<SseStream, string | number>();
   private readonly keepAlive: KeepAlive;
+  /** POSTs being handled (a listen counts until its stream is open): what a stop lets finish (`drain`). */
+  private inFlight = 0;
+  private drained: (() => void) | undefined;
 
   constructor(
     private readonly deps: {
@@ -91,7 +94,12 @@ export class McpEndpoint {
     }
     switch (req.method) {
       case "POST":
-        return this.post(req, res, verdict.principal);
+        this.inFlight++;
+        try {
+          return await this.post(req, res, verdict.principal);
+        } finally {
+          if (--this.inFlight === 0) this.drained?.();
+        }
       case "GET":
         return this.get(req, res, verdict.principal);
       case "DELETE":
@@ -100,6 +108,21 @@ export class McpEndpoint {
         req.resume();
         sendJson(res, 405, rpcError(null, -32600, `Method ${req.method ?? "?"} not allowed; use POST, GET or DELETE.`), { allow: "GET, POST, DELETE" });
     }
+  }
+
+  /**
+   * Graceful shutdown: resolves once no POST is being handled (tool calls in flight have their
+   * answers), or after `timeoutMs`, whichever comes first.
+   */
+  async drain(timeoutMs: number): Promise<void> {
+    if (this.inFlight === 0) return;
+    let timer: NodeJS.Timeout | undefined;
+    await new Promise<void>((resolve) => {
+      this.drained = resolve;
+      timer = setTimeout(resolve, timeoutMs);
+    });
+    clearTimeout(timer);
+    this.drained = undefined;
   }
 
   /** Graceful shutdown: every listen stream gets its listen result, then ends. */

@@ -25,12 +25,13 @@ export class StartupGate {
     this.settle("open");
   }
 
+  /** The broker stops: held requests are dropped, and new ones refused (see http-server.ts). */
   close(): void {
     this.settle("closed");
   }
 
   private settle(state: "open" | "closed"): void {
-    if (this.stateValue !== "holding") return;
+    if (this.stateValue === "closed" || (state === "open" && this.stateValue === "open")) return;
     this.stateValue = state;
     for (const resolve of this.held) resolve(state === "open");
     this.held.clear();

@@ -85,6 +85,22 @@ describe("routing", () => {
     expect(both.text).toContain(PROGRESS);
   });
 
+  it("lets a tool call in flight finish when the broker stops, and answers new requests 503 meanwhile", async () => {
+    const stopping = await startBroker({ backends: [{ id: "leg", url: legacyBackend.url, era: "legacy", timeoutMs: 5_000, headers: { Authorization: "Bearer backend-secret" } }] }, {}, { readyBackends: ["leg"] });
+    const init = await post(stopping.url, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
+    const session = { "mcp-session-id": init.headers.get("mcp-session-id") ?? "", "mcp-protocol-version": "2025-11-25" };
+    await post(stopping.url, { jsonrpc: "2.0", method: "notifications/initialized" }, session);
+    const call = post(stopping.url, { jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "leg__slow", arguments: { ms: 1_000 } } }, session);
+    await new Promise((r) => setTimeout(r, 200));
+    const closed = stopping.close();
+    await new Promise((r) => setTimeout(r, 100));
+    // Before: the call's connection was closed under it (a socket hang-up, no answer).
+    const refused = await post(stopping.url, { jsonrpc: "2.0", id: 3, method: "ping" }, session).catch(() => undefined);
+    expect(refused === undefined || (refused.status === 503 && JSON.stringify(refused.json).includes("-32005"))).toBe(true);
+    expect((await call).json).toMatchObject({ id: 2, result: { content: [{ type: "text", text: "waited 1000ms" }] } });
+    await closed;
+  });
+
   it.each(["legacy", "modern"] as const)("answers a %s client as itself: a modern backend's serverInfo is not passed on", async (era) => {
     const { client: c } = await client(era);
     const result = await c.callTool({ name: "mod__echo", arguments: { text: "who" } });
