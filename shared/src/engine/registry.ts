@@ -46,7 +46,7 @@ export interface RemoveOutcome {
 export interface Heartbeat {
   /**
    * False when the cluster had claimed this process as dead (`claimInstance`: its subscriptions may
-   * have been reaped), so its sessions must end. A heartbeat that merely expired (a stall, Redis
+   * have been reaped), so its sessions leave it. A heartbeat that merely expired (a stall, Redis
    * away or restarted) is not that: nothing was released.
    */
   alive: boolean;

@@ -7,6 +7,7 @@ import {
   MODERN_PROTOCOL_VERSION,
   NOTIFICATION,
   isJsonObject,
+  within,
   type Clock,
   type ProtocolEra,
 } from "@mcp-broker/shared";
@@ -116,12 +117,7 @@ export class McpEndpoint {
    */
   async drain(timeoutMs: number): Promise<void> {
     if (this.inFlight === 0) return;
-    let timer: NodeJS.Timeout | undefined;
-    await new Promise<void>((resolve) => {
-      this.drained = resolve;
-      timer = setTimeout(resolve, timeoutMs);
-    });
-    clearTimeout(timer);
+    await within(new Promise<void>((resolve) => (this.drained = resolve)), timeoutMs, undefined);
     this.drained = undefined;
   }
 

@@ -751,8 +751,8 @@ export class SessionHost {
    */
   async endAll(reason: string, idleMs: number): Promise<void> {
     for (const listen of [...this.listens]) listen.end?.();
-    // Each leaves either way: what it held may be released already, so it is not served from here.
-    await Promise.allSettled([...this.legacy.values()].map((session) => this.deps.sessions.letGo({ principal: session.principal, sessionId: session.id }, this.deps.instanceId, session.epoch, idleMs).finally(() => session.handOff(reason))));
+    // Each leaves either way (see `handOffAll`): what it held may be released already, so it is not served from here.
+    await this.handOffAll(reason, idleMs);
   }
 
   /**

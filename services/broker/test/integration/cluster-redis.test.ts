@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { Client } from "@modelcontextprotocol/client";
 import { Cluster, Redis } from "ioredis";
+import { within } from "@mcp-broker/shared";
 import { deleteClusterKeys, deleteKeys, testRedisCluster, testRedisUrl, uniquePrefix } from "@mcp-broker/shared/testing";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startLegacyHttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
@@ -449,10 +450,7 @@ describe.each([
       if (how === "down") proxy.cut();
       else proxy.stall();
       // Before: 27 s with Redis down (each step waited out its command timeout), forever when it hung (an unanswered QUIT).
-      let timer: NodeJS.Timeout | undefined;
-      const stopped = await Promise.race([running.close().then(() => true), new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), 20_000)))]);
-      clearTimeout(timer);
-      expect(stopped, `the stop with Redis ${how}`).toBe(true);
+      expect(await within(running.close().then(() => true), 20_000, false), `the stop with Redis ${how}`).toBe(true);
       proxy.close();
       // Its session was neither ended nor released: the cluster's reap hands it over once the member's heartbeat lapses.
       const redis = state();

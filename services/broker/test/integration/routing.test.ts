@@ -1,9 +1,10 @@
+import { Agent, request } from "node:http";
 import type { Client } from "@modelcontextprotocol/client";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startLegacyHttpBackend, startModernHttpBackend, type HttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
 import { NotificationRecorder } from "../fixtures/notification-recorder.js";
 import { createTestServer, type TestServer } from "../fixtures/test-server.js";
-import { connectClient, post, startBroker, type Era, type RunningBroker } from "../helpers/harness.js";
+import { connectClient, eventually, post, startBroker, type Era, type RunningBroker } from "../helpers/harness.js";
 
 const MESSAGE = "notifications/message";
 const PROGRESS = "notifications/progress";
@@ -90,15 +91,22 @@ describe("routing", () => {
     const init = await post(stopping.url, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
     const session = { "mcp-session-id": init.headers.get("mcp-session-id") ?? "", "mcp-protocol-version": "2025-11-25" };
     await post(stopping.url, { jsonrpc: "2.0", method: "notifications/initialized" }, session);
-    const call = post(stopping.url, { jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "leg__slow", arguments: { ms: 1_000 } } }, session);
-    await new Promise((r) => setTimeout(r, 200));
+    const slow = (id: number, ms: number) => ({ jsonrpc: "2.0", id, method: "tools/call", params: { name: "leg__slow", arguments: { ms } } });
+    // A short call on a connection of its own (kept alive for the request after it), a long one on another.
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const started = legacyServer.stats.toolCalls.get("slow") ?? 0;
+    const short = postOn(agent, stopping.url, slow(2, 300), session);
+    const long = post(stopping.url, slow(3, 1_000), session);
+    await eventually(() => (legacyServer.stats.toolCalls.get("slow") ?? 0) === started + 2, "both calls at the backend");
     const closed = stopping.close();
-    await new Promise((r) => setTimeout(r, 100));
-    // Before: the call's connection was closed under it (a socket hang-up, no answer).
-    const refused = await post(stopping.url, { jsonrpc: "2.0", id: 3, method: "ping" }, session).catch(() => undefined);
-    expect(refused === undefined || (refused.status === 503 && JSON.stringify(refused.json).includes("-32005"))).toBe(true);
-    expect((await call).json).toMatchObject({ id: 2, result: { content: [{ type: "text", text: "waited 1000ms" }] } });
+    // Before: their connections were closed under them (a socket hang-up, no answer).
+    expect((await short).json).toMatchObject({ id: 2, result: { content: [{ type: "text", text: "waited 300ms" }] } });
+    // The short call's connection, idle now: what it carries next is refused, and the connection closed.
+    const refused = await postOn(agent, stopping.url, { jsonrpc: "2.0", id: 4, method: "ping" }, session);
+    expect(refused).toMatchObject({ status: 503, connection: "close", json: { error: { code: -32005 } } });
+    expect((await long).json).toMatchObject({ id: 3, result: { content: [{ type: "text", text: "waited 1000ms" }] } });
     await closed;
+    agent.destroy();
   });
 
   it.each(["legacy", "modern"] as const)("answers a %s client as itself: a modern backend's serverInfo is not passed on", async (era) => {
@@ -233,4 +241,18 @@ describe("routing", () => {
 async function legacySession(url: string): Promise<Record<string, string>> {
   const init = await post(url, { jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
   return { "mcp-session-id": init.headers.get("mcp-session-id") ?? "" };
+}
+
+/** A JSON-RPC POST over `agent` (its connections, kept alive), with its status, JSON body and Connection header. */
+function postOn(agent: Agent, url: string, body: unknown, headers: Record<string, string>): Promise<{ status: number; json: unknown; connection: string | undefined }> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: "POST", agent, headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers } }, (res) => {
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (chunk: string) => (text += chunk));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, json: JSON.parse(text) as unknown, connection: res.headers.connection }));
+    });
+    req.on("error", reject);
+    req.end(JSON.stringify(body));
+  });
 }

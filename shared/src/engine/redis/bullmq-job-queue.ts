@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { DelayedError, isNotConnectionError, Job, Queue, UnrecoverableError, Worker } from "bullmq";
 import type { RedisClient } from "./redis-client.js";
+import { within } from "../../clock.js";
 import { ElsewhereJobError, HAND_BACK_MS, HAND_BACKS, UnrecoverableJobError, type JobObserver, type JobQueue, type JobQueueOptions, type JobStats } from "../jobs.js";
 
 /** The job names on the queue: a job to run, and the trigger a repetition adds. */
@@ -248,16 +249,5 @@ export class BullJobQueue<T> implements JobQueue<T> {
       throw unrecoverable ? new UnrecoverableError((error as Error).message) : error;
     }
     this.options.onRun?.({ key, outcome: "completed", durationMs: Date.now() - started });
-  }
-}
-
-/** `promise`'s value, or `late` once `ms` passed without one. */
-async function within<T>(promise: Promise<T>, ms: number, late: T): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<T>((resolve) => (timer = setTimeout(() => resolve(late), ms)));
-  try {
-    return await Promise.race([promise, timeout]);
-  } finally {
-    clearTimeout(timer);
   }
 }

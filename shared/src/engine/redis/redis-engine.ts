@@ -1,5 +1,6 @@
 import { Cluster, Redis, type ClusterNode, type RedisOptions } from "ioredis";
 import type { JobQueue } from "../jobs.js";
+import { within } from "../../clock.js";
 import { BullJobQueue, type BullJobQueueOptions } from "./bullmq-job-queue.js";
 import { RedisBus } from "./redis-bus.js";
 import { RedisCatalogStore } from "./redis-catalog-store.js";
@@ -163,10 +164,7 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     async close() {
       await bus.close();
       // A QUIT that Redis does not answer (stalled) is not waited for: the subscriber has no command timeout.
-      const quit = Promise.allSettled([redis.quit(), subscriber.quit()]);
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([quit, new Promise((resolve) => (timer = setTimeout(resolve, QUIT_WAIT_MS)))]);
-      clearTimeout(timer);
+      await within(Promise.allSettled([redis.quit(), subscriber.quit()]), QUIT_WAIT_MS, undefined);
       redis.disconnect();
       subscriber.disconnect();
     },
