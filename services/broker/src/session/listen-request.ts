@@ -40,11 +40,12 @@ export const REFUSED_SHOWN = 100;
 
 /**
  * The `notifications/subscriptions/acknowledged` of a listen stream `id`: the honored filter, and
- * in `_meta` the stream's id, how it resumed (when it was given a cursor), and each URI left out of
- * the filter with the error that refused it (`io.mcp-broker/refused`, the first `REFUSED_SHOWN`).
+ * in `_meta` the stream's id, the cursor to resume from should the stream break before its first
+ * notification, how it resumed (when it was given a cursor), and each URI left out of the filter
+ * with the error that refused it (`io.mcp-broker/refused`, the first `REFUSED_SHOWN`).
  */
 export function acknowledgement(id: string | number, request: ListenRequest, outcome: Extract<ListenOutcome, { type: "listen.acknowledged" }>): Record<string, unknown> {
-  const _meta: Record<string, unknown> = { [META.subscriptionId]: id };
+  const _meta: Record<string, unknown> = { [META.subscriptionId]: id, [META.cursor]: outcome.cursor };
   if (outcome.resumed !== undefined) _meta[META.resumed] = outcome.resumed;
   if (outcome.refused.length > 0) {
     _meta[META.refused] = outcome.refused.slice(0, REFUSED_SHOWN).map(({ uri, error }) => ({

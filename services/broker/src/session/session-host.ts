@@ -76,10 +76,13 @@ export interface ListenSink extends NotificationSink {
   release?(told: readonly PreparedNotification[], late: readonly PreparedNotification[]): void;
 }
 
-/** How a listen started: rejected, or acknowledged (and, with a cursor, how it resumed). */
+/**
+ * How a listen started: rejected, or acknowledged with the cursor to resume from should the stream
+ * break before its first notification (and, when it was given a cursor, how it resumed).
+ */
 export type ListenOutcome =
   | Extract<ListenEmitted, { type: "listen.rejected" }>
-  | (Extract<ListenEmitted, { type: "listen.acknowledged" }> & { refused: readonly { uri: string; error: BrokerError }[]; resumed?: "exact" | "everything" });
+  | (Extract<ListenEmitted, { type: "listen.acknowledged" }> & { refused: readonly { uri: string; error: BrokerError }[]; cursor: string; resumed?: "exact" | "everything" });
 
 const LIST_NAMES: readonly ListName[] = ["tools", "prompts", "resources"];
 
@@ -522,8 +525,9 @@ export class SessionHost {
 
   /**
    * Opens a listen actor. `onOutcome` hears exactly one of rejected / acknowledged (with the
-   * honored URIs, and how it resumed from `cursor` when one was given), before any notification
-   * reaches `sink`. With a cursor, what happened since the event it names comes right after the
+   * honored URIs, the cursor to resume from, and how it resumed from `cursor` when one was given),
+   * before any notification reaches `sink`; nothing, when the stream closes while its resumption
+   * is asked. With a cursor, what happened since the event it names comes right after the
    * acknowledgement (see `resumeListen`).
    */
   openListen(
@@ -620,16 +624,24 @@ export class SessionHost {
       this.listensById.set(id, sink);
       this.listenHoldings.set(id, { principal, honored: () => targetsOf(actor.getSnapshot().context.honored), since: Date.now() });
       this.deps.fanout.listen(sink);
-      if (cursor === undefined) {
-        onOutcome({ ...effect, refused });
-        return;
+      const from = cursor === undefined ? undefined : this.deps.cursors.parse(cursor, principal);
+      // Interest is in place: whatever comes after the newest position passed on reaches this stream.
+      const fresh = this.deps.cursors.format(principal, { position: this.env.events.newest(), local: 0 });
+      if (from === undefined) {
+        if (cursor === undefined) {
+          onOutcome({ ...effect, refused, cursor: fresh });
+          return;
+        }
+        this.deps.logger.info({ principal, stream: id }, "listen: a cursor not of this cluster and principal; everything it honors is announced once");
       }
-      const from = this.deps.cursors.parse(cursor, principal);
       // Held from before the acknowledgement: nothing that arrived meanwhile may precede what the resumption tells.
       sink.hold?.();
-      onOutcome({ ...effect, refused, resumed: from === undefined ? "everything" : "exact" });
-      if (from === undefined) this.deps.logger.info({ principal, stream: id }, "listen: a cursor not of this cluster and principal; everything it honors is announced once");
-      void this.resumeListen(targetsOf(actor.getSnapshot().context.honored), sink, from);
+      void this.resumeListen(targetsOf(actor.getSnapshot().context.honored), sink, from, (exact) => {
+        // Closed while the cluster was asked: nothing to acknowledge or tell.
+        if (forgotten) return false;
+        onOutcome({ ...effect, refused, resumed: exact ? "exact" : "everything", cursor: exact ? String(cursor) : fresh });
+        return true;
+      });
     };
     this.failureCleanups.set(id, () => {
       subscribing.aborted = true;
@@ -682,17 +694,20 @@ export class SessionHost {
   }
 
   /**
-   * A listen stream resumes from `from` (the event its cursor names): what the cluster reports
-   * happened since, merged with what arrives meanwhile in position order, then, once, what nobody
-   * can tell (or, without a usable cursor or when the cluster cannot tell, everything it honors).
+   * A listen stream resumes from `from` (the event its cursor names): it is acknowledged once the
+   * cluster was asked (exact when it could tell), then gets what the cluster reports happened
+   * since, merged with what arrives meanwhile in position order, then, once, what nobody can tell
+   * (or, without a usable cursor or when the cluster cannot tell, everything it honors).
    */
-  private async resumeListen(targets: readonly SubscriptionTarget[], sink: ListenSink, from: EventId | undefined): Promise<void> {
+  private async resumeListen(targets: readonly SubscriptionTarget[], sink: ListenSink, from: EventId | undefined, acknowledge: (exact: boolean) => boolean): Promise<void> {
     let report: SinceReport | undefined;
     if (from !== undefined) {
       // Subscribed on the bus before anything is read: nothing falls between.
       await this.interestIn(targets, sink);
       report = await this.deps.resume.since(targets, from.position).catch(() => undefined);
     }
+    // Exact only once the cluster could tell (a position it never handed out cannot be told about).
+    if (!acknowledge(report !== undefined)) return;
     const wanted = LIST_NAMES.filter((list) => sink.wants?.(list) ?? true);
     const told =
       report === undefined

@@ -413,6 +413,44 @@ describe("sessions across broker instances", () => {
     expect(described(updates(resumed))).toEqual([B, A]);
   });
 
+  it("acknowledges a listen with a cursor: an update made after the acknowledgement, before any notification, reaches a stream resumed from it on another broker", async () => {
+    await fresh();
+    const [one, two] = [await broker(), await broker()];
+    const keeper = await initialize(one.url);
+    await subscribe(one.url, keeper, A);
+    const listen = (url: string, meta: Record<string, unknown> = {}) =>
+      openSse(url, MODERN, { jsonrpc: "2.0", id: 5, method: "subscriptions/listen", params: { notifications: { resourceSubscriptions: [A] }, _meta: { ...MODERN_META, ...meta } } });
+    const first = await listen(one.url);
+    streams.push(first);
+    await eventually(() => first.events.length === 1, "the acknowledgement");
+    const cursor = (first.events[0]?.data as { params: { _meta: Record<string, unknown> } }).params._meta["io.mcp-broker/cursor"];
+    expect(cursor).toMatch(/^1:[^:]+:[^:]+:\d+$/);
+    first.close();
+    server.emitUpdate("test://static/a");
+    await eventually(async () => {
+      const redis = new Redis(redisUrl);
+      try {
+        return Number(await redis.hget(`${prefix}stamps:leg`, "utest://static/a")) > Number(String(cursor).split(":")[3]);
+      } finally {
+        redis.disconnect();
+      }
+    }, "the update while the listen was closed");
+    const resumed = await listen(two.url, { "io.mcp-broker/cursor": cursor });
+    streams.push(resumed);
+    await eventually(() => updates(resumed).length === 1, "the resumption");
+    expect(resumed.events[0]?.data).toMatchObject({ params: { _meta: { "io.mcp-broker/resumed": "exact", "io.mcp-broker/cursor": cursor } } });
+    expect(described(updates(resumed))).toEqual([A]);
+
+    // A position the cluster never handed out cannot be resumed from exactly: everything is announced, and said so.
+    const future = String(cursor).replace(/\d+$/, "999999999");
+    const forward = await listen(two.url, { "io.mcp-broker/cursor": future });
+    streams.push(forward);
+    await eventually(() => updates(forward).length === 1, "the announcement");
+    const acknowledged = (forward.events[0]?.data as { params: { _meta: Record<string, unknown> } }).params._meta;
+    expect(acknowledged["io.mcp-broker/resumed"]).toBe("everything");
+    expect(acknowledged["io.mcp-broker/cursor"]).not.toBe(future);
+  });
+
   it("announces everything once for a forged or malformed Last-Event-ID, and for a cursor of another principal or cluster", async () => {
     await fresh();
     const [one, two] = [await broker(), await broker()];

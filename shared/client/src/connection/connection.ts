@@ -277,6 +277,7 @@ export class Connection {
       },
       resumedExactly: () => this.settings.cursor?.takeExactResume() ?? false,
       refusals: () => this.settings.cursor?.takeRefusals() ?? new Map(),
+      resume: (on) => this.settings.cursor?.resume(on),
     });
   }
 

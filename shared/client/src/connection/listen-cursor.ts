@@ -19,18 +19,29 @@ const ACKNOWLEDGED = "notifications/subscriptions/acknowledged";
 type Message = { method?: unknown; params?: { _meta?: Record<string, unknown> } };
 
 /**
- * The resume cursor of a client's listen streams: the last one a server wrote on a notification.
- * Kept across connections, so that a listen reopened after any drop (or on another broker of a
- * fleet) asks to resume from there, and the broker sends what changed meanwhile. A server that
- * does not know the extension never writes one, and ignores it in requests.
+ * The resume cursor of a client's listen streams: the last one a server wrote on a notification
+ * or an acknowledgement. Kept across connections, so that a listen reopened after any drop (or on
+ * another broker of a fleet) asks to resume from there, and the broker sends what changed
+ * meanwhile. A server that does not know the extension never writes one, and ignores it in requests.
  */
 export class ListenCursor {
   private last: string | undefined;
+  private resuming = true;
   private resumed: unknown;
   private refusals = new Map<string, RefusalReason>();
 
   get value(): string | undefined {
     return this.last;
+  }
+
+  /**
+   * Whether the listens sent from now on ask to resume from the cursor: a stream reopened after a
+   * drop, or restored on a new connection, does; one that replaces an open stream to change its
+   * filter does not (the open stream covers the overlap, and a resumption would tell the URIs
+   * just added as updated: the broker cannot know that the earlier stream did not hold them).
+   */
+  resume(on: boolean): void {
+    this.resuming = on;
   }
 
   /**
@@ -99,7 +110,7 @@ export class ListenCursor {
 
   private annotate(message: JSONRPCMessage): JSONRPCMessage {
     const request = message as Message;
-    if (request.method !== "subscriptions/listen" || this.last === undefined) return message;
+    if (request.method !== "subscriptions/listen" || this.last === undefined || !this.resuming) return message;
     return { ...message, params: { ...request.params, _meta: { ...request.params?._meta, [CURSOR_META]: this.last } } };
   }
 }

@@ -28,6 +28,8 @@ export interface ListenStreamDeps {
   resumedExactly(): boolean;
   /** Why the stream just acknowledged left URIs out, where the server said (see `ListenCursor.takeRefusals`). Asked once per acknowledged stream. */
   refusals(): ReadonlyMap<string, RefusalReason>;
+  /** Whether the next streams opened ask to resume from the last cursor (see `ListenCursor.resume`). */
+  resume(on: boolean): void;
 }
 
 /**
@@ -102,6 +104,12 @@ const namedOrAll: Culprits = (error, wanted) => {
 export class ListenStream implements SubscriptionChannel {
   private state: StreamState;
   private uris: readonly string[] = [];
+  /**
+   * Whether the next opening continues a stream that is gone (restored on a new connection,
+   * reopened after a drop), so asks to resume from the last cursor; an opening that replaces an
+   * open stream, or one opened when none was needed, starts afresh.
+   */
+  private continuing = false;
   private readonly queue = new SerialQueue();
 
   constructor(
@@ -141,6 +149,7 @@ export class ListenStream implements SubscriptionChannel {
   restore(uris: readonly string[]): Promise<Map<string, unknown>> {
     return this.queue.run(async () => {
       const refused = new Map<string, unknown>();
+      this.continuing = true;
       try {
         await this.openRefusing(uris, namedOrAll, refused);
       } catch (error) {
@@ -215,8 +224,10 @@ export class ListenStream implements SubscriptionChannel {
   private async open(uris: readonly string[]): Promise<Opening> {
     if (this.isClosed()) throw notConnected();
     const filter = this.filterFor(uris);
+    this.deps.resume(this.continuing || this.state.kind === "dropped");
     const next = Object.keys(filter).length === 0 ? undefined : await this.connection.request((client, options) => client.listen(filter, options));
     const previous = this.state;
+    this.continuing = false;
     if (previous.kind === "closed") {
       void next?.close().catch(() => undefined);
       throw notConnected();

@@ -81,6 +81,38 @@ describe("BrokerClient listen cursor against the broker (modern era)", () => {
     }
   });
 
+  it("reopens a stream cut before its first notification from the acknowledgement's cursor, and changes its filter without one", async () => {
+    const files = await tempFilesDir();
+    const demo = await startDemoBroker(files.dir);
+    const controls = listenControls();
+    const client = new BrokerClient({ url: demo.url, era: "modern", fetch: controls.fetch, listChangedDebounceMs: 20, reconnect: { heartbeatIntervalMs: 0 } });
+    try {
+      await client.connect();
+      await client.subscribeToResource("demo+demo://counter");
+      expect(firstText(await client.readResource("demo+demo://counter"))).toBe("0");
+      // Replacing the open stream to change the filter: no resumption (the open one covers the overlap).
+      expect(controls.listens.map((meta) => meta[CURSOR])).toEqual([undefined, undefined]);
+
+      const changes = record(client, "resourceContentChange");
+      const toolLoads = record(client, "toolsChange");
+      const release = controls.hold();
+      const reopening = controls.listens.length + 1;
+      controls.cut();
+      await eventually(() => controls.listens.length === reopening, "the listen stream to be reopened");
+      await client.callTool("demo__bump_counter");
+      release();
+
+      await eventually(() => changes.some((c) => firstText(c.entry?.content) === "1"), "the missed update to be delivered");
+      expect(controls.listens.at(-1)?.[CURSOR]).toMatch(/^1:/);
+      expect(changes.every((c) => c.cause === "update" && c.reason === "notification")).toBe(true);
+      expect(toolLoads).toEqual([]);
+    } finally {
+      await client.disconnect();
+      await demo.close();
+      await files.remove();
+    }
+  });
+
   it("rejects a subscription the broker leaves out of the listen filter with the broker's reason (data.error), as the legacy era gets it", async () => {
     const files = await tempFilesDir();
     const demo = await startDemoBroker(files.dir, 0, { maxPerSession: 1 });
