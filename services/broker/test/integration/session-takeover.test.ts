@@ -377,6 +377,19 @@ describe("sessions across broker instances", () => {
     await eventually(async () => (await post(one.url, { jsonrpc: "2.0", id: 7, method: "ping" }, headersOf(sessionId))).status === 404, "the first broker to end it");
   });
 
+  /** Waits until the update log stamped `uri` (the test backend's) after the position `cursor` names. */
+  async function stampedAfter(uri: string, cursor: unknown): Promise<void> {
+    await eventually(async () => {
+      const redis = new Redis(redisUrl);
+      try {
+        const stamp = await redis.hget(`${prefix}stamps:leg`, `u${uri}`);
+        return stamp !== null && Number(stamp) > Number(String(cursor).split(":")[3]);
+      } finally {
+        redis.disconnect();
+      }
+    }, `an update of ${uri} after the cursor`);
+  }
+
   it("resumes a listen stream from its cursor on another broker, with exactly what changed since", async () => {
     await fresh();
     const [one, two] = [await broker(), await broker()];
@@ -395,14 +408,7 @@ describe("sessions across broker instances", () => {
     expect(cursor).toMatch(/^1:[^:]+:[^:]+:\d+$/);
     first.close();
     server.emitUpdate("test://static/b");
-    await eventually(async () => {
-      const redis = new Redis(redisUrl);
-      try {
-        return (await redis.hget(`${prefix}stamps:leg`, "utest://static/b")) !== null && Number(await redis.hget(`${prefix}stamps:leg`, "utest://static/b")) > Number(String(cursor).split(":")[3]);
-      } finally {
-        redis.disconnect();
-      }
-    }, "the update while the listen was closed");
+    await stampedAfter("test://static/b", cursor);
 
     const resumed = await listen(two.url, { "io.mcp-broker/cursor": cursor });
     streams.push(resumed);
@@ -427,14 +433,7 @@ describe("sessions across broker instances", () => {
     expect(cursor).toMatch(/^1:[^:]+:[^:]+:\d+$/);
     first.close();
     server.emitUpdate("test://static/a");
-    await eventually(async () => {
-      const redis = new Redis(redisUrl);
-      try {
-        return Number(await redis.hget(`${prefix}stamps:leg`, "utest://static/a")) > Number(String(cursor).split(":")[3]);
-      } finally {
-        redis.disconnect();
-      }
-    }, "the update while the listen was closed");
+    await stampedAfter("test://static/a", cursor);
     const resumed = await listen(two.url, { "io.mcp-broker/cursor": cursor });
     streams.push(resumed);
     await eventually(() => updates(resumed).length === 1, "the resumption");

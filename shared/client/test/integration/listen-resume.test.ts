@@ -42,6 +42,16 @@ function listenControls(): { fetch: FetchLike; listens: Record<string, unknown>[
   };
 }
 
+/** Cuts the open listen stream and holds its reopening while `meanwhile` runs. */
+async function whileCut(controls: ReturnType<typeof listenControls>, meanwhile: () => Promise<unknown>): Promise<void> {
+  const release = controls.hold();
+  const reopening = controls.listens.length + 1;
+  controls.cut();
+  await eventually(() => controls.listens.length === reopening, "the listen stream to be reopened");
+  await meanwhile();
+  release();
+}
+
 describe("BrokerClient listen cursor against the broker (modern era)", () => {
   it("reopens a cut listen stream from its cursor: the updates missed meanwhile arrive as notifications, with no resync", async () => {
     const files = await tempFilesDir();
@@ -61,13 +71,10 @@ describe("BrokerClient listen cursor against the broker (modern era)", () => {
       // The stream is cut; two updates happen while it is away; then it reopens.
       const changes = record(client, "resourceContentChange");
       const toolLoads = record(client, "toolsChange");
-      const release = controls.hold();
-      const reopening = controls.listens.length + 1;
-      controls.cut();
-      await eventually(() => controls.listens.length === reopening, "the listen stream to be reopened");
-      await client.callTool("demo__bump_counter");
-      await client.callTool("demo__bump_counter");
-      release();
+      await whileCut(controls, async () => {
+        await client.callTool("demo__bump_counter");
+        await client.callTool("demo__bump_counter");
+      });
 
       await eventually(() => changes.some((c) => firstText(c.entry?.content) === "3"), "the missed updates to be delivered");
       expect(controls.listens.at(-1)?.[CURSOR]).toMatch(/^1:/);
@@ -95,12 +102,7 @@ describe("BrokerClient listen cursor against the broker (modern era)", () => {
 
       const changes = record(client, "resourceContentChange");
       const toolLoads = record(client, "toolsChange");
-      const release = controls.hold();
-      const reopening = controls.listens.length + 1;
-      controls.cut();
-      await eventually(() => controls.listens.length === reopening, "the listen stream to be reopened");
-      await client.callTool("demo__bump_counter");
-      release();
+      await whileCut(controls, () => client.callTool("demo__bump_counter"));
 
       await eventually(() => changes.some((c) => firstText(c.entry?.content) === "1"), "the missed update to be delivered");
       expect(controls.listens.at(-1)?.[CURSOR]).toMatch(/^1:/);
