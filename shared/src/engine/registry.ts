@@ -51,8 +51,10 @@ export interface Heartbeat {
    */
   alive: boolean;
   /**
-   * Redis lost writes of this process since its previous heartbeat: it restarted empty, or from a
-   * snapshot older than that heartbeat. What the process holds must be written back.
+   * Redis may have lost writes of this process since its previous heartbeat: it restarted empty,
+   * or from a snapshot older than that heartbeat, or another server answers (Redis restarted, or a
+   * replica took over: its snapshot or replication stream may miss writes made after the
+   * heartbeat). What the process holds must be written back.
    */
   lost: boolean;
 }

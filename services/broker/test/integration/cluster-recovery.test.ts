@@ -64,7 +64,7 @@ describe("cluster recovery after Redis lost its data", () => {
   });
 
   /** Two brokers on a Redis of this test's own; a legacy session subscribed on the second, with its stream open, and a listen stream on the first. */
-  async function deploy(dir?: string, beforeSessions?: (port: number) => Promise<void>) {
+  async function deploy(dir?: string, beforeSessions?: (port: number) => Promise<void>, instanceTtlMs = 2_000) {
     const port = await freePort();
     redis = await redisServer(port, dir);
     server = createTestServer({ name: "shared-backend" });
@@ -74,7 +74,7 @@ describe("cluster recovery after Redis lost its data", () => {
       subscriptions: { releaseGraceMs: 0 },
       lists: { debounceMs: 50 },
       redisUrl: `redis://127.0.0.1:${port}`,
-      redis: { keyPrefix: "recovery:", leaseTtlMs: 1_000, instanceTtlMs: 2_000, watcherTimeoutMs: 3_000 },
+      redis: { keyPrefix: "recovery:", leaseTtlMs: 1_000, instanceTtlMs, watcherTimeoutMs: 3_000 },
     };
     const [one, two] = [await startBroker(config), await startBroker(config)];
     brokers.push(one, two);
@@ -260,5 +260,30 @@ describe("cluster recovery after Redis lost its data", () => {
       expect((await post(deployed.two.url, { jsonrpc: "2.0", id: 4, method: "ping" }, deployed.headers)).status).toBe(200);
       // The session is the cluster's again: the other broker adopts it.
       await eventually(async () => (await post(deployed.one.url, { jsonrpc: "2.0", id: 3, method: "ping" }, deployed.headers)).status === 200, "the session written back", 5_000);
+    }), 60_000);
+
+  it("writes back what it holds when Redis comes back from a snapshot taken after its last heartbeat but before its sessions subscribed", () =>
+    withSnapshots(async (dir) => {
+      // Heartbeats 4 s apart: the snapshot is taken right after one, and Redis restarts before the next.
+      let saved: Record<string, number> = {};
+      const deployed = await deploy(
+        dir,
+        async (port) => {
+          const before = await heartbeatSequences(port);
+          await eventually(async () => {
+            const now = await heartbeatSequences(port);
+            return Object.keys(now).length === 2 && Object.entries(now).every(([key, n]) => n > (before[key] ?? 0));
+          }, "a heartbeat of each member", 10_000);
+          await save(port);
+          saved = await heartbeatSequences(port);
+        },
+        20_000,
+      );
+      await restartFromSnapshot(deployed.port, dir, 200);
+      // The snapshot holds each member's last heartbeat: the sequence check finds nothing missing.
+      expect(await heartbeatSequences(deployed.port)).toEqual(saved);
+      const ended = countEnds(deployed);
+      await deliverAgain(deployed, ended);
+      await eventually(async () => (await post(deployed.one.url, { jsonrpc: "2.0", id: 3, method: "ping" }, deployed.headers)).status === 200, "the session written back", 10_000);
     }), 60_000);
 });

@@ -146,12 +146,13 @@ return tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 /**
  * KEYS: heartbeat, instances, the instance's reaped mark, its heartbeat sequence; ARGV: instance
  * id, ttl, the last sequence this instance knows landed ('' for none), the next (larger). Returns
- * {alive, lost}: alive 0 when the cluster had claimed the instance as dead (the mark is used up:
- * it is told once); lost 1 when the sequence is missing or below the one known to have landed
- * (Redis lost writes since: restarted empty, or from an older snapshot). A heartbeat that failed
- * on the way may have landed: it left a larger number, which is no loss. A heartbeat that merely
- * expired (a stall, Redis away or restarted) is not a death: nobody released anything the
- * instance held until a reaper claimed it.
+ * {alive, lost, server}: alive 0 when the cluster had claimed the instance as dead (the mark is
+ * used up: it is told once); lost 1 when the sequence is missing or below the one known to have
+ * landed (Redis lost writes since: restarted empty, or from an older snapshot). A heartbeat that
+ * failed on the way may have landed: it left a larger number, which is no loss. A heartbeat that
+ * merely expired (a stall, Redis away or restarted) is not a death: nobody released anything the
+ * instance held until a reaper claimed it. `server` is the Redis server's run id, which a restart
+ * or a failover changes (see `RedisRegistry.heartbeat`).
  */
 const HEARTBEAT = `
 local reaped = redis.call('DEL', KEYS[3])
@@ -161,7 +162,7 @@ local seen = redis.call('GET', KEYS[4])
 redis.call('SET', KEYS[4], ARGV[4])
 local lost = 0
 if ARGV[3] ~= '' and (not seen or tonumber(seen) < tonumber(ARGV[3])) then lost = 1 end
-return {1 - reaped, lost}
+return {1 - reaped, lost, string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or ''}
 `;
 
 /**
@@ -252,7 +253,7 @@ type RegistryCommands = {
   registryMarkWatched(refcounts: string, marks: string, uri: string): Promise<number>;
   registryAddMany(...numberOfKeysKeysAndArgs: (string | number)[]): Promise<string>;
   registryRemoveMany(...numberOfKeysKeysAndArgs: (string | number)[]): Promise<string>;
-  registryHeartbeat(heartbeat: string, instances: string, reaped: string, sequence: string, instanceId: string, ttlMs: number, landed: string, next: string): Promise<[number, number]>;
+  registryHeartbeat(heartbeat: string, instances: string, reaped: string, sequence: string, instanceId: string, ttlMs: number, landed: string, next: string): Promise<[number, number, string]>;
   registryDead(instances: string, suspects: string, prefix: string, instanceId: string, graceMs: number): Promise<string[]>;
   registryClaim(heartbeat: string, reaped: string, markMs: number): Promise<number>;
   registryAuditPrincipal(index: string, counts: string, principals: string, principal: string): Promise<number[]>;
@@ -273,6 +274,8 @@ export class RedisRegistry implements SubscriptionRegistry {
   private sequence: number | undefined;
   /** Heartbeats sent: the next one's sequence number. */
   private beats = 0;
+  /** The run id of the Redis server the last heartbeat landed on (undefined: none yet, or it did not say). */
+  private server: string | undefined;
 
   constructor(
     redis: RedisClient,
@@ -364,7 +367,7 @@ export class RedisRegistry implements SubscriptionRegistry {
   async heartbeat(ttlMs: number): Promise<Heartbeat> {
     const landed = this.sequence;
     const next = ++this.beats;
-    const [alive, lost] = await this.redis.registryHeartbeat(
+    const [alive, lost, server] = await this.redis.registryHeartbeat(
       this.keys.instance(this.instanceId),
       this.keys.instances(),
       this.keys.instanceReaped(this.instanceId),
@@ -375,10 +378,14 @@ export class RedisRegistry implements SubscriptionRegistry {
       String(next),
     );
     this.sequence = next;
+    // Another server (Redis restarted, or a replica took over) may have come back from a snapshot
+    // or a replication stream that holds the last heartbeat but not every write made after it.
+    const restarted = this.server !== undefined && server !== "" && server !== this.server;
+    if (server !== "") this.server = server;
     const now = performance.now();
     const away = this.lastBeat !== undefined && now - this.lastBeat > REAPED_MARK_MS;
     this.lastBeat = now;
-    return { alive: alive === 1 && !away, lost: lost === 1 };
+    return { alive: alive === 1 && !away, lost: lost === 1 || restarted };
   }
 
   async deadInstances(graceMs: number): Promise<string[]> {
