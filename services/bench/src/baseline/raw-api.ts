@@ -8,9 +8,10 @@ export type RawServerApi = {
   /**
    * Listens on 127.0.0.1; with `redisUrl`, streams are fed from Redis channels `bench:r:<key>`
    * (with `cluster`, sharded channels of that Redis Cluster instead, spread over its masters by key);
-   * with `relays`, POST /relay/<transport> goes through a bench backend of its own over that transport (see raw-relay.ts).
+   * with `relays`, POST /relay/<transport> goes through a bench backend of its own over that transport (see raw-relay.ts);
+   * with `store` (a Redis URL), the same routes under /store/ keep the requests' subscriptions in that Redis first.
    */
-  start(params: { redisUrl: string | undefined; cluster?: readonly string[]; relays?: readonly RelayTransport[] }): Promise<{ url: string }>;
+  start(params: { redisUrl: string | undefined; cluster?: readonly string[]; relays?: readonly RelayTransport[]; store?: string }): Promise<{ url: string }>;
   usage(params: { gc: boolean }): ProcessUsage | Promise<ProcessUsage>;
   census(params: Record<string, never>): { connections: number; channels: number };
   stop(params: Record<string, never>): Promise<void>;

@@ -8,6 +8,10 @@
  * acknowledgement that echoes them (the floor of opening a listen stream for that request). Started
  * with relays, `POST /relay/<transport>` hands the request to a bench backend of its own and answers with the
  * backend's answer (the floor of a request that needs an upstream round trip, see raw-relay.ts).
+ * Started with a store, each of these under `/store/` first makes one round trip to that Redis: a
+ * script that adds the request's URIs to (or, for an unsubscribe, removes them from) one set and
+ * counts them in a hash, and a listen stream's URIs are removed the same way when it closes (the
+ * floor of keeping subscriptions in Redis, as a cluster that enforces its limits exactly must).
  * One keep-alive comment goes to every stream every 15 s, like the broker's default.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
@@ -29,6 +33,28 @@ let connections = 0;
 /** Where streams' keys are subscribed: SUBSCRIBE on one Redis, or SSUBSCRIBE on a Redis Cluster (ioredis's one subscriber per master). */
 let subscriber: { subscribe(channel: string): Promise<unknown>; disconnect(): void } | undefined;
 const relays = new Map<string, Relay>();
+/** Keys of the store (see the file comment), and the script that changes them: ARGV "+" or "-", then the URIs. */
+const STORE_KEYS = ["bench:raw-store:subscriptions", "bench:raw-store:counts"] as const;
+const STORE_SCRIPT = `
+local n = 0
+for i = 2, #ARGV do n = n + redis.call(ARGV[1] == '+' and 'SADD' or 'SREM', KEYS[1], ARGV[i]) end
+redis.call('HINCRBY', KEYS[2], 'total', ARGV[1] == '+' and n or -n)
+return n
+`;
+type StoreRedis = Redis & { rawStore(subscriptions: string, counts: string, sign: string, ...uris: string[]): Promise<number> };
+let store: StoreRedis | undefined;
+
+/** One round trip to the store for `uris` (none: no round trip). */
+function stored(sign: "+" | "-", uris: readonly string[]): Promise<unknown> {
+  if (store === undefined || uris.length === 0) return Promise.resolve();
+  return store.rawStore(STORE_KEYS[0], STORE_KEYS[1], sign, ...uris);
+}
+
+/** What a subscribe or unsubscribe request changes in the store. */
+function storedFor(message: Record<string, unknown> | undefined): Promise<unknown> {
+  const uri = (message?.params as { uri?: unknown } | undefined)?.uri;
+  return typeof uri === "string" ? stored(message?.method === "resources/unsubscribe" ? "-" : "+", [uri]) : Promise.resolve();
+}
 
 function frameOf(uri: string): Buffer {
   return Buffer.from(`event: message\ndata: {"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":${JSON.stringify(uri)}}}\n\n`);
@@ -73,17 +99,22 @@ function readJson(req: IncomingMessage, then: (message: Record<string, unknown> 
   });
 }
 
-function answerRpc(req: IncomingMessage, res: ServerResponse): void {
+function answerRpc(req: IncomingMessage, res: ServerResponse, withStore: boolean): void {
   readJson(req, (message) => {
-    const body = JSON.stringify({ jsonrpc: "2.0", id: message?.id ?? null, result: {} });
-    res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
-    res.end(body);
+    const answer = (): void => {
+      const body = JSON.stringify({ jsonrpc: "2.0", id: message?.id ?? null, result: {} });
+      res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+      res.end(body);
+    };
+    if (!withStore) answer();
+    else storedFor(message).then(answer, (error: unknown) => res.writeHead(502).end((error as Error).message));
   });
 }
 
-function relayRpc(relay: Relay | undefined, req: IncomingMessage, res: ServerResponse): void {
+function relayRpc(relay: Relay | undefined, req: IncomingMessage, res: ServerResponse, withStore: boolean): void {
   readJson(req, (message) => {
-    const answered = relay === undefined || message === undefined ? Promise.reject(new Error("no relay for this transport")) : relay.call(message);
+    const answered =
+      relay === undefined || message === undefined ? Promise.reject(new Error("no relay for this transport")) : withStore ? storedFor(message).then(() => relay.call(message)) : relay.call(message);
     answered.then(
       (answer) => {
         const body = JSON.stringify(answer);
@@ -96,27 +127,40 @@ function relayRpc(relay: Relay | undefined, req: IncomingMessage, res: ServerRes
 }
 
 /** A `subscriptions/listen` request: a stream of the URIs it names, acknowledged with them. */
-function openListen(req: IncomingMessage, res: ServerResponse): void {
+function openListen(req: IncomingMessage, res: ServerResponse, withStore: boolean): void {
   readJson(req, (message) => {
     const params = message?.params as { notifications?: { resourceSubscriptions?: unknown } } | undefined;
     const asked = params?.notifications?.resourceSubscriptions;
     const uris = Array.isArray(asked) ? asked.filter((uri): uri is string => typeof uri === "string") : [];
     const ack = JSON.stringify({ jsonrpc: "2.0", method: "notifications/subscriptions/acknowledged", params: { notifications: { resourceSubscriptions: uris } } });
-    openStream(uris, res, `event: message\ndata: ${ack}\n\n`);
+    const open = (): void => openStream(uris, res, `event: message\ndata: ${ack}\n\n`);
+    if (!withStore) {
+      open();
+      return;
+    }
+    stored("+", uris).then(
+      () => {
+        res.once("close", () => void stored("-", uris).catch(() => undefined));
+        open();
+      },
+      (error: unknown) => res.writeHead(502).end((error as Error).message),
+    );
   });
 }
 
 const server = createServer((req, res) => {
   const url = new URL(req.url ?? "/", "http://localhost");
-  if (req.method === "GET" && url.pathname === "/sse") {
+  const withStore = url.pathname.startsWith("/store/");
+  const path = withStore ? url.pathname.slice("/store".length) : url.pathname;
+  if (req.method === "GET" && path === "/sse") {
     req.resume();
     openStream([url.searchParams.get("key") ?? ""], res);
-  } else if (req.method === "POST" && url.pathname === "/rpc") {
-    answerRpc(req, res);
-  } else if (req.method === "POST" && url.pathname.startsWith("/relay/")) {
-    relayRpc(relays.get(url.pathname.slice("/relay/".length)), req, res);
-  } else if (req.method === "POST" && url.pathname === "/listen") {
-    openListen(req, res);
+  } else if (req.method === "POST" && path === "/rpc") {
+    answerRpc(req, res, withStore);
+  } else if (req.method === "POST" && path.startsWith("/relay/")) {
+    relayRpc(relays.get(path.slice("/relay/".length)), req, res, withStore);
+  } else if (req.method === "POST" && path === "/listen") {
+    openListen(req, res, withStore);
   } else {
     req.resume();
     res.writeHead(404).end();
@@ -134,13 +178,21 @@ const shutdown = async (): Promise<void> => {
   server.closeAllConnections();
   await new Promise<void>((resolve) => server.close(() => resolve()));
   subscriber?.disconnect();
+  store?.disconnect();
   await Promise.all([...relays.values()].map((relay) => relay.close()));
   relays.clear();
 };
 
 const api: RawServerApi = {
-  start: async ({ redisUrl, cluster, relays: transports }) => {
+  start: async ({ redisUrl, cluster, relays: transports, store: storeUrl }) => {
     for (const transport of transports ?? []) relays.set(transport, await startRelay(transport));
+    if (storeUrl !== undefined) {
+      const redis = new Redis(storeUrl, { lazyConnect: true, maxRetriesPerRequest: 1, enableAutoPipelining: true });
+      await redis.connect();
+      redis.defineCommand("rawStore", { numberOfKeys: 2, lua: STORE_SCRIPT });
+      await redis.del(...STORE_KEYS);
+      store = redis as StoreRedis;
+    }
     const deliver = (channel: Buffer, message: Buffer): void => {
       const set = streams.get(channel.toString("latin1"));
       if (set === undefined || set.size === 0) return;

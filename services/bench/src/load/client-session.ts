@@ -33,7 +33,7 @@ async function during<T>(step: string, work: Promise<T>): Promise<T> {
  * - modern: one POST subscriptions/listen (MCP-Protocol-Version 2026-07-28, Mcp-Method, `_meta`
  *   envelope) whose SSE response is the stream; open once the acknowledgement arrives.
  * - raw: GET /sse?key=K on the baseline server.
- * - raw-listen: the modern listen request, to POST /listen on the baseline server.
+ * - raw-listen: the modern listen request, POSTed to the baseline server's listen route (its `url`).
  * Every `data:` line of the stream goes to `onData`.
  */
 export class ClientSession {
@@ -86,8 +86,7 @@ export class ClientSession {
     const notifications = { ...(uri !== "" && { resourceSubscriptions: this.uris }), ...(toolsListChanged && { toolsListChanged: true }) };
     const body = JSON.stringify({ jsonrpc: "2.0", id: `listen-${++this.nextId}`, method: "subscriptions/listen", params: { notifications, _meta: ENVELOPE } });
     const ack = new Promise<void>((resolve) => (this.acknowledged = resolve));
-    const target = this.kind === "raw-listen" ? new URL("/listen", this.url) : this.url;
-    await this.attachStream(target, { method: "POST", headers: { ...this.modernHeaders("subscriptions/listen"), "content-type": "application/json" }, body });
+    await this.attachStream(this.url, { method: "POST", headers: { ...this.modernHeaders("subscriptions/listen"), "content-type": "application/json" }, body });
     await ack;
   }
 

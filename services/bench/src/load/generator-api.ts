@@ -120,7 +120,7 @@ export interface RpcLoadParams {
   perWorker: string[][];
   /** Raw server base URL: POST /rpc (or GET /sse) there instead of the broker sessions. */
   rawUrl?: string;
-  /** The raw server's route for these requests instead of /rpc (e.g. /relay/stdio). */
+  /** The raw server's route for these requests instead of /rpc (e.g. /relay/stdio), or of /listen for listens (e.g. /store/listen). */
   rawPath?: string;
   /** Broker endpoints for `subscriptions/listen`. */
   urls?: string[];

@@ -122,7 +122,7 @@ async function listenOnce(url: URL, raw: boolean, uris: string): Promise<void> {
 
 async function rpcLoad(params: RpcLoadParams): Promise<RpcLoadResult> {
   if (params.method === "subscriptions/listen") {
-    const urls = (params.rawUrl !== undefined ? [params.rawUrl] : (params.urls ?? [])).map((u) => new URL(u));
+    const urls = params.rawUrl !== undefined ? [new URL(params.rawPath ?? "/listen", params.rawUrl)] : (params.urls ?? []).map((u) => new URL(u));
     if (urls.length === 0) throw new Error("subscriptions/listen load needs urls or rawUrl");
     return timedWorkers(params.perWorker, (w) => (uris) => listenOnce(urls[w % urls.length] as URL, params.rawUrl !== undefined, uris));
   }

@@ -57,32 +57,40 @@ export async function runSubscribeCost(ctx: BenchContext): Promise<ScenarioResul
   const rows: ResultRow[] = [];
   const table: (string | number)[][] = [];
 
-  ctx.log(`subscribe cost: raw request baselines, ${workers} workers × ${opsPerWorker}`);
-  const raw = await startRawPath(ctx, "subscribe-raw", [], { redis: false, relays: RELAYS });
-  let rawPost: Phase;
-  const rawListens = new Map<number, Phase>();
-  const rawRelays = new Map<RelayTransport, Phase>();
+  const withStore = ctx.redis.unavailableReason === undefined;
+  ctx.log(`subscribe cost: raw request baselines${withStore ? ", without and with a Redis round trip" : ""}, ${workers} workers × ${opsPerWorker}`);
+  const raw = await startRawPath(ctx, "subscribe-raw", [], { redis: false, relays: RELAYS, store: withStore });
+  /** The raw server's floors: plain, and (for the Redis engine) with each request's subscriptions kept in Redis first. */
+  const floors = { plain: emptyFloors(), redis: emptyFloors() };
   try {
     const perWorker = range(workers).map(own);
     await raw.fleet.rpcLoad({ method: "resources/subscribe", perWorker: perWorker.map((l) => l.slice(0, 20)), rawUrl: raw.rawUrl });
-    rawPost = await runPhase("raw JSON-RPC POST", raw.fleet, { method: "resources/subscribe", perWorker, rawUrl: raw.rawUrl }, async () => 0);
-    for (const transport of RELAYS) {
-      const rawPath = `/relay/${transport}`;
-      await raw.fleet.rpcLoad({ method: "resources/subscribe", perWorker: range(workers).map((w) => range(20, RELAY_WARM_KEY + w * 20).map(exposedUri)), rawUrl: raw.rawUrl, rawPath });
-      rawRelays.set(transport, await runPhase(`raw relay to a ${transport} backend`, raw.fleet, { method: "resources/subscribe", perWorker, rawUrl: raw.rawUrl, rawPath }, async () => 0));
-    }
-    for (const size of LISTEN_SIZES) {
-      rawListens.set(size, await runPhase(`raw listen stream, ${size} URIs`, raw.fleet, { method: "subscriptions/listen", perWorker: listenLists(size), rawUrl: raw.rawUrl }, async () => 0));
+    for (const [floor, prefix, suffix] of withStore ? STORE_VARIANTS : STORE_VARIANTS.slice(0, 1)) {
+      const into = floors[floor];
+      into.post = await runPhase(`raw JSON-RPC POST${suffix}`, raw.fleet, { method: "resources/subscribe", perWorker, rawUrl: raw.rawUrl, rawPath: `${prefix}/rpc` }, async () => 0);
+      for (const transport of floor === "plain" ? RELAYS : (["http"] as const)) {
+        const rawPath = `${prefix}/relay/${transport}`;
+        await raw.fleet.rpcLoad({ method: "resources/subscribe", perWorker: range(workers).map((w) => range(20, RELAY_WARM_KEY + w * 20).map(exposedUri)), rawUrl: raw.rawUrl, rawPath });
+        into.relays.set(transport, await runPhase(`raw relay to a ${transport} backend${suffix}`, raw.fleet, { method: "resources/subscribe", perWorker, rawUrl: raw.rawUrl, rawPath }, async () => 0));
+      }
+      for (const size of LISTEN_SIZES) {
+        into.listens.set(size, await runPhase(`raw listen stream, ${size} URIs${suffix}`, raw.fleet, { method: "subscriptions/listen", perWorker: listenLists(size), rawUrl: raw.rawUrl, rawPath: `${prefix}/listen` }, async () => 0));
+      }
     }
   } finally {
     await raw.stop();
   }
-  table.push(phaseRow("—", rawPost), ...[...rawRelays.values(), ...rawListens.values()].map((phase) => phaseRow("—", phase)));
+  for (const into of withStore ? [floors.plain, floors.redis] : [floors.plain]) {
+    table.push(...[into.post, ...into.relays.values(), ...into.listens.values()].filter((phase) => phase !== undefined).map((phase) => phaseRow("—", phase)));
+  }
 
   for (const engine of [ctx.memory, ctx.redis]) {
+    // The Redis engine keeps every subscription in Redis: its floor makes that round trip too.
+    const floor = engine === ctx.memory ? floors.plain : floors.redis;
+    const rawPost = floor.post ?? floors.plain.post;
     // The first subscriber's request waits for the upstream subscribe: its floor is the relay over the transport this engine's brokers reach the backend by.
-    const relay = rawRelays.get(engine === ctx.memory ? "stdio" : "http") ?? rawPost;
-    const baselineOf = (phase: Phase): Phase => (phase.listenSize !== undefined ? (rawListens.get(phase.listenSize) ?? rawPost) : phase.name === FIRST_PHASE ? relay : rawPost);
+    const relay = floor.relays.get(engine === ctx.memory ? "stdio" : "http") ?? rawPost;
+    const baselineOf = (phase: Phase): Phase | undefined => (phase.listenSize !== undefined ? (floor.listens.get(phase.listenSize) ?? rawPost) : phase.name === FIRST_PHASE ? relay : rawPost);
     const phaseNames = [FIRST_PHASE, "subscribe, later subscriber", "unsubscribe, not last", "unsubscribe, last", ...LISTEN_SIZES.map((size) => `listen, ${size} URIs`)];
     if (engine.unavailableReason !== undefined) {
       for (const name of phaseNames) rows.push(notRun(SCENARIO, engine.name, `${name}: ops/s`, "/s", `≥ ${OPS_TARGET}× raw`, engine.unavailableReason));
@@ -120,6 +128,7 @@ export async function runSubscribeCost(ctx: BenchContext): Promise<ScenarioResul
     for (const phase of phases) {
       const baseline = baselineOf(phase);
       table.push(phaseRow(engine.name, phase));
+      if (baseline === undefined) continue;
       // A baseline with failed requests measured something else: no verdict against it.
       const opsRatio = baseline.errors > 0 ? null : ratio(phase.opsPerSec, baseline.opsPerSec);
       const p99Ratio = baseline.errors > 0 ? null : ratio(phase.p99Ms, baseline.p99Ms);
@@ -143,6 +152,7 @@ export async function runSubscribeCost(ctx: BenchContext): Promise<ScenarioResul
       `Baselines, measured first in the same run: for subscribe and unsubscribe, ${workers} workers POSTing the same JSON-RPC requests to a plain Node HTTP server that answers {} (the floor of a request/response on this machine); ` +
       "for the first subscriber, whose answer waits for the upstream subscribe, the same requests to that server, which relays each to a bench backend of its own over the transport the engine's brokers use (stdio for the memory engine, Streamable HTTP with one MCP session for the Redis engine): the request written as it is, the backend's answer passed back, no SDK and no validation (the floor of a request that needs one upstream round trip; until 2026-11-27 the first subscriber was compared with the {} floor, which stays in the table as raw JSON-RPC POST); " +
       "for listens, the same workers sending the same subscriptions/listen requests (same URIs) to the plain server, which reads the JSON body, adds the stream to a set per URI and answers with an SSE stream whose first event acknowledges them all, timed until that acknowledgement, then closing it (the floor of opening a stream for that request; until 2026-11-26 the listen baseline was a bare GET stream of one key, whatever the request's size). " +
+      "The Redis engine keeps every subscription in Redis (the cluster's limits are exact), so its phases are compared with the same floors plus one round trip to the same Redis per request, made before the answer: one script (ioredis, auto-pipelined, as the brokers' registry scripts are) that adds the request's URIs to one set (an unsubscribe removes its URI) and counts them in a hash; a listen stream's URIs are removed the same way when it closes (rows '+ Redis round trip' in the phase table; until 2026-11-29 the Redis engine was compared with the floors without it, which stay in the table). " +
       `Redis engine: ${ctx.redis.description}; the workers' sessions spread over both brokers.`,
     rows,
     details: [
@@ -154,6 +164,22 @@ export async function runSubscribeCost(ctx: BenchContext): Promise<ScenarioResul
     ],
     findings,
   };
+}
+
+/** The raw server's routes for each floor: prefix and the suffix of its phases' names. */
+const STORE_VARIANTS: readonly (readonly ["plain" | "redis", string, string])[] = [
+  ["plain", "", ""],
+  ["redis", "/store", " + Redis round trip"],
+];
+
+interface Floors {
+  post: Phase | undefined;
+  relays: Map<RelayTransport, Phase>;
+  listens: Map<number, Phase>;
+}
+
+function emptyFloors(): Floors {
+  return { post: undefined, relays: new Map(), listens: new Map() };
 }
 
 function phaseRow(engine: string, p: Phase): (string | number)[] {
