@@ -162,7 +162,9 @@ export class McpEndpoint {
     const headers = { protocolVersion: header(req, "mcp-protocol-version"), mcpMethod: header(req, "mcp-method"), mcpName: header(req, "mcp-name") };
     // A revision neither era speaks: the SDK's classifier takes any version it does not know for a
     // later modern one, and told a legacy request it lacked the modern envelope.
-    const unsupported = unsupportedVersionHeader(headers.protocolVersion);
+    // Outside a legacy session and its initialize, only the modern revision can be used from here (as server/discover says).
+    const modernOnly = header(req, "mcp-session-id") === undefined && (message as { method?: unknown } | null)?.method !== "initialize";
+    const unsupported = unsupportedVersionHeader(headers.protocolVersion, modernOnly);
     if (unsupported !== undefined) {
       sendJson(res, 400, rpcError(idOf(message), unsupported.code, unsupported.message, unsupported.data));
       return;
@@ -644,9 +646,14 @@ function closedSignal(res: ServerResponse): AbortSignal {
   return closed.signal;
 }
 
-/** The SDK's unsupported-version error for an MCP-Protocol-Version header that names no revision this broker speaks, in either era. */
-function unsupportedVersionHeader(version: string | undefined): UnsupportedProtocolVersionError | undefined {
+/**
+ * The SDK's unsupported-version error for an MCP-Protocol-Version header that names no revision
+ * this broker speaks, in either era. The revisions it lists are those the client can retry with:
+ * `modernOnly` (a request outside a legacy session that is not an initialize) the modern one, as
+ * `server/discover` lists; otherwise every revision of both eras.
+ */
+function unsupportedVersionHeader(version: string | undefined, modernOnly = false): UnsupportedProtocolVersionError | undefined {
   const named = version?.trim();
   if (named === undefined || named === MODERN_PROTOCOL_VERSION || (LEGACY_PROTOCOL_VERSIONS as readonly string[]).includes(named)) return undefined;
-  return new UnsupportedProtocolVersionError({ supported: [MODERN_PROTOCOL_VERSION, ...LEGACY_PROTOCOL_VERSIONS], requested: named });
+  return new UnsupportedProtocolVersionError({ supported: modernOnly ? [MODERN_PROTOCOL_VERSION] : [MODERN_PROTOCOL_VERSION, ...LEGACY_PROTOCOL_VERSIONS], requested: named });
 }

@@ -191,6 +191,11 @@ describe("HTTP edge", () => {
     const unsupported = await answer({ ...auth(KEY_A), "mcp-protocol-version": "2099-01-01", "mcp-method": "tools/list" }, future);
     expect(unsupported.status).toBe(400);
     expect(unsupported.error?.message).toContain("2099-01-01");
+    // It lists what server/discover lists: the revision a modern request can retry with (the conformance suite checks that).
+    const discover = JSON.stringify({ jsonrpc: "2.0", id: 6, method: "server/discover", params: { _meta: MODERN_META } });
+    const discovered = await raw(running.url, { body: discover, headers: { ...auth(KEY_A), "mcp-protocol-version": "2026-07-28", "mcp-method": "server/discover" } });
+    expect((unsupported.error as { data?: unknown } | undefined)?.data).toEqual({ supported: ["2026-07-28"], requested: "2099-01-01" });
+    expect((JSON.parse(discovered.body) as { result: { supportedVersions: string[] } }).result.supportedVersions).toEqual(["2026-07-28"]);
   });
 
   it("answers an MCP-Protocol-Version that neither era speaks with 400 and the unsupported-version error, on a legacy session's requests too", async () => {
