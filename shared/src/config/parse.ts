@@ -1,6 +1,6 @@
 import type { z } from "zod";
 import { ConfigError } from "../errors.js";
-import { brokerConfigSchema, SEED_NODE, type BrokerConfig } from "./schema.js";
+import { brokerConfigSchema, REDIS_URL, REDIS_URL_EXPECTED, SEED_NODE, type BrokerConfig } from "./schema.js";
 
 /** Environment variables that override the file (see README "Configuration"). */
 export interface ConfigEnv {
@@ -32,6 +32,7 @@ export function parseConfig(value: unknown, source: string, env: ConfigEnv = {},
   const url = env.REDIS_URL !== undefined && env.REDIS_URL !== "" ? env.REDIS_URL : undefined;
   const nodes = env.REDIS_CLUSTER_NODES !== undefined && env.REDIS_CLUSTER_NODES.trim() !== "" ? env.REDIS_CLUSTER_NODES.split(",").map((node) => node.trim()) : undefined;
   if (url !== undefined && nodes !== undefined) issues.push("REDIS_URL and REDIS_CLUSTER_NODES (environment): set one (one Redis, or a Redis Cluster's seed nodes), not both");
+  else if (url !== undefined && !REDIS_URL.test(url)) issues.push(`REDIS_URL (environment): '${url}' is not ${REDIS_URL_EXPECTED}`);
   else if (url !== undefined) {
     config.redisUrl = url;
     delete config.redis.cluster;

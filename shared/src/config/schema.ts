@@ -5,6 +5,10 @@ import { z } from "zod";
  * must start with a letter (URI scheme rule) and may not contain `_` or `+` (keeps both splits
  * unambiguous).
  */
+/** What `redisUrl` (and REDIS_URL) must look like: ioredis reads these. */
+export const REDIS_URL = /^rediss?:\/\/\S+$/i;
+export const REDIS_URL_EXPECTED = "a redis:// or rediss:// URL, such as redis://127.0.0.1:6379";
+
 export const BACKEND_ID_PATTERN = /^[a-z][a-z0-9-]{0,62}$/;
 
 /** Node timers fire at once for longer delays than this (2^31 - 1 ms, about 24.8 days). */
@@ -188,7 +192,7 @@ export const brokerConfigSchema = z
       .strict()
       .prefault({}),
     /** Set (or REDIS_URL): the Redis engine; every instance with the same Redis and key prefix is one cluster. */
-    redisUrl: z.string().optional(),
+    redisUrl: z.string().regex(REDIS_URL, REDIS_URL_EXPECTED).optional(),
     redis: z
       .object({
         /** Prefix of every Redis key and channel: clusters sharing one Redis need different prefixes. */

@@ -114,6 +114,15 @@ describe("config", () => {
     await expect(loadConfigFile(target)).rejects.toThrow(/not valid JSON/);
   });
 
+  it("refuses a Redis URL that is not one (a typo in REDIS_URL is a config error, not a start failure)", () => {
+    for (const url of ["garbage", "127.0.0.1:6379", "http://r:6379", "redis://"]) {
+      expect(() => parseConfig({ backends: [] }, "x.json", { REDIS_URL: url }), url).toThrow(/redisUrl|REDIS_URL/);
+      expect(() => parseConfig({ backends: [], redisUrl: url }, "x.json", {}), url).toThrow(/redisUrl/);
+    }
+    expect(() => parseConfig({ backends: [], redisUrl: "" }, "x.json", {})).toThrow(/redisUrl/);
+    expect(parseConfig({ backends: [], redisUrl: "rediss://user:pw@r.example:6380/2" }, "x.json", {}).redisUrl).toBe("rediss://user:pw@r.example:6380/2");
+  });
+
   it("applies PORT, HOST and REDIS_URL over the file, and command-line flags over both", () => {
     const config = parseConfig({ backends: [] }, "x.json", { PORT: "4100", HOST: "0.0.0.0", REDIS_URL: "redis://r:6379" });
     expect(config.server).toMatchObject({ port: 4100, host: "0.0.0.0" });
