@@ -61,6 +61,8 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
           listChanged: (connection, kind) => this.lists.changed(connection, kind),
           subscriptionsRefused: (connection, refused) => this.subscriptionsDropped(connection, refused),
           gap: (connection) => this.notificationsMissed(connection, { lists: true }),
+          // List changes and updates are not heard meanwhile: say why (it is asked again after a backoff).
+          streamRefused: (_connection, error) => this.emit("error", { operation: "listen", error }),
           lost: onLost,
         }),
       establish: (connection, reconnecting) => this.establish(connection, reconnecting),
@@ -430,7 +432,8 @@ export class BrokerClient extends TypedEventTarget<BrokerClientEventMap> {
     // A listener may have called disconnect() (or the connection dropped): nothing more to set up.
     if (!this.serving(connection)) return;
     await this.lists.loadAll(connection);
-    if (reconnecting) this.notificationsMissed(connection, { lists: false });
+    // A listen stream the server resumed exactly was sent what changed while the client was away.
+    if (reconnecting && connection.channel.resumedExactly !== true) this.notificationsMissed(connection, { lists: false });
   }
 
   /** Whether `connection` is still the one calls go to (not replaced, closed or lost). */

@@ -57,6 +57,8 @@ export interface ConnectionListener {
   subscriptionsRefused(connection: Connection, refused: ReadonlyMap<string, unknown>): void;
   /** Notifications may have been lost (a dropped listen stream was reopened). */
   gap(connection: Connection): void;
+  /** The server refused the listen stream itself; it is asked again after a backoff (see `ListenStream`). */
+  streamRefused(connection: Connection, error: unknown): void;
   /** The connection dropped; at most once, and never after `close()`. */
   lost(connection: Connection, error: BrokerClientError): void;
 }
@@ -274,6 +276,9 @@ export class Connection {
       },
       reopened: () => {
         if (this.phase === "open") this.listener.gap(this);
+      },
+      streamRefused: (error) => {
+        if (this.phase === "open" || this.phase === "opening") this.listener.streamRefused(this, error);
       },
       resumedExactly: () => this.settings.cursor?.takeExactResume() ?? false,
       refusals: () => this.settings.cursor?.takeRefusals() ?? new Map(),

@@ -22,6 +22,11 @@ export interface ListenStreamDeps {
   /** A dropped stream is open again: notifications sent in between were lost. */
   reopened(): void;
   /**
+   * The server refused the stream itself (such as the principal's session limit): nothing it would
+   * carry is heard until a reopen, after a backoff, succeeds.
+   */
+  streamRefused(error: ProtocolError): void;
+  /**
    * Whether the stream just acknowledged resumed exactly where the last one left off (the server
    * sends what changed in between, so nothing was lost). Asked once per acknowledged stream.
    */
@@ -55,6 +60,8 @@ type StreamState = OpenStream | { readonly kind: "dropped"; readonly attempt: nu
 interface Opening {
   readonly honored: Set<string>;
   readonly reopened: boolean;
+  /** Whether it resumed exactly from the last cursor (the server sent what changed meanwhile). */
+  readonly resumed: boolean;
   /** The server's reasons for URIs it left out, where it gave them. */
   readonly refusals: ReadonlyMap<string, RefusalReason>;
 }
@@ -110,6 +117,8 @@ export class ListenStream implements SubscriptionChannel {
    * open stream, or one opened when none was needed, starts afresh.
    */
   private continuing = false;
+  /** Whether the last restore resumed exactly where the previous connection's stream left off. */
+  private restoredExactly = false;
   private readonly queue = new SerialQueue();
 
   constructor(
@@ -150,14 +159,24 @@ export class ListenStream implements SubscriptionChannel {
     return this.queue.run(async () => {
       const refused = new Map<string, unknown>();
       this.continuing = true;
+      this.restoredExactly = false;
       try {
-        await this.openRefusing(uris, namedOrAll, refused);
+        this.restoredExactly = (await this.openRefusing(uris, namedOrAll, refused)).resumed;
       } catch (error) {
         if (!(error instanceof ProtocolError)) throw error;
+        this.deps.streamRefused(error);
         this.drop(0);
       }
       return refused;
     });
+  }
+
+  /**
+   * Whether the last `restore` resumed exactly where the previous connection's stream left off:
+   * the server sent what changed in between, so nothing needs re-checking.
+   */
+  get resumedExactly(): boolean {
+    return this.restoredExactly;
   }
 
   /**
@@ -223,6 +242,13 @@ export class ListenStream implements SubscriptionChannel {
    */
   private async open(uris: readonly string[]): Promise<Opening> {
     if (this.isClosed()) throw notConnected();
+    // URIs added while the stream was away: a resumption would report them updated (their watches
+    // began after the cursor). It resumes with what it held, then grows without a resumption.
+    if (this.state.kind === "dropped" && !this.continuing && uris.some((uri) => !this.uris.includes(uri))) {
+      const resumed = await this.open(this.uris.filter((uri) => uris.includes(uri)));
+      const grown = await this.open(uris);
+      return { ...grown, reopened: resumed.reopened, resumed: resumed.resumed };
+    }
     const filter = this.filterFor(uris);
     this.deps.resume(this.continuing || this.state.kind === "dropped");
     const next = Object.keys(filter).length === 0 ? undefined : await this.connection.request((client, options) => client.listen(filter, options));
@@ -242,7 +268,7 @@ export class ListenStream implements SubscriptionChannel {
     if (next !== undefined) this.watch(next);
     if (previous.kind === "open") void previous.subscription?.close().catch(() => undefined);
     // A stream that resumed exactly from the cursor was sent what changed meanwhile: no gap.
-    return { honored, reopened: previous.kind === "dropped" && !resumed, refusals };
+    return { honored, reopened: previous.kind === "dropped" && !resumed, resumed, refusals };
   }
 
   private isClosed(): boolean {
@@ -280,8 +306,9 @@ export class ListenStream implements SubscriptionChannel {
         // An add or remove may have reopened it meanwhile.
         if (this.state.kind === "dropped") await this.replace(this.uris, namedOrAll);
       });
-    } catch {
+    } catch (error) {
       if (this.state.kind !== "dropped" || this.state.attempt !== attempt) return;
+      if (error instanceof ProtocolError) this.deps.streamRefused(error);
       this.drop(attempt + 1);
     }
   }

@@ -27,6 +27,12 @@ export interface SubscriptionChannel {
    * only when the server could not be asked at all (no answer), never for a refusal.
    */
   restore(uris: readonly string[]): Promise<Map<string, unknown>>;
+  /**
+   * Whether the last `restore` resumed exactly where the previous connection left off (a listen
+   * stream the server resumed from its cursor: it sends what changed in between); false when
+   * notifications may have been missed.
+   */
+  readonly resumedExactly?: boolean;
   /** Stops everything this channel started; idempotent. */
   close(): Promise<void>;
 }

@@ -21,10 +21,10 @@ export interface DemoBroker {
  * one demo backend `demo` whose files live in `filesDir` (`subscriptions`: settings of that section). Resolves once the backend is connected
  * and its lists are loaded.
  */
-export async function startDemoBroker(filesDir: string, port = 0, subscriptions: Record<string, unknown> = {}): Promise<DemoBroker> {
+export async function startDemoBroker(filesDir: string, port = 0, subscriptions: Record<string, unknown> = {}, server: Record<string, unknown> = {}): Promise<DemoBroker> {
   const config = parseConfig(
     {
-      server: { host: "127.0.0.1", port },
+      server: { host: "127.0.0.1", port, ...server },
       logging: { level: "silent" },
       lists: { debounceMs: 50 },
       subscriptions: { releaseGraceMs: 0, ...subscriptions },

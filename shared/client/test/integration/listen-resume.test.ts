@@ -10,12 +10,16 @@ const CURSOR = "io.mcp-broker/cursor";
  * A fetch that lets the test cut the open listen stream (as a proxy's idle timeout would) and
  * hold the reopening, and records the `_meta` of every `subscriptions/listen` request.
  */
-function listenControls(): { fetch: FetchLike; listens: Record<string, unknown>[]; cut(): void; hold(): () => void } {
+function listenControls(): { fetch: FetchLike; listens: Record<string, unknown>[]; cut(): void; hold(): () => void; offline(on: boolean): void; discovers(): number } {
   const listens: Record<string, unknown>[] = [];
   const open = new Set<AbortController>();
   let gate: Promise<void> | undefined;
+  let down = false;
+  let discovers = 0;
   const fetchLike: FetchLike = async (url, init) => {
+    if (down) throw new TypeError("fetch failed (offline in the test)");
     const body = typeof init?.body === "string" ? (JSON.parse(init.body) as { method?: string; params?: { _meta?: Record<string, unknown> } }) : undefined;
+    if (body?.method === "server/discover") discovers++;
     if (body?.method !== "subscriptions/listen") return fetch(url, init);
     listens.push(body.params?._meta ?? {});
     await gate;
@@ -31,6 +35,8 @@ function listenControls(): { fetch: FetchLike; listens: Record<string, unknown>[
       for (const controller of open) controller.abort(new Error("cut by the test"));
       open.clear();
     },
+    offline: (on) => (down = on),
+    discovers: () => discovers,
     hold: () => {
       let release = (): void => undefined;
       gate = new Promise<void>((resolve) => (release = resolve));
@@ -110,6 +116,120 @@ describe("BrokerClient listen cursor against the broker (modern era)", () => {
       expect(toolLoads).toEqual([]);
     } finally {
       await client.disconnect();
+      await demo.close();
+      await files.remove();
+    }
+  });
+
+  it("does not report a URI subscribed while the stream was away as updated: the stream resumes with what it held, then grows", async () => {
+    const files = await tempFilesDir();
+    const demo = await startDemoBroker(files.dir);
+    const controls = listenControls();
+    const client = new BrokerClient({ url: demo.url, era: "modern", fetch: controls.fetch, listChangedDebounceMs: 20, reconnect: { heartbeatIntervalMs: 0 } });
+    try {
+      await client.connect();
+      await client.subscribeToResource("demo+demo://counter");
+      const updated = record(client, "resourceUpdated");
+      const changes = record(client, "resourceContentChange");
+      const before = controls.listens.length;
+      const probes = controls.discovers();
+      controls.cut();
+      // Seen as dropped: the client probes the server, and waits out a backoff (125-250 ms) before it reopens.
+      await eventually(() => controls.discovers() > probes, "the probe after the drop");
+      await client.subscribeToResource("demo+demo://clock");
+      // Resumed with the counter (the cursor), then grown by the clock (none).
+      expect(controls.listens.slice(before).map((meta) => typeof meta[CURSOR])).toEqual(["string", "undefined"]);
+      await client.callTool("demo__bump_counter");
+      await eventually(() => updated.some((u) => u.uri === "demo+demo://counter") || changes.some((c) => c.uri === "demo+demo://counter"), "the counter's update");
+      expect(updated.filter((u) => u.uri === "demo+demo://clock" && u.reason !== "notification")).toEqual([]);
+      expect(updated.filter((u) => u.reason === "resync")).toEqual([]);
+      expect(updated.filter((u) => u.uri === "demo+demo://clock").length).toBeLessThanOrEqual(updated.filter((u) => u.uri === "demo+demo://counter").length + 1);
+    } finally {
+      await client.disconnect();
+      await demo.close();
+      await files.remove();
+    }
+  });
+
+  it("reports a gap when the stream it replaced to add a URI had broken before the client noticed (nothing resumed it)", async () => {
+    const files = await tempFilesDir();
+    const demo = await startDemoBroker(files.dir);
+    const controls = listenControls();
+    const client = new BrokerClient({ url: demo.url, era: "modern", fetch: controls.fetch, listChangedDebounceMs: 20, reconnect: { heartbeatIntervalMs: 0 } });
+    try {
+      await client.connect();
+      await client.subscribeToResource("demo+demo://counter");
+      const updated = record(client, "resourceUpdated");
+      const before = controls.listens.length;
+      // Cut, and in the same turn a subscribe replaces the stream (without a cursor: it looked open).
+      controls.cut();
+      await client.subscribeToResource("demo+demo://clock");
+      expect(controls.listens.slice(before).map((meta) => typeof meta[CURSOR])).toEqual(["undefined"]);
+      // The cut stream ends before the new one is acknowledged (a drop, then the new stream ends it, with no resumption):
+      // what was sent in between is lost, and each subscription is reported once.
+      await eventually(() => updated.some((u) => u.uri === "demo+demo://counter" && u.reason === "resync"), "the counter resynced");
+    } finally {
+      await client.disconnect();
+      await demo.close();
+      await files.remove();
+    }
+  });
+
+  it("does not resync after a reconnect whose listen stream the broker resumed exactly: what changed meanwhile arrives as notifications", async () => {
+    const files = await tempFilesDir();
+    const demo = await startDemoBroker(files.dir);
+    const controls = listenControls();
+    const client = new BrokerClient({ url: demo.url, era: "modern", fetch: controls.fetch, listChangedDebounceMs: 20, reconnect: { initialDelayMs: 50, maxDelayMs: 200, heartbeatIntervalMs: 0 } });
+    const other = new BrokerClient({ url: demo.url, era: "modern", reconnect: { heartbeatIntervalMs: 0 } });
+    try {
+      await client.connect();
+      await other.connect();
+      await client.subscribeToResource("demo+demo://counter");
+      expect(firstText(await client.readResource("demo+demo://counter"))).toBe("0");
+      const changes = record(client, "resourceContentChange");
+      const updated = record(client, "resourceUpdated");
+      const reconnecting = nextEvent(client, "connectionChange", (d) => d.state === "reconnecting");
+      controls.offline(true);
+      controls.cut();
+      await reconnecting;
+      await other.callTool("demo__bump_counter");
+      const connected = nextEvent(client, "connectionChange", (d) => d.state === "connected");
+      controls.offline(false);
+      await connected;
+      await eventually(() => changes.some((c) => firstText(c.entry?.content) === "1"), "the update made while the client was away");
+      expect(controls.listens.at(-1)?.[CURSOR]).toMatch(/^1:/);
+      expect([...changes.map((c) => (c.cause === "update" ? c.reason : c.cause)), ...updated.map((u) => u.reason)].filter((reason) => reason === "resync")).toEqual([]);
+    } finally {
+      await client.disconnect();
+      await other.disconnect();
+      await demo.close();
+      await files.remove();
+    }
+  });
+
+  it("reports a listen stream the broker refuses (the principal's session limit) as an error, and hears list changes once a reopen gets through", async () => {
+    const files = await tempFilesDir();
+    const demo = await startDemoBroker(files.dir, 0, {}, { maxSessionsPerPrincipal: 1 });
+    const holder = new BrokerClient({ url: demo.url, era: "legacy", reconnect: { heartbeatIntervalMs: 0 } });
+    const client = new BrokerClient({ url: demo.url, era: "modern", listChangedDebounceMs: 20, reconnect: { heartbeatIntervalMs: 0 } });
+    try {
+      await holder.connect();
+      const refused = nextEvent(client, "error", (e) => e.operation === "listen");
+      await client.connect();
+      expect((await refused).error).toMatchObject({ code: -32011 });
+      await holder.disconnect();
+      const tools = client.getTools().length;
+      const changed = nextEvent(client, "toolsChange", (e) => e.tools.length > tools, 20_000);
+      // Until the stream is back the change is not heard: toggle until it is.
+      const toggling = setInterval(() => void client.callTool("demo__toggle_extra_tool").catch(() => undefined), 1_000);
+      try {
+        await changed;
+      } finally {
+        clearInterval(toggling);
+      }
+    } finally {
+      await client.disconnect();
+      await holder.disconnect();
       await demo.close();
       await files.remove();
     }
