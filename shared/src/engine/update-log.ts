@@ -34,8 +34,22 @@ export interface UpdateLog {
   /** The newest position handed out. */
   current(): Promise<number>;
   /**
-   * Positions go on from at least `position` (Redis lost the counter: what clients saw before must
-   * still come before whatever is handed out next).
+   * Hands out the next position to no update: a point in the cluster's order that a client's
+   * cursor can name (a listen's acknowledgement, a resumption's announcements). Every update
+   * published after it has a larger position, and a watch that starts after it a `since` at least
+   * as large; a watch that had started before it has a smaller `since`.
+   */
+  reserve(): Promise<number>;
+  /**
+   * Redis lost the counter: positions go on from at least `position` (what clients saw before must
+   * still come before whatever is handed out next), and positions up to it may have been handed
+   * out twice meanwhile (see `lostUpTo`).
    */
   raiseTo(position: number): Promise<void>;
+  /**
+   * The highest position that may have been handed out twice (Redis lost the counter, and it went
+   * on from below what clients had seen until the members raised it): a client's cursor at or below
+   * it cannot be resumed exactly. 0: none.
+   */
+  lostUpTo(): Promise<number>;
 }

@@ -552,6 +552,21 @@ export function updateLogContract(name: string, make: () => Promise<{ log: Updat
       expect(await log.stamps("b", ["k"])).toEqual([{ updated: positions[2], since: expect.any(Number) }]);
     });
 
+    it("reserves a position of its own: after every watch begun before it, before every update published and watch begun after it", async () => {
+      const { log } = await make();
+      await log.watched("b", "before");
+      const reserved = await log.reserve();
+      expect(reserved).toBe(await log.current());
+      const published = await log.publish(update("before"), ["before"]);
+      await log.watched("b", "after");
+      const [before, after] = await log.stamps("b", ["before", "after"]);
+      expect(before!.since).toBeLessThan(reserved);
+      expect(published).toBeGreaterThan(reserved);
+      expect(after!.since).toBeGreaterThanOrEqual(reserved);
+      await log.raiseTo(reserved + 1_000);
+      expect(await log.reserve()).toBe(reserved + 1_001);
+    });
+
     it("goes on from at least a raised floor, and never back", async () => {
       const { log } = await make();
       const now = await log.current();

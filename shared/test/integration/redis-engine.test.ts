@@ -72,6 +72,29 @@ describe("Redis catalog store", () => {
   });
 });
 
+describe("Redis positions after a loss", () => {
+  it("goes on from above what this member handed out, for catalog changes too, and marks what may have been handed out twice", async () => {
+    const [engine] = await cluster(1);
+    const { updates, catalog, redis, keys } = engine!;
+    const reserved = await updates.reserve();
+    const put = async (expected: number) => (await catalog.put("b", [{ kind: "tools", expected, body: { items: [] } }], "me"))?.[0]?.position;
+    expect(await put(0)).toBe(reserved + 1);
+    // Redis loses the counter: this member's catalog change still comes after what it handed out.
+    await redis.del(keys.positions());
+    expect(await put(1)).toBe(reserved + 2);
+    expect(await updates.lostUpTo()).toBe(0);
+    // Raised after the loss: positions up to the floor may have been handed out twice meanwhile.
+    await redis.set(keys.positions(), 3);
+    await updates.raiseTo(reserved + 100);
+    expect(await updates.lostUpTo()).toBe(reserved + 100);
+    // The mark only grows.
+    await updates.raiseTo(reserved + 50);
+    expect(await updates.lostUpTo()).toBe(reserved + 100);
+    expect(await updates.reserve()).toBe(reserved + 101);
+    expect(await updates.publish({ kind: "resource.updated", v: 1, origin: "me", backendId: "b", uri: "u", at: 1, update: 1 }, ["u"])).toBe(reserved + 102);
+  });
+});
+
 describe("Redis job queue", () => {
   it("hands a job whose member was killed mid-run to another member, with its data", async () => {
     const { queue, engine, name } = await jobQueue({ lockMs: 500 });

@@ -39,15 +39,33 @@ export class EventClock {
   private position = 0;
   private local = 0;
 
-  /** A cluster event at `position` goes out (positions arrive in order; an older one changes nothing). */
+  /**
+   * A cluster event at `position` goes out. Positions arrive in order, but for a while after Redis
+   * lost its counter they may start over below what went out: such an event takes the newest
+   * position and the next count, so the ids on any one stream keep increasing (a cursor from that
+   * while is not resumed exactly: see `UpdateLog.lostUpTo`).
+   */
   cluster(position: number): EventId {
-    if (position > this.position) this.position = position;
-    return { position, local: 0 };
+    if (position >= this.position) {
+      this.position = position;
+      return { position, local: 0 };
+    }
+    return { position: this.position, local: ++this.local };
   }
 
   /** An id for an event made up here, after everything passed on so far. */
   next(): EventId {
     return { position: this.position, local: ++this.local };
+  }
+
+  /**
+   * An id for an event made up here that must not come before `position` (one reserved in the
+   * cluster's order, see `UpdateLog.reserve`): a cursor naming it resumes after that point. The
+   * clock stays where it is: a live event handed out before `position`, still on its way, may follow
+   * with a lower one (a resumption from its cursor tells at most what it already told).
+   */
+  after(position: number): EventId {
+    return { position: Math.max(position, this.position), local: ++this.local };
   }
 
   /** The newest cluster position passed on. */

@@ -22,7 +22,7 @@ import type { NotificationSink } from "../fanout/interest-table.js";
 import { PreparedNotification } from "../fanout/prepared-notification.js";
 import { supportOf } from "./client-requests.js";
 import type { MemberCensus } from "@mcp-broker/shared";
-import { LegacySession, type SessionEnv, type SinceReport } from "./legacy-session.js";
+import { LegacySession, type SessionEnv } from "./legacy-session.js";
 import type { SessionResume } from "./session-resume.js";
 import type { ResumeCursors } from "./resume-cursor.js";
 import type { EventId } from "../fanout/event-ids.js";
@@ -59,7 +59,7 @@ export interface SessionHostDeps {
   /** Events each legacy session keeps for Last-Event-ID resumption. */
   resumeHistory: number;
   /** What the cluster can tell a session that resumes with an id its history does not cover. */
-  resume: Pick<SessionResume, "since" | "current">;
+  resume: Pick<SessionResume, "since" | "current" | "reserve">;
   cursors: ResumeCursors;
 }
 
@@ -624,22 +624,24 @@ export class SessionHost {
       this.listensById.set(id, sink);
       this.listenHoldings.set(id, { principal, honored: () => targetsOf(actor.getSnapshot().context.honored), since: Date.now() });
       this.deps.fanout.listen(sink);
-      const from = cursor === undefined ? undefined : this.deps.cursors.parse(cursor, principal);
-      // Interest is in place: whatever comes after the newest position passed on reaches this stream.
-      const fresh = this.deps.cursors.format(principal, { position: this.env.events.newest(), local: 0 });
-      if (from === undefined) {
-        if (cursor === undefined) {
-          onOutcome({ ...effect, refused, cursor: fresh });
-          return;
-        }
-        this.deps.logger.info({ principal, stream: id }, "listen: a cursor not of this cluster and principal; everything it honors is announced once");
+      const cursorAt = (position: number) => this.deps.cursors.format(principal, { position, local: 0 });
+      if (cursor === undefined) {
+        // A position handed out now, after the honored URIs' upstream watches began: a stream
+        // resumed from it is told what changes later, and nothing from before it opened.
+        void this.reservePosition().then((position) => {
+          if (!forgotten) onOutcome({ ...effect, refused, cursor: cursorAt(position) });
+        });
+        return;
       }
+      const from = this.deps.cursors.parse(cursor, principal);
+      if (from === undefined) this.deps.logger.info({ principal, stream: id }, "listen: a cursor not of this cluster and principal; everything it honors is announced once");
       // Held from before the acknowledgement: nothing that arrived meanwhile may precede what the resumption tells.
       sink.hold?.();
-      void this.resumeListen(targetsOf(actor.getSnapshot().context.honored), sink, from, (exact) => {
+      void this.resumeListen(targetsOf(actor.getSnapshot().context.honored), sink, from, (exact, at) => {
         // Closed while the cluster was asked: nothing to acknowledge or tell.
         if (forgotten) return false;
-        onOutcome({ ...effect, refused, resumed: exact ? "exact" : "everything", cursor: exact ? String(cursor) : fresh });
+        // The cursor it resumed from: broken before what follows arrives, it is told the same again.
+        onOutcome({ ...effect, refused, resumed: exact ? "exact" : "everything", cursor: typeof cursor === "string" ? cursor : cursorAt(at) });
         return true;
       });
     };
@@ -699,15 +701,12 @@ export class SessionHost {
    * since, merged with what arrives meanwhile in position order, then, once, what nobody can tell
    * (or, without a usable cursor or when the cluster cannot tell, everything it honors).
    */
-  private async resumeListen(targets: readonly SubscriptionTarget[], sink: ListenSink, from: EventId | undefined, acknowledge: (exact: boolean) => boolean): Promise<void> {
-    let report: SinceReport | undefined;
-    if (from !== undefined) {
-      // Subscribed on the bus before anything is read: nothing falls between.
-      await this.interestIn(targets, sink);
-      report = await this.deps.resume.since(targets, from.position).catch(() => undefined);
-    }
+  private async resumeListen(targets: readonly SubscriptionTarget[], sink: ListenSink, from: EventId | undefined, acknowledge: (exact: boolean, at: number) => boolean): Promise<void> {
+    // Subscribed on the bus before anything is read: nothing falls between.
+    if (from !== undefined) await this.interestIn(targets, sink);
+    const [report, at] = await Promise.all([from === undefined ? undefined : this.deps.resume.since(targets, from.position).catch(() => undefined), this.reservePosition()]);
     // Exact only once the cluster could tell (a position it never handed out cannot be told about).
-    if (!acknowledge(report !== undefined)) return;
+    if (!acknowledge(report !== undefined, at)) return;
     const wanted = LIST_NAMES.filter((list) => sink.wants?.(list) ?? true);
     const told =
       report === undefined
@@ -717,11 +716,17 @@ export class SessionHost {
             ...report.lists.filter(({ list }) => wanted.includes(list)).map(({ list, position }) => PreparedNotification.listChanged(list, { position, local: 0 })),
           ];
     const unknown = report === undefined ? targets : report.unknown;
+    // At the reserved position: a cursor of theirs resumes after the watches of what they announce began (from before it, they would be announced again).
     const late = [
-      ...unknown.map((target) => PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(target.backendId, target.uri), this.env.events.next())),
-      ...(report === undefined ? wanted.map((list) => PreparedNotification.listChanged(list, this.env.events.next())) : []),
+      ...unknown.map((target) => PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(target.backendId, target.uri), this.env.events.after(at))),
+      ...(report === undefined ? wanted.map((list) => PreparedNotification.listChanged(list, this.env.events.after(at))) : []),
     ];
     sink.release?.(told, late);
+  }
+
+  /** A position reserved in the cluster's order (see `UpdateLog.reserve`); Redis away: the newest this broker passed on. */
+  private reservePosition(): Promise<number> {
+    return this.deps.resume.reserve().catch(() => this.env.events.newest());
   }
 
   /**

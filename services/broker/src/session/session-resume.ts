@@ -9,7 +9,8 @@ const LISTS: readonly ListName[] = ["tools", "prompts", "resources"];
  * position it last saw (the update log's stamps, one read per backend), which lists changed after
  * it (the catalog versions this broker applied), and which subscriptions nobody can tell about
  * (watched only since it was handed out, or later). A position the cluster never handed out (forged, or from before
- * Redis lost its data) cannot be told about: it rejects, and the session announces everything.
+ * Redis lost its data), or one that may have been handed out twice (`UpdateLog.lostUpTo`), cannot
+ * be told about: it rejects, and the session announces everything.
  */
 export class SessionResume {
   constructor(
@@ -25,6 +26,11 @@ export class SessionResume {
     return this.deps.updates.current();
   }
 
+  /** A position handed out now, after every upstream watch begun so far (see `UpdateLog.reserve`). */
+  reserve(): Promise<number> {
+    return this.deps.updates.reserve();
+  }
+
   async since(targets: readonly SubscriptionTarget[], position: number): Promise<SinceReport> {
     const byBackend = new Map<string, SubscriptionTarget[]>();
     for (const target of targets) {
@@ -34,11 +40,14 @@ export class SessionResume {
     }
     // One round trip: the counter and every backend's stamps are read at once.
     const backends = [...byBackend];
-    const [handedOut, stampsByBackend] = await Promise.all([
+    const [handedOut, lost, stampsByBackend] = await Promise.all([
       this.deps.updates.current(),
+      this.deps.updates.lostUpTo(),
       Promise.all(backends.map(([backendId, held]) => this.deps.updates.stamps(backendId, held.map((target) => target.uri)))),
     ]);
     if (position > handedOut) throw new Error(`position ${position} was never handed out`);
+    // Handed out before Redis lost the counter (or twice since): what came after it cannot be told.
+    if (position <= lost) throw new Error(`position ${position} is from before Redis lost the cluster's positions`);
     const report: SinceReport = { updated: [], unknown: [], lists: [] };
     backends.forEach(([, held], b) => {
       const stamps = stampsByBackend[b] ?? [];

@@ -105,10 +105,16 @@ describe("cluster recovery after Redis lost its data", () => {
   it("writes back sessions and subscriptions: ids keep working, updates flow again, lists reload", async () => {
     const deployed = await deploy();
     const { port, one, headers, listen } = deployed;
+    const before = (listen.events[0]?.data as { params: { _meta: Record<string, unknown> } }).params._meta["io.mcp-broker/cursor"];
     await restartRedisEmpty(port);
 
     // Once written back and watched again, updates flow as before.
     await deliverAgain(deployed);
+    // A cursor from before the loss is resumed as everything: what happened before the write-back took positions from a counter that started over.
+    const resumed = await openSse(one.url, MODERN, { jsonrpc: "2.0", id: 7, method: "subscriptions/listen", params: { notifications: { resourceSubscriptions: ["leg+test://static/b"] }, _meta: { ...MODERN_META, "io.mcp-broker/cursor": before } } });
+    streams.push(resumed);
+    await eventually(() => resumed.events.length >= 1, "the resumed listen's acknowledgement");
+    expect(resumed.events[0]?.data).toMatchObject({ params: { _meta: { "io.mcp-broker/resumed": "everything" } } });
     // The session is known to the cluster again once its holder noticed (within a heartbeat; the
     // updates above may flow sooner): the other broker adopts it, no 404.
     await eventually(async () => (await post(one.url, { jsonrpc: "2.0", id: 3, method: "ping" }, headers)).status === 200, "the session written back", 5_000);

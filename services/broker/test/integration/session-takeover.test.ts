@@ -447,7 +447,40 @@ describe("sessions across broker instances", () => {
     await eventually(() => updates(forward).length === 1, "the announcement");
     const acknowledged = (forward.events[0]?.data as { params: { _meta: Record<string, unknown> } }).params._meta;
     expect(acknowledged["io.mcp-broker/resumed"]).toBe("everything");
-    expect(acknowledged["io.mcp-broker/cursor"]).not.toBe(future);
+    // Its cursor is the one given: broken before the announcement arrives, the stream is told everything again.
+    expect(acknowledged["io.mcp-broker/cursor"]).toBe(future);
+  });
+
+  it("acknowledges a listen at a position handed out after its watches began: resumed with nothing changed since, on either broker, it is told only what nobody could tell, once", async () => {
+    await fresh();
+    const [one, two] = [await broker(), await broker()];
+    // The cluster moves on without the first broker: it passes none of these updates on.
+    const keeper = await initialize(two.url);
+    await subscribe(two.url, keeper, A);
+    for (let i = 0; i < 3; i++) server.emitUpdate("test://static/a");
+    await stampedAfter("test://static/a", "::0:2");
+    const listen = (url: string, uris: string[], cursor: unknown) =>
+      openSse(url, MODERN, { jsonrpc: "2.0", id: 5, method: "subscriptions/listen", params: { notifications: { resourceSubscriptions: uris }, _meta: { ...MODERN_META, ...(cursor !== undefined && { "io.mcp-broker/cursor": cursor }) } } });
+    const cursorOf = (event: { data: unknown } | undefined) => (event?.data as { params: { _meta: Record<string, unknown> } }).params._meta["io.mcp-broker/cursor"];
+    const first = await listen(one.url, [A], undefined);
+    streams.push(first);
+    await eventually(() => first.events.length === 1, "the acknowledgement");
+    first.close();
+
+    // Resumed with B added, whose watch begins now: B is announced (nobody can tell what it missed), A is not.
+    const second = await listen(two.url, [A, B], cursorOf(first.events[0]));
+    streams.push(second);
+    await eventually(() => updates(second).length === 1, "the announcement of B");
+    second.close();
+    // Resumed from that announcement's cursor: nothing to tell; the first update is the live one.
+    const third = await listen(one.url, [A, B], cursorOf(updates(second)[0]));
+    streams.push(third);
+    await eventually(() => third.events.length === 1, "the acknowledgement");
+    server.emitUpdate("test://static/a");
+    await eventually(() => updates(third).length >= 1, "the live update");
+    expect(described(updates(second))).toEqual([B]);
+    expect(described(updates(third))).toEqual([A]);
+    expect(third.events[0]?.data).toMatchObject({ params: { _meta: { "io.mcp-broker/resumed": "exact" } } });
   });
 
   it("announces everything once for a forged or malformed Last-Event-ID, and for a cursor of another principal or cluster", async () => {

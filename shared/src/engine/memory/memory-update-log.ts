@@ -46,6 +46,15 @@ export class MemoryUpdateLog implements UpdateLog {
     return this.positions.current();
   }
 
+  async reserve(): Promise<number> {
+    return this.positions.next();
+  }
+
+  /** One process's counter is never lost. */
+  async lostUpTo(): Promise<number> {
+    return 0;
+  }
+
   async raiseTo(position: number): Promise<void> {
     this.positions.raiseTo(position);
   }

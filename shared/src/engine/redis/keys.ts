@@ -170,6 +170,11 @@ export class RedisKeys {
     return `${this.prefix}position`;
   }
 
+  /** The highest position the counter was raised to after Redis lost it: positions up to it may have been handed out twice. */
+  positionsLost(): string {
+    return `${this.prefix}position-lost`;
+  }
+
   /** This cluster's id (set by the first member that starts): resume cursors name the cluster they come from. */
   cluster(): string {
     return `${this.prefix}cluster`;

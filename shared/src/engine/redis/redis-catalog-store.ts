@@ -7,8 +7,9 @@ import { unavailable } from "./unavailable.js";
 /**
  * KEYS: the cluster's position counter, then one list hash per change. ARGV: the catalog channel,
  * the announcement's head (ending `"position":`), then per change its expected version and body
- * (JSON). Stores all or none, at one position, and announces them in the same step, so the
- * announcement takes its place among resource updates in position order.
+ * (JSON), then the floor (as the update log's publish: a counter Redis lost goes on from above
+ * what this member handed out). Stores all or none, at one position, and announces them in the
+ * same step, so the announcement takes its place among resource updates in position order.
  * Returns the position when stored, 0 when a stored version is not the expected one.
  */
 const PUT = `
@@ -16,6 +17,11 @@ for i = 2, #KEYS do
   if tonumber(redis.call('HGET', KEYS[i], 'version') or '0') ~= tonumber(ARGV[2 * i - 1]) then return 0 end
 end
 local position = redis.call('INCR', KEYS[1])
+local floor = tonumber(ARGV[#ARGV])
+if position <= floor then
+  position = floor + 1
+  redis.call('SET', KEYS[1], position)
+end
 for i = 2, #KEYS do
   redis.call('HSET', KEYS[i], 'version', tonumber(ARGV[2 * i - 1]) + 1, 'position', position, 'body', ARGV[2 * i])
 end
@@ -35,6 +41,8 @@ export class RedisCatalogStore implements CatalogStore, Positions {
   constructor(
     redis: RedisClient,
     private readonly keys: RedisKeys,
+    /** The newest position this member handed out, which its changes go on from (see `RedisUpdateLog.floorPosition`). */
+    private readonly positions: { readonly floorPosition: number; handedOut(position: number): void } = { floorPosition: 0, handedOut: () => undefined },
   ) {
     redis.defineCommand("catalogPut", { lua: keys.script(PUT) });
     this.redis = redis as RedisClient & CatalogCommands;
@@ -60,9 +68,10 @@ export class RedisCatalogStore implements CatalogStore, Positions {
     const lists = changes.map(({ kind, expected, body }) => ({ kind, body, version: expected + 1 }));
     const head = encodeCatalogHead({ kind: "catalog.changed", v: 1, origin, backendId, lists });
     const keys = [this.keys.positions(), ...changes.map(({ kind }) => this.keys.catalogList(backendId, kind))];
-    const args = [this.keys.channel(CHANNEL.catalog), head, ...changes.flatMap(({ expected, body }) => [expected, JSON.stringify(body)])];
+    const args = [this.keys.channel(CHANNEL.catalog), head, ...changes.flatMap(({ expected, body }) => [expected, JSON.stringify(body)]), this.positions.floorPosition];
     const position = await unavailable(this.redis.catalogPut(keys.length, ...keys, ...args));
     if (position === 0) return undefined;
+    this.positions.handedOut(position);
     return changes.map(({ expected, body }) => ({ ...body, version: expected + 1, position }));
   }
 

@@ -115,13 +115,14 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
   // On a cluster every key shares one hash tag, so that each script touches one slot (see keys.ts).
   const keys = seeds === undefined ? new RedisKeys(options.keyPrefix) : new RedisKeys(`{${options.keyPrefix}}`, true);
   const bus = new RedisBus(redis, subscriber, keys, options.onInvalidMessage);
+  const updates = new RedisUpdateLog(redis, keys);
   return {
     keys,
     bus,
     registry: new RedisRegistry(redis, keys, options.instanceId),
     leases: new RedisLeases(redis, keys),
-    catalog: new RedisCatalogStore(redis, keys),
-    updates: new RedisUpdateLog(redis, keys),
+    catalog: new RedisCatalogStore(redis, keys, updates),
+    updates,
     lastTrouble: () => troubleAt,
     sessions: new RedisSessionStore(redis, keys),
     redis,

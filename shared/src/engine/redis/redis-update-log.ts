@@ -50,9 +50,25 @@ redis.call('HDEL', KEYS[1], 'u' .. ARGV[1], 's' .. ARGV[1], 't' .. ARGV[1])
 return 1
 `;
 
-/** KEYS: the position counter. ARGV: floor. */
+/** KEYS: the position counter. ARGV: floor. The next position, handed out to no update (see `UpdateLog.reserve`); from above the floor, as a publish's. */
+const RESERVE = `
+local position = redis.call('INCR', KEYS[1])
+if position <= tonumber(ARGV[1]) then
+  position = tonumber(ARGV[1]) + 1
+  redis.call('SET', KEYS[1], position)
+end
+return position
+`;
+
+/**
+ * KEYS: the position counter, the lost mark. ARGV: floor. Redis lost the counter (restarted
+ * without it, or from an older snapshot): it goes on from at least the floor, and the mark says
+ * that positions up to the floor may have been handed out twice (since the loss, publishes and
+ * reservations went on from their own members' floors, which may be lower than another's).
+ */
 const RAISE = `
 if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[1]) then redis.call('SET', KEYS[2], ARGV[1]) end
 return 1
 `;
 
@@ -78,7 +94,8 @@ export const UPDATE_WATCHED_COMMAND = "updateWatched";
 export const UPDATE_UNWATCHED_COMMAND = "updateUnwatched";
 
 type UpdateLogCommands = {
-  updateRaise(positions: string, floor: number): Promise<number>;
+  updateRaise(positions: string, lost: string, floor: number): Promise<number>;
+  updateReserve(positions: string, floor: number): Promise<number>;
   updatePublish(numberOfKeys: number, ...keysAndArgs: (string | number)[]): Promise<number[]>;
   updateWatched(positions: string, stamps: string, key: string): Promise<number>;
   updateUnwatched(stamps: string, key: string): Promise<number>;
@@ -101,7 +118,7 @@ interface Pending {
  */
 export class RedisUpdateLog implements UpdateLog {
   private readonly redis: RedisClient & UpdateLogCommands;
-  /** The newest position this member published or raised the counter to. */
+  /** The newest position this member published, reserved or raised the counter to. */
   private floor = 0;
 
   constructor(
@@ -111,7 +128,8 @@ export class RedisUpdateLog implements UpdateLog {
     redis.defineCommand(UPDATE_PUBLISH_COMMAND, { lua: keys.script(PUBLISH) });
     redis.defineCommand(UPDATE_WATCHED_COMMAND, { numberOfKeys: 2, lua: WATCHED });
     redis.defineCommand(UPDATE_UNWATCHED_COMMAND, { numberOfKeys: 1, lua: UNWATCHED });
-    redis.defineCommand("updateRaise", { numberOfKeys: 1, lua: RAISE });
+    redis.defineCommand("updateRaise", { numberOfKeys: 2, lua: RAISE });
+    redis.defineCommand("updateReserve", { numberOfKeys: 1, lua: RESERVE });
     this.redis = redis as RedisClient & UpdateLogCommands;
   }
 
@@ -177,12 +195,33 @@ export class RedisUpdateLog implements UpdateLog {
     });
   }
 
+  /** To `position` or this member's own floor, whichever is higher (it reserved positions no client event carries yet). */
   async raiseTo(position: number): Promise<void> {
     if (position > this.floor) this.floor = position;
-    await this.redis.updateRaise(this.keys.positions(), position);
+    await this.redis.updateRaise(this.keys.positions(), this.keys.positionsLost(), this.floor);
+  }
+
+  async lostUpTo(): Promise<number> {
+    return Number((await this.redis.get(this.keys.positionsLost())) ?? 0);
+  }
+
+  /** The newest position this member published, reserved or raised the counter to: what it hands out next comes after it. */
+  get floorPosition(): number {
+    return this.floor;
+  }
+
+  /** This member handed out `position` otherwise (a catalog change): the floor follows. */
+  handedOut(position: number): void {
+    if (position > this.floor) this.floor = position;
   }
 
   async current(): Promise<number> {
     return Number((await this.redis.get(this.keys.positions())) ?? 0);
+  }
+
+  async reserve(): Promise<number> {
+    const position = Number(await this.redis.updateReserve(this.keys.positions(), this.floor));
+    if (position > this.floor) this.floor = position;
+    return position;
   }
 }
