@@ -151,6 +151,9 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     newestPosition: () => fanout.events.newest(),
     recover: async () => {
       catalog.forgetVersions();
+      // A list stored after the loss, and announced before this member noticed it, was taken for an
+      // older version than the one applied here and left out: read again, it is applied now.
+      await catalog.resync();
       await sessions.reregister();
     },
     retryReleases: () => sessions.retryReleases(),

@@ -268,6 +268,23 @@ describe("cluster recovery after Redis lost its data", () => {
       await eventually(async () => (await post(deployed.one.url, { jsonrpc: "2.0", id: 3, method: "ping" }, deployed.headers)).status === 200, "the session written back", 5_000);
     }), 60_000);
 
+  it("applies a list stored after Redis lost its data and announced before a member noticed the loss (its version number started over)", async () => {
+    // Heartbeats 4 s apart: the change lands long before either broker notices the loss.
+    const deployed = await deploy(undefined, undefined, 20_000);
+    const listed = async (url: string, name: string) => JSON.stringify((await post(url, { jsonrpc: "2.0", id: 8, method: "tools/list" }, deployed.headers)).json).includes(name);
+    // A change before the loss: the stored version is past 1 everywhere.
+    server.addTool("before-loss");
+    for (const broker of [deployed.one, deployed.two]) await eventually(() => listed(broker.url, "leg__before-loss"), "the change before the loss", 10_000);
+    const admin = new Redis(`redis://127.0.0.1:${deployed.port}`);
+    try {
+      await admin.flushall();
+    } finally {
+      admin.disconnect();
+    }
+    server.addTool("after-loss");
+    for (const broker of [deployed.one, deployed.two]) await eventually(() => listed(broker.url, "leg__after-loss"), `the change after the loss on ${broker.url}`, 15_000);
+  }, 60_000);
+
   it("writes back what it holds when Redis comes back from a snapshot taken after its last heartbeat but before its sessions subscribed", () =>
     withSnapshots(async (dir) => {
       // Heartbeats 4 s apart: the snapshot is taken right after one, and Redis restarts before the next.
