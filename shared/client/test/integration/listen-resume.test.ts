@@ -58,13 +58,27 @@ async function whileCut(controls: ReturnType<typeof listenControls>, meanwhile: 
   release();
 }
 
+/** A modern client (through `listenControls`) on a fresh demo broker; everything is closed after `run`. */
+async function withControlledClient(
+  reconnect: Record<string, number>,
+  run: (scenario: { demo: Awaited<ReturnType<typeof startDemoBroker>>; controls: ReturnType<typeof listenControls>; client: BrokerClient }) => Promise<void>,
+): Promise<void> {
+  const files = await tempFilesDir();
+  const demo = await startDemoBroker(files.dir);
+  const controls = listenControls();
+  const client = new BrokerClient({ url: demo.url, era: "modern", fetch: controls.fetch, listChangedDebounceMs: 20, reconnect: { heartbeatIntervalMs: 0, ...reconnect } });
+  try {
+    await run({ demo, controls, client });
+  } finally {
+    await client.disconnect();
+    await demo.close();
+    await files.remove();
+  }
+}
+
 describe("BrokerClient listen cursor against the broker (modern era)", () => {
   it("reopens a cut listen stream from its cursor: the updates missed meanwhile arrive as notifications, with no resync", async () => {
-    const files = await tempFilesDir();
-    const demo = await startDemoBroker(files.dir);
-    const controls = listenControls();
-    const client = new BrokerClient({ url: demo.url, era: "modern", fetch: controls.fetch, listChangedDebounceMs: 20, reconnect: { heartbeatIntervalMs: 0 } });
-    try {
+    await withControlledClient({}, async ({ controls, client }) => {
       await client.connect();
       await client.subscribeToResource("demo+demo://counter");
       expect(firstText(await client.readResource("demo+demo://counter"))).toBe("0");
@@ -87,19 +101,11 @@ describe("BrokerClient listen cursor against the broker (modern era)", () => {
       // Resumed exactly: every change came as the broker's notification, no list was reloaded.
       expect(changes.every((c) => c.cause === "update" && c.reason === "notification")).toBe(true);
       expect(toolLoads).toEqual([]);
-    } finally {
-      await client.disconnect();
-      await demo.close();
-      await files.remove();
-    }
+    });
   });
 
   it("reopens a stream cut before its first notification from the acknowledgement's cursor, and changes its filter without one", async () => {
-    const files = await tempFilesDir();
-    const demo = await startDemoBroker(files.dir);
-    const controls = listenControls();
-    const client = new BrokerClient({ url: demo.url, era: "modern", fetch: controls.fetch, listChangedDebounceMs: 20, reconnect: { heartbeatIntervalMs: 0 } });
-    try {
+    await withControlledClient({}, async ({ controls, client }) => {
       await client.connect();
       await client.subscribeToResource("demo+demo://counter");
       expect(firstText(await client.readResource("demo+demo://counter"))).toBe("0");
@@ -114,19 +120,11 @@ describe("BrokerClient listen cursor against the broker (modern era)", () => {
       expect(controls.listens.at(-1)?.[CURSOR]).toMatch(/^1:/);
       expect(changes.every((c) => c.cause === "update" && c.reason === "notification")).toBe(true);
       expect(toolLoads).toEqual([]);
-    } finally {
-      await client.disconnect();
-      await demo.close();
-      await files.remove();
-    }
+    });
   });
 
   it("does not report a URI subscribed while the stream was away as updated: the stream resumes with what it held, then grows", async () => {
-    const files = await tempFilesDir();
-    const demo = await startDemoBroker(files.dir);
-    const controls = listenControls();
-    const client = new BrokerClient({ url: demo.url, era: "modern", fetch: controls.fetch, listChangedDebounceMs: 20, reconnect: { heartbeatIntervalMs: 0 } });
-    try {
+    await withControlledClient({}, async ({ controls, client }) => {
       await client.connect();
       await client.subscribeToResource("demo+demo://counter");
       const updated = record(client, "resourceUpdated");
@@ -144,19 +142,11 @@ describe("BrokerClient listen cursor against the broker (modern era)", () => {
       expect(updated.filter((u) => u.uri === "demo+demo://clock" && u.reason !== "notification")).toEqual([]);
       expect(updated.filter((u) => u.reason === "resync")).toEqual([]);
       expect(updated.filter((u) => u.uri === "demo+demo://clock").length).toBeLessThanOrEqual(updated.filter((u) => u.uri === "demo+demo://counter").length + 1);
-    } finally {
-      await client.disconnect();
-      await demo.close();
-      await files.remove();
-    }
+    });
   });
 
   it("reports a gap when the stream it replaced to add a URI had broken before the client noticed (nothing resumed it)", async () => {
-    const files = await tempFilesDir();
-    const demo = await startDemoBroker(files.dir);
-    const controls = listenControls();
-    const client = new BrokerClient({ url: demo.url, era: "modern", fetch: controls.fetch, listChangedDebounceMs: 20, reconnect: { heartbeatIntervalMs: 0 } });
-    try {
+    await withControlledClient({}, async ({ controls, client }) => {
       await client.connect();
       await client.subscribeToResource("demo+demo://counter");
       const updated = record(client, "resourceUpdated");
@@ -168,43 +158,34 @@ describe("BrokerClient listen cursor against the broker (modern era)", () => {
       // The cut stream ends before the new one is acknowledged (a drop, then the new stream ends it, with no resumption):
       // what was sent in between is lost, and each subscription is reported once.
       await eventually(() => updated.some((u) => u.uri === "demo+demo://counter" && u.reason === "resync"), "the counter resynced");
-    } finally {
-      await client.disconnect();
-      await demo.close();
-      await files.remove();
-    }
+    });
   });
 
   it("does not resync after a reconnect whose listen stream the broker resumed exactly: what changed meanwhile arrives as notifications", async () => {
-    const files = await tempFilesDir();
-    const demo = await startDemoBroker(files.dir);
-    const controls = listenControls();
-    const client = new BrokerClient({ url: demo.url, era: "modern", fetch: controls.fetch, listChangedDebounceMs: 20, reconnect: { initialDelayMs: 50, maxDelayMs: 200, heartbeatIntervalMs: 0 } });
-    const other = new BrokerClient({ url: demo.url, era: "modern", reconnect: { heartbeatIntervalMs: 0 } });
-    try {
-      await client.connect();
-      await other.connect();
-      await client.subscribeToResource("demo+demo://counter");
-      expect(firstText(await client.readResource("demo+demo://counter"))).toBe("0");
-      const changes = record(client, "resourceContentChange");
-      const updated = record(client, "resourceUpdated");
-      const reconnecting = nextEvent(client, "connectionChange", (d) => d.state === "reconnecting");
-      controls.offline(true);
-      controls.cut();
-      await reconnecting;
-      await other.callTool("demo__bump_counter");
-      const connected = nextEvent(client, "connectionChange", (d) => d.state === "connected");
-      controls.offline(false);
-      await connected;
-      await eventually(() => changes.some((c) => firstText(c.entry?.content) === "1"), "the update made while the client was away");
-      expect(controls.listens.at(-1)?.[CURSOR]).toMatch(/^1:/);
-      expect([...changes.map((c) => (c.cause === "update" ? c.reason : c.cause)), ...updated.map((u) => u.reason)].filter((reason) => reason === "resync")).toEqual([]);
-    } finally {
-      await client.disconnect();
-      await other.disconnect();
-      await demo.close();
-      await files.remove();
-    }
+    await withControlledClient({ initialDelayMs: 50, maxDelayMs: 200 }, async ({ demo, controls, client }) => {
+      const other = new BrokerClient({ url: demo.url, era: "modern", reconnect: { heartbeatIntervalMs: 0 } });
+      try {
+        await client.connect();
+        await other.connect();
+        await client.subscribeToResource("demo+demo://counter");
+        expect(firstText(await client.readResource("demo+demo://counter"))).toBe("0");
+        const changes = record(client, "resourceContentChange");
+        const updated = record(client, "resourceUpdated");
+        const reconnecting = nextEvent(client, "connectionChange", (d) => d.state === "reconnecting");
+        controls.offline(true);
+        controls.cut();
+        await reconnecting;
+        await other.callTool("demo__bump_counter");
+        const connected = nextEvent(client, "connectionChange", (d) => d.state === "connected");
+        controls.offline(false);
+        await connected;
+        await eventually(() => changes.some((c) => firstText(c.entry?.content) === "1"), "the update made while the client was away");
+        expect(controls.listens.at(-1)?.[CURSOR]).toMatch(/^1:/);
+        expect([...changes.map((c) => (c.cause === "update" ? c.reason : c.cause)), ...updated.map((u) => u.reason)].filter((reason) => reason === "resync")).toEqual([]);
+      } finally {
+        await other.disconnect();
+      }
+    });
   });
 
   it("reports a listen stream the broker refuses (the principal's session limit) as an error, and hears list changes once a reopen gets through", async () => {
