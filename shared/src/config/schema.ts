@@ -5,11 +5,11 @@ import { z } from "zod";
  * must start with a letter (URI scheme rule) and may not contain `_` or `+` (keeps both splits
  * unambiguous).
  */
+export const BACKEND_ID_PATTERN = /^[a-z][a-z0-9-]{0,62}$/;
+
 /** What `redisUrl` (and REDIS_URL) must look like: ioredis reads these. */
 export const REDIS_URL = /^rediss?:\/\/\S+$/i;
 export const REDIS_URL_EXPECTED = "a redis:// or rediss:// URL, such as redis://127.0.0.1:6379";
-
-export const BACKEND_ID_PATTERN = /^[a-z][a-z0-9-]{0,62}$/;
 
 /** Node timers fire at once for longer delays than this (2^31 - 1 ms, about 24.8 days). */
 export const MAX_TIMER_MS = 2_147_483_647;

@@ -42,7 +42,7 @@ export class RedisCatalogStore implements CatalogStore, Positions {
     redis: RedisClient,
     private readonly keys: RedisKeys,
     /** The newest position this member handed out, which its changes go on from (see `RedisUpdateLog.floorPosition`). */
-    private readonly positions: { readonly floorPosition: number; handedOut(position: number): void } = { floorPosition: 0, handedOut: () => undefined },
+    private readonly positions: { readonly floorPosition: number; handedOut(position: number): void },
   ) {
     redis.defineCommand("catalogPut", { lua: keys.script(PUT) });
     this.redis = redis as RedisClient & CatalogCommands;
