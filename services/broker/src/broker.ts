@@ -5,6 +5,7 @@ import { createLogger, createMember, type BackendPool, type BackendWatchers, typ
 import type { JobQueue } from "@mcp-broker/shared";
 import { CATALOG_KINDS } from "./catalog/catalog.js";
 import { CatalogService } from "./catalog/catalog-service.js";
+import { BusBarrier } from "./fanout/bus-barrier.js";
 import { busIntake } from "./fanout/bus-intake.js";
 import { ConsoleCensus } from "./http/console-census.js";
 import { ConsoleFeed } from "./http/console-feed.js";
@@ -93,6 +94,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
   const held = new HeldCalls({ clock, seal, bus, instanceId: member.instanceId });
   const router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name), metaTools, interaction: { held, seal }, listed: (backendId, kind) => catalog.listed(backendId, kind) });
   const dispatcher = new Dispatcher(router, logger, { serverInfo, cacheScope: config.auth.apiKeys.length > 0 ? "private" : "public" });
+  const barrier = new BusBarrier({ bus, instanceId: member.instanceId, clock });
   const sessions = new SessionHost({
     catalog: catalog.catalog,
     subscriptionTarget: (uri) => router.subscriptionTarget(uri),
@@ -112,7 +114,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     idleTimeoutMs: config.server.sessionIdleMs,
     maxSessionsPerPrincipal: config.server.maxSessionsPerPrincipal,
     resumeHistory: config.server.resumeHistory,
-    resume: new SessionResume({ updates: member.updates, listPosition: (list) => catalog.appliedPosition(list) }),
+    resume: new SessionResume({ updates: member.updates, listPosition: (list) => catalog.appliedPosition(list), barrier: () => barrier.pass() }),
     cursors: new ResumeCursors(() => member.clusterId()),
   });
   const census = new ConsoleCensus({ bus, instanceId: member.instanceId, local: (limit) => sessions.census(limit) });
@@ -146,7 +148,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     },
     backendDisconnected: (backend) => catalog.backendDisconnected(backend.id),
     log: (backend, params) => router.relayLog(backend.id, params),
-    ...busIntake({ fanout, catalog, sessions, held, census, feed }),
+    ...busIntake({ fanout, catalog, sessions, held, census, feed, barrier }),
     presumedDead: () => void sessions.endAll("this broker instance lost contact with the cluster; another takes the session over", config.server.sessionIdleMs),
     newestPosition: () => fanout.events.newest(),
     recover: async () => {

@@ -193,6 +193,13 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
     updates: z.array(z.object({ backendId: z.string(), uri: z.string(), at: z.number() })),
     dropped: z.number().int().nonnegative(),
   }),
+  /**
+   * From a broker to itself (on its `CHANNEL.replies`): published after a position was reserved,
+   * it arrives after every message published before it on the channels this member receives, so
+   * once it is back, every event handed out before that position has reached this member (see
+   * `BusBarrier`).
+   */
+  z.object({ kind: z.literal("bus.barrier"), v: z.literal(1), origin: z.string(), id: z.number().int() }),
   /** The watcher's answer to `watch.ensure`. */
   z.object({
     kind: z.literal("watch.result"),

@@ -17,6 +17,7 @@ type ServedMessage = Exclude<BusMessage, { kind: `watch.${string}` | "console.li
  * - `held.retry`, `held.round` → the held calls: a modern client's retry of a call held on another member, and its answer;
  * - `console.census`, `console.sessions` → the console: another member's console asks for this one's sessions, and answers to this one's;
  * - `console.updates` → the console's live feed (heard only while one is open here);
+ * - `bus.barrier` → the barrier that sent it: everything published before it has been handled here;
  * - a gap (the bus reconnected) → every subscribed resource re-announced, every list re-read, and
  *   every session's record read again (a `session.moved` may be among what was lost);
  * - an update this broker's member could not publish (Redis away) → its own sessions, as its own event.
@@ -33,8 +34,9 @@ export function busIntake(deps: {
   held: { retried(message: Extract<BusMessage, { kind: "held.retry" }>): void; round(message: Extract<BusMessage, { kind: "held.round" }>): void };
   census: { receive(message: Extract<BusMessage, { kind: "console.census" | "console.sessions" }>): void };
   feed: { receive(message: Extract<BusMessage, { kind: "console.updates" }>): void };
+  barrier: { received(message: Extract<BusMessage, { kind: "bus.barrier" }>): void };
 }): Required<Pick<MemberHooks, "busMessage" | "receiveGap" | "unpublished">> {
-  const { fanout, catalog, sessions, held, census, feed } = deps;
+  const { fanout, catalog, sessions, held, census, feed, barrier } = deps;
   return {
     busMessage: (channel: string, message: ServedMessage) => {
       switch (message.kind) {
@@ -65,6 +67,9 @@ export function busIntake(deps: {
           return;
         case "console.updates":
           feed.receive(message);
+          return;
+        case "bus.barrier":
+          barrier.received(message);
       }
     },
     receiveGap: () => {

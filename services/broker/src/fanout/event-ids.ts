@@ -59,13 +59,12 @@ export class EventClock {
   }
 
   /**
-   * An id for an event made up here that must not come before `position` (one reserved in the
-   * cluster's order, see `UpdateLog.reserve`): a cursor naming it resumes after that point. The
-   * clock stays where it is: a live event handed out before `position`, still on its way, may follow
-   * with a lower one (a resumption from its cursor tells at most what it already told).
+   * Every cluster event handed out before `position` has been passed on (see
+   * `SessionResume.caughtUp`): the clock moves up to it, so the events made up here from now on
+   * come after it, and every cluster event still to come has a larger position anyway.
    */
-  after(position: number): EventId {
-    return { position: Math.max(position, this.position), local: ++this.local };
+  caughtUp(position: number): void {
+    if (position > this.position) this.position = position;
   }
 
   /** The newest cluster position passed on. */

@@ -55,6 +55,12 @@ export interface SessionEnv {
   readonly historyLimit: number;
   /** What the cluster knows happened to `targets` and the lists after `position`; rejects when it cannot tell. */
   since(targets: readonly SubscriptionTarget[], position: number): Promise<SinceReport>;
+  /**
+   * Moves `events` up to a position reserved in the cluster's order once every event handed out
+   * before it has reached this broker (what arrives meanwhile is delivered, so a resumption holds
+   * it); never rejects: when the cluster cannot say, the clock stays.
+   */
+  catchUp(): Promise<void>;
   /** The client form of a subscribed target's URI. */
   exposeUri(target: SubscriptionTarget): string;
   /** The host clock's time (ms). */
@@ -341,6 +347,10 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     } catch {
       report = undefined;
     }
+    // What nobody can tell is announced once everything handed out so far has arrived (held with
+    // the rest), at an id after all of it: resumed from that id, the client is told what came later,
+    // and not those announcements again (the watches they are about began before it).
+    if (report !== undefined && report.unknown.length > 0) await this.env.catchUp();
     const held = this.held;
     this.held = undefined;
     if (this.stream !== stream) {

@@ -59,7 +59,7 @@ export interface SessionHostDeps {
   /** Events each legacy session keeps for Last-Event-ID resumption. */
   resumeHistory: number;
   /** What the cluster can tell a session that resumes with an id its history does not cover. */
-  resume: Pick<SessionResume, "since" | "current" | "reserve">;
+  resume: Pick<SessionResume, "since" | "current" | "reserve" | "caughtUp">;
   cursors: ResumeCursors;
 }
 
@@ -155,6 +155,7 @@ export class SessionHost {
       events: deps.fanout.events,
       historyLimit: deps.resumeHistory,
       since: (targets, position) => deps.resume.since(targets, position),
+      catchUp: () => this.catchUp(),
       now: () => deps.clock.now(),
       touched: (session) => {
         deps.sessions.touch({ principal: session.principal, sessionId: session.id }, deps.clock.now()).catch(() => undefined);
@@ -704,10 +705,16 @@ export class SessionHost {
   private async resumeListen(targets: readonly SubscriptionTarget[], sink: ListenSink, from: EventId | undefined, acknowledge: (exact: boolean, at: number) => boolean): Promise<void> {
     // Subscribed on the bus before anything is read: nothing falls between.
     if (from !== undefined) await this.interestIn(targets, sink);
-    const [report, at] = await Promise.all([from === undefined ? undefined : this.deps.resume.since(targets, from.position).catch(() => undefined), this.reservePosition()]);
-    // Exact only once the cluster could tell (a position it never handed out cannot be told about).
-    if (!acknowledge(report !== undefined, at)) return;
+    const report = from === undefined ? undefined : await this.deps.resume.since(targets, from.position).catch(() => undefined);
     const wanted = LIST_NAMES.filter((list) => sink.wants?.(list) ?? true);
+    const unknown = report === undefined ? targets : report.unknown;
+    const lateLists = report === undefined ? wanted : [];
+    // What nobody can tell is announced after everything handed out so far has arrived (and is held
+    // with the rest): its cursor resumes after the watches of what it announces began, and nothing
+    // that came before it in the cluster's order follows it on the stream.
+    if (unknown.length > 0 || lateLists.length > 0) await this.catchUp();
+    // Exact only once the cluster could tell (a position it never handed out cannot be told about).
+    if (!acknowledge(report !== undefined, this.env.events.newest())) return;
     const told =
       report === undefined
         ? []
@@ -715,11 +722,9 @@ export class SessionHost {
             ...report.updated.map(({ target, position }) => PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(target.backendId, target.uri), { position, local: 0 })),
             ...report.lists.filter(({ list }) => wanted.includes(list)).map(({ list, position }) => PreparedNotification.listChanged(list, { position, local: 0 })),
           ];
-    const unknown = report === undefined ? targets : report.unknown;
-    // At the reserved position: a cursor of theirs resumes after the watches of what they announce began (from before it, they would be announced again).
     const late = [
-      ...unknown.map((target) => PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(target.backendId, target.uri), this.env.events.after(at))),
-      ...(report === undefined ? wanted.map((list) => PreparedNotification.listChanged(list, this.env.events.after(at))) : []),
+      ...unknown.map((target) => PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(target.backendId, target.uri), this.env.events.next())),
+      ...lateLists.map((list) => PreparedNotification.listChanged(list, this.env.events.next())),
     ];
     sink.release?.(told, late);
   }
@@ -727,6 +732,19 @@ export class SessionHost {
   /** A position reserved in the cluster's order (see `UpdateLog.reserve`); Redis away: the newest this broker passed on. */
   private reservePosition(): Promise<number> {
     return this.deps.resume.reserve().catch(() => this.env.events.newest());
+  }
+
+  /**
+   * Moves this broker's event clock up to a position reserved in the cluster's order once every
+   * event handed out before it has arrived here (see `SessionResume.caughtUp`). When Redis or the
+   * bus cannot say, the clock stays: what is made up next comes after what this broker passed on.
+   */
+  private async catchUp(): Promise<void> {
+    try {
+      this.env.events.caughtUp(await this.deps.resume.caughtUp());
+    } catch (error) {
+      this.deps.logger.debug({ err: (error as Error).message }, "resumption: cannot catch up with the cluster's order; its announcements take this broker's clock");
+    }
   }
 
   /**

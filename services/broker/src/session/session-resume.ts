@@ -18,6 +18,8 @@ export class SessionResume {
       updates: UpdateLog;
       /** The newest cluster position of an applied version of `list` (see `CatalogService.appliedPosition`). */
       listPosition(list: ListName): number;
+      /** Resolves once every bus message published before the call has reached this member (see `BusBarrier`). */
+      barrier(): Promise<void>;
     },
   ) {}
 
@@ -29,6 +31,18 @@ export class SessionResume {
   /** A position handed out now, after every upstream watch begun so far (see `UpdateLog.reserve`). */
   reserve(): Promise<number> {
     return this.deps.updates.reserve();
+  }
+
+  /**
+   * A position reserved in the cluster's order, once every event handed out before it has reached
+   * this member: an event id at it comes after everything this member delivers before it, and
+   * before everything it delivers later, and a cursor naming it resumes after every upstream
+   * watch begun so far. Rejects when Redis or the bus cannot say (the caller makes do with its clock).
+   */
+  async caughtUp(): Promise<number> {
+    const position = await this.deps.updates.reserve();
+    await this.deps.barrier();
+    return position;
   }
 
   async since(targets: readonly SubscriptionTarget[], position: number): Promise<SinceReport> {

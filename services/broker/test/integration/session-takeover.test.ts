@@ -470,7 +470,7 @@ describe("sessions across broker instances", () => {
     // Resumed with B added, whose watch begins now: B is announced (nobody can tell what it missed), A is not.
     const second = await listen(two.url, [A, B], cursorOf(first.events[0]));
     streams.push(second);
-    await eventually(() => updates(second).length === 1, "the announcement of B");
+    await eventually(() => updates(second).length === 1, "the announcement of B").catch((e) => { throw new Error(e.message + JSON.stringify(second.events)); });
     second.close();
     // Resumed from that announcement's cursor: nothing to tell; the first update is the live one.
     const third = await listen(one.url, [A, B], cursorOf(updates(second)[0]));
@@ -481,6 +481,42 @@ describe("sessions across broker instances", () => {
     expect(described(updates(second))).toEqual([B]);
     expect(described(updates(third))).toEqual([A]);
     expect(third.events[0]?.data).toMatchObject({ params: { _meta: { "io.mcp-broker/resumed": "exact" } } });
+  });
+
+  it("announces a subscription nobody could tell about once: resumed from that announcement's id, on another broker, it is not announced again, and ids never go back", async () => {
+    await fresh();
+    const [one, two] = [await broker(), await broker()];
+    const sessionId = await initialize(one.url);
+    await subscribe(one.url, sessionId, A);
+    const first = await stream(one.url, sessionId);
+    server.emitUpdate("test://static/a");
+    await eventually(() => updates(first).length === 1, "the update on the first broker");
+    const seen = updates(first)[0]?.id ?? "";
+    first.close();
+    await first.ended;
+    // The cluster moves on: an update of what only another session holds, on the second broker.
+    const keeper = await initialize(two.url);
+    await subscribe(two.url, keeper, "leg+test://items/c");
+    const kept = await stream(two.url, keeper);
+    server.emitUpdate("test://items/c");
+    await eventually(() => updates(kept).length === 1, "the other session's update");
+    // Subscribed after that: its watch began after the last event the client saw, so nobody can tell what it missed.
+    await subscribe(one.url, sessionId, B);
+
+    const second = await stream(two.url, sessionId, seen);
+    await eventually(() => updates(second).length === 1, "the announcement of B");
+    const announced = updates(second)[0]?.id ?? "";
+    second.close();
+    await second.ended;
+    // Resumed from that announcement on the first broker: nothing to tell; the first update is the live one.
+    const third = await stream(one.url, sessionId, announced);
+    await eventually(() => one.broker.sessions.legacySession(sessionId, "anonymous") !== undefined, "the first broker to adopt the session again");
+    server.emitUpdate("test://static/a");
+    await eventually(() => updates(third).length >= 1, "the live update");
+    expect(described(updates(second))).toEqual([B]);
+    expect(described(updates(third))).toEqual([A]);
+    const position = (id: string) => Number(id.split(".")[0]);
+    expect(position(announced)).toBeGreaterThan(position(updates(kept)[0]?.id ?? ""));
   });
 
   it("announces everything once for a forged or malformed Last-Event-ID, and for a cursor of another principal or cluster", async () => {

@@ -11,7 +11,7 @@ const cannotTell: Since = async () => {
 };
 
 /** A session whose subscribes always succeed; `since` stands for what the cluster can tell. */
-function session(options: { historyLimit?: number; since?: Since } = {}): { s: LegacySession; clock: EventClock } {
+function session(options: { historyLimit?: number; since?: Since; catchUp?: (clock: EventClock) => Promise<void> } = {}): { s: LegacySession; clock: EventClock } {
   const machine = legacySessionMachine.provide({ actors: { releaseAll: fromPromise(async (): Promise<void> => {}) } });
   const clock = new EventClock();
   const since = options.since ?? cannotTell;
@@ -20,6 +20,8 @@ function session(options: { historyLimit?: number; since?: Since } = {}): { s: L
     events: clock,
     historyLimit: options.historyLimit ?? 64,
     since: (_targets, position) => since(position),
+    // By default the cluster cannot say where its order stands: the clock stays.
+    catchUp: () => options.catchUp?.(clock) ?? Promise.resolve(),
     exposeUri: (target) => target.uri,
     now: () => Date.now(),
     touched: () => undefined,
@@ -110,6 +112,30 @@ describe("legacy session: event ids and resumption", () => {
     ]);
     s.deliver(PreparedNotification.resourceUpdated("x://a", clock.cluster(61)));
     expect(resumed.events.at(-1)?.id).toBe("61");
+  });
+
+  it("announces what nobody can tell once everything handed out before has arrived: an event still on its way goes first, and the announcement's id comes after it and before what follows", async () => {
+    let caughtUp: (() => void) | undefined;
+    const { s, clock } = session({
+      since: async () => ({ updated: [], unknown: [{ backendId: "b", uri: "x://c" }], lists: [] }),
+      catchUp: (events) => new Promise((resolve) => (caughtUp = () => (events.caughtUp(80), resolve()))),
+    });
+    await s.subscribe("x://a");
+    await s.subscribe("x://c");
+    const resumed = stream();
+    const attached = s.attachStream(resumed, "40");
+    await vi.waitFor(() => expect(caughtUp).toBeDefined());
+    // Handed out before the position the cluster reserved, still on its way here.
+    s.deliver(PreparedNotification.resourceUpdated("x://a", clock.cluster(70)));
+    expect(resumed.events).toEqual([]);
+    caughtUp?.();
+    await attached;
+    s.deliver(PreparedNotification.resourceUpdated("x://a", clock.cluster(81)));
+    expect(resumed.events.map((e) => [e.id, described([e])[0]])).toEqual([
+      ["70", "x://a"],
+      [expect.stringMatching(/^80\.\d+$/), "x://c"],
+      ["81", "x://a"],
+    ]);
   });
 
   it("leaves out of a resumption what arrived live meanwhile at the same position or later: a told update or list change, or a resource nobody could tell about", async () => {

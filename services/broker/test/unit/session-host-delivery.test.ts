@@ -28,7 +28,7 @@ function host(registry = new MemoryRegistry(), released: string[] = [], clock: C
     idleTimeoutMs: 60_000,
     maxSessionsPerPrincipal: 10,
     resumeHistory: 64,
-    resume: { since: () => Promise.reject(new Error("not in this test")), current: () => Promise.resolve(0), reserve: () => Promise.resolve(1) },
+    resume: { since: () => Promise.reject(new Error("not in this test")), current: () => Promise.resolve(0), reserve: () => Promise.resolve(1), caughtUp: () => Promise.resolve(1) },
     cursors: new ResumeCursors(() => "cluster"),
   });
   bus.onMessage((channel, message) => {

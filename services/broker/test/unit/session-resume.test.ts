@@ -1,14 +1,15 @@
-import { MemoryBus, MemoryPositions, MemoryUpdateLog } from "@mcp-broker/shared";
+import { CHANNEL, MemoryBus, MemoryPositions, MemoryUpdateLog, systemClock, type BusMessage } from "@mcp-broker/shared";
 import { describe, expect, it } from "vitest";
 import { SessionResume } from "../../src/session/session-resume.js";
 import { EventClock } from "../../src/fanout/event-ids.js";
+import { BusBarrier } from "../../src/fanout/bus-barrier.js";
 
 const target = (uri: string): Parameters<SessionResume["since"]>[0][number] => ({ backendId: "b", uri });
 
 function setup() {
   const positions = new MemoryPositions();
   const updates = new MemoryUpdateLog(new MemoryBus(), positions);
-  const resume = new SessionResume({ updates, listPosition: () => 0 });
+  const resume = new SessionResume({ updates, listPosition: () => 0, barrier: async () => undefined });
   const publish = (uri: string) => updates.publish({ backendId: "b", uri } as Parameters<MemoryUpdateLog["publish"]>[0], [uri]);
   return { updates, resume, publish };
 }
@@ -45,7 +46,7 @@ describe("what the cluster can tell a resuming client (SessionResume)", () => {
     await updates.watched("b", "x://a");
     const before = await publish("x://a");
     let lost = 0;
-    const resume = new SessionResume({ updates: Object.assign(Object.create(updates) as MemoryUpdateLog, { lostUpTo: async () => lost }), listPosition: () => 0 });
+    const resume = new SessionResume({ updates: Object.assign(Object.create(updates) as MemoryUpdateLog, { lostUpTo: async () => lost }), listPosition: () => 0, barrier: async () => undefined });
     lost = before + 5;
     await updates.raiseTo(lost);
     await expect(resume.since([target("x://a")], before)).rejects.toThrow(/lost/);
@@ -57,7 +58,7 @@ describe("what the cluster can tell a resuming client (SessionResume)", () => {
 });
 
 describe("a broker's event ids (EventClock)", () => {
-  it("keeps ids increasing when positions start over below what went out (Redis lost its counter), and places made-up events at a reserved position or later", () => {
+  it("keeps ids increasing when positions start over below what went out (Redis lost its counter), and places made-up events after a position caught up with, never before what went out", () => {
     const clock = new EventClock();
     expect(clock.cluster(10)).toEqual({ position: 10, local: 0 });
     expect(clock.cluster(10)).toEqual({ position: 10, local: 0 });
@@ -65,8 +66,51 @@ describe("a broker's event ids (EventClock)", () => {
     expect(older.position).toBe(10);
     expect(older.local).toBeGreaterThan(0);
     expect(clock.newest()).toBe(10);
-    expect(clock.after(5)).toEqual({ position: 10, local: older.local + 1 });
-    expect(clock.after(20)).toEqual({ position: 20, local: older.local + 2 });
-    expect(clock.cluster(11)).toEqual({ position: 11, local: 0 });
+    clock.caughtUp(5);
+    expect(clock.next()).toEqual({ position: 10, local: older.local + 1 });
+    clock.caughtUp(20);
+    expect(clock.newest()).toBe(20);
+    expect(clock.next()).toEqual({ position: 20, local: older.local + 2 });
+    expect(clock.cluster(21)).toEqual({ position: 21, local: 0 });
+  });
+});
+
+describe("a round trip through the bus to this member (BusBarrier)", () => {
+  function member(timeoutMs?: number) {
+    const bus = new MemoryBus();
+    const barrier = new BusBarrier({ bus, instanceId: "me", clock: systemClock, timeoutMs });
+    const heard: number[] = [];
+    bus.onMessage((_channel, message) => {
+      if (message.kind === "bus.barrier") barrier.received(message);
+      else if (message.kind === "resource.updated") heard.push(message.position);
+    });
+    return { bus, barrier, heard };
+  }
+  const update = (position: number): BusMessage => ({ kind: "resource.updated", v: 1, origin: "o", backendId: "b", key: "x://a", uri: "x://a", at: 0, update: position, keys: 1, position });
+
+  it("comes back after every message published before it has been handled", async () => {
+    const { bus, barrier, heard } = member();
+    await bus.subscribe(CHANNEL.replies("me"));
+    await bus.subscribe(CHANNEL.resource("b", "x://a"));
+    for (const position of [1, 2, 3]) void bus.publish(CHANNEL.resource("b", "x://a"), update(position));
+    await barrier.pass();
+    expect(heard).toEqual([1, 2, 3]);
+  });
+
+  it("rejects when it does not come back in time (the bus is away), and ignores another member's", async () => {
+    const { barrier } = member(50);
+    // Its reply channel is not subscribed: the barrier never arrives.
+    await expect(barrier.pass()).rejects.toThrow(/did not come back/);
+    barrier.received({ origin: "someone-else", id: 1 });
+  });
+
+  it("gives a resumption a position after everything published before it (SessionResume.caughtUp)", async () => {
+    const { bus, barrier } = member();
+    await bus.subscribe(CHANNEL.replies("me"));
+    const positions = new MemoryPositions();
+    const updates = new MemoryUpdateLog(bus, positions);
+    const resume = new SessionResume({ updates, listPosition: () => 0, barrier: () => barrier.pass() });
+    const published = await updates.publish({ backendId: "b", uri: "x://a" } as Parameters<MemoryUpdateLog["publish"]>[0], ["x://a"]);
+    expect(await resume.caughtUp()).toBeGreaterThan(published);
   });
 });
