@@ -1,7 +1,19 @@
-import { CHANNEL, type Bus, type Clock } from "@mcp-broker/shared";
+import { CHANNEL, type Bus, type Clock, type TimerHandle } from "@mcp-broker/shared";
 
 /** How long a barrier waits for its message to come back before it gives up (the bus is away or far behind). */
 export const BARRIER_TIMEOUT_MS = 2_000;
+
+interface Waiter {
+  resolve(): void;
+  reject(error: Error): void;
+}
+
+/** The callers of one barrier message, and its timer once it is sent. */
+interface Batch {
+  readonly id: number;
+  readonly waiters: Waiter[];
+  timer?: TimerHandle;
+}
 
 /**
  * A round trip through the bus to this member itself: `pass()` publishes a `bus.barrier` on its
@@ -11,12 +23,19 @@ export const BARRIER_TIMEOUT_MS = 2_000;
  * message published before it was sent has been received, and handled (receiving is synchronous:
  * an update has its event id and is delivered, a list change is applied and announced).
  *
- * A resumption uses it to name a position reserved in the cluster's order (see
- * `SessionResume.caughtUp`): no event handed out before that position can arrive after it.
+ * The callers of one tick share one message, sent once the tick's work is done (each asked after
+ * what it waits for had happened, so a message sent later serves it as well): a crowd of listens
+ * costs one round trip, not one each.
+ *
+ * A listen's acknowledgement and a resumption's announcements use it to name a position reserved in
+ * the cluster's order (see `SessionResume.caughtUp`): no event handed out before that position can
+ * arrive after it.
  */
 export class BusBarrier {
   private next = 0;
-  private readonly waiting = new Map<number, () => void>();
+  /** The batch the callers of this tick join, not sent yet. */
+  private gathering: Batch | undefined;
+  private readonly sent = new Map<number, Batch>();
 
   constructor(
     private readonly deps: {
@@ -27,26 +46,43 @@ export class BusBarrier {
     },
   ) {}
 
-  /** Resolves once the barrier is back; rejects when it cannot be sent or did not come back in time. */
+  /** Resolves once a barrier sent after this call is back; rejects when it cannot be sent or did not come back in time. */
   pass(): Promise<void> {
-    const id = ++this.next;
     return new Promise<void>((resolve, reject) => {
-      const settle = (error?: Error) => {
-        if (!this.waiting.delete(id)) return;
-        this.deps.clock.clearTimeout(timer);
-        if (error === undefined) resolve();
-        else reject(error);
-      };
-      this.waiting.set(id, () => settle());
-      const timer = this.deps.clock.setTimeout(() => settle(new Error("the bus barrier did not come back in time")), this.deps.timeoutMs ?? BARRIER_TIMEOUT_MS);
-      timer.unref?.();
-      this.deps.bus.publish(CHANNEL.replies(this.deps.instanceId), { kind: "bus.barrier", v: 1, origin: this.deps.instanceId, id }).catch((error: unknown) => settle(error instanceof Error ? error : new Error(String(error))));
+      if (this.gathering === undefined) {
+        this.gathering = { id: ++this.next, waiters: [] };
+        process.nextTick(() => this.send());
+      }
+      this.gathering.waiters.push({ resolve, reject });
     });
   }
 
   /** A `bus.barrier` arrived on this member's reply channel. */
   received(message: { origin: string; id: number }): void {
     if (message.origin !== this.deps.instanceId) return;
-    this.waiting.get(message.id)?.();
+    this.settle(message.id);
+  }
+
+  private send(): void {
+    const batch = this.gathering;
+    this.gathering = undefined;
+    if (batch === undefined) return;
+    this.sent.set(batch.id, batch);
+    batch.timer = this.deps.clock.setTimeout(() => this.settle(batch.id, new Error("the bus barrier did not come back in time")), this.deps.timeoutMs ?? BARRIER_TIMEOUT_MS);
+    batch.timer.unref?.();
+    this.deps.bus
+      .publish(CHANNEL.replies(this.deps.instanceId), { kind: "bus.barrier", v: 1, origin: this.deps.instanceId, id: batch.id })
+      .catch((error: unknown) => this.settle(batch.id, error instanceof Error ? error : new Error(String(error))));
+  }
+
+  private settle(id: number, error?: Error): void {
+    const batch = this.sent.get(id);
+    if (batch === undefined) return;
+    this.sent.delete(id);
+    if (batch.timer !== undefined) this.deps.clock.clearTimeout(batch.timer);
+    for (const waiter of batch.waiters) {
+      if (error === undefined) waiter.resolve();
+      else waiter.reject(error);
+    }
   }
 }

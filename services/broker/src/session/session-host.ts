@@ -59,7 +59,7 @@ export interface SessionHostDeps {
   /** Events each legacy session keeps for Last-Event-ID resumption. */
   resumeHistory: number;
   /** What the cluster can tell a session that resumes with an id its history does not cover. */
-  resume: Pick<SessionResume, "since" | "current" | "reserve" | "caughtUp">;
+  resume: Pick<SessionResume, "since" | "current" | "caughtUp">;
   cursors: ResumeCursors;
 }
 
@@ -155,7 +155,7 @@ export class SessionHost {
       events: deps.fanout.events,
       historyLimit: deps.resumeHistory,
       since: (targets, position) => deps.resume.since(targets, position),
-      catchUp: () => this.catchUp(),
+      catchUp: () => this.catchUp().then(() => undefined),
       now: () => deps.clock.now(),
       touched: (session) => {
         deps.sessions.touch({ principal: session.principal, sessionId: session.id }, deps.clock.now()).catch(() => undefined);
@@ -627,9 +627,11 @@ export class SessionHost {
       this.deps.fanout.listen(sink);
       const cursorAt = (position: number) => this.deps.cursors.format(principal, { position, local: 0 });
       if (cursor === undefined) {
-        // A position handed out now, after the honored URIs' upstream watches began: a stream
-        // resumed from it is told what changes later, and nothing from before it opened.
-        void this.reservePosition().then((position) => {
+        // A position handed out now, after the honored URIs' upstream watches began, once every
+        // event before it has reached this broker (a list change among them is applied, and the
+        // client that lists after the acknowledgement has it): a stream resumed from it is told
+        // what changes later, and nothing from before it opened.
+        void this.catchUp().then((position) => {
           if (!forgotten) onOutcome({ ...effect, refused, cursor: cursorAt(position) });
         });
         return;
@@ -729,22 +731,19 @@ export class SessionHost {
     sink.release?.(told, late);
   }
 
-  /** A position reserved in the cluster's order (see `UpdateLog.reserve`); Redis away: the newest this broker passed on. */
-  private reservePosition(): Promise<number> {
-    return this.deps.resume.reserve().catch(() => this.env.events.newest());
-  }
-
   /**
    * Moves this broker's event clock up to a position reserved in the cluster's order once every
-   * event handed out before it has arrived here (see `SessionResume.caughtUp`). When Redis or the
-   * bus cannot say, the clock stays: what is made up next comes after what this broker passed on.
+   * event handed out before it has arrived here (see `SessionResume.caughtUp`), and resolves with
+   * where the clock stands. When Redis or the bus cannot say, the clock stays: what is made up next
+   * comes after what this broker passed on.
    */
-  private async catchUp(): Promise<void> {
+  private async catchUp(): Promise<number> {
     try {
       this.env.events.caughtUp(await this.deps.resume.caughtUp());
     } catch (error) {
-      this.deps.logger.debug({ err: (error as Error).message }, "resumption: cannot catch up with the cluster's order; its announcements take this broker's clock");
+      this.deps.logger.debug({ err: (error as Error).message }, "cannot catch up with the cluster's order; this broker's clock names the position");
     }
+    return this.env.events.newest();
   }
 
   /**

@@ -28,11 +28,6 @@ export class SessionResume {
     return this.deps.updates.current();
   }
 
-  /** A position handed out now, after every upstream watch begun so far (see `UpdateLog.reserve`). */
-  reserve(): Promise<number> {
-    return this.deps.updates.reserve();
-  }
-
   /**
    * A position reserved in the cluster's order, once every event handed out before it has reached
    * this member: an event id at it comes after everything this member delivers before it, and

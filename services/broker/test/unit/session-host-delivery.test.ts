@@ -5,10 +5,10 @@ import { SimulatedClock } from "xstate";
 import { Catalog } from "../../src/catalog/catalog.js";
 import { Fanout } from "../../src/fanout/fanout.js";
 import type { NotificationWriter } from "../../src/session/legacy-session.js";
-import { SessionHost } from "../../src/session/session-host.js";
+import { SessionHost, type ListenOutcome } from "../../src/session/session-host.js";
 import { ResumeCursors } from "../../src/session/resume-cursor.js";
 
-function host(registry = new MemoryRegistry(), released: string[] = [], clock: Clock = systemClock) {
+function host(registry = new MemoryRegistry(), released: string[] = [], clock: Clock = systemClock, caughtUp: () => Promise<number> = () => Promise.resolve(1)) {
   const bus = new MemoryBus();
   const catalog = new Catalog([{ id: "b", prefix: true }]);
   const fanout = new Fanout({ bus, clock: systemClock, logger: pino({ level: "silent" }), names: catalog, releaseGraceMs: 0 });
@@ -28,7 +28,7 @@ function host(registry = new MemoryRegistry(), released: string[] = [], clock: C
     idleTimeoutMs: 60_000,
     maxSessionsPerPrincipal: 10,
     resumeHistory: 64,
-    resume: { since: () => Promise.reject(new Error("not in this test")), current: () => Promise.resolve(0), reserve: () => Promise.resolve(1), caughtUp: () => Promise.resolve(1) },
+    resume: { since: () => Promise.reject(new Error("not in this test")), current: () => Promise.resolve(0), caughtUp },
     cursors: new ResumeCursors(() => "cluster"),
   });
   bus.onMessage((channel, message) => {
@@ -161,6 +161,23 @@ describe("session host: a listen stream closed while its subscriptions are being
     await vi.waitFor(() => expect(released.sort()).toEqual(["x://1", "x://2", "x://3"]));
     for (const uri of ["x://1", "x://2", "x://3"]) expect(await registry.count("b", uri)).toBe(0);
     expect(sessions.listenCount()).toBe(0);
+    sessions.close();
+  });
+});
+
+describe("session host: a listen's acknowledgement", () => {
+  it("waits until every event before a reserved position has arrived, names that position in its cursor, and moves the broker's clock up to it", async () => {
+    let caughtUp: ((position: number) => void) | undefined;
+    const { sessions, fanout } = host(undefined, undefined, undefined, () => new Promise((resolve) => (caughtUp = resolve)));
+    const flags = { toolsListChanged: true, promptsListChanged: false, resourcesListChanged: false };
+    const outcomes: ListenOutcome[] = [];
+    sessions.openListen("p", flags, ["b+x://1"], () => ({ principal: "p", flags, deliver: () => undefined }), (outcome) => outcomes.push(outcome));
+    await vi.waitFor(() => expect(caughtUp).toBeDefined());
+    expect(outcomes).toEqual([]);
+    caughtUp?.(42);
+    await vi.waitFor(() => expect(outcomes).toHaveLength(1));
+    expect(outcomes[0]).toMatchObject({ type: "listen.acknowledged", cursor: expect.stringMatching(/:42$/) });
+    expect(fanout.events.newest()).toBe(42);
     sessions.close();
   });
 });

@@ -97,6 +97,17 @@ describe("a round trip through the bus to this member (BusBarrier)", () => {
     expect(heard).toEqual([1, 2, 3]);
   });
 
+  it("sends one message for the callers of one tick", async () => {
+    const { bus, barrier } = member();
+    await bus.subscribe(CHANNEL.replies("me"));
+    const sent: BusMessage[] = [];
+    const publish = bus.publish.bind(bus);
+    bus.publish = (channel, message) => (sent.push(message), publish(channel, message));
+    await Promise.all([barrier.pass(), barrier.pass(), barrier.pass()]);
+    await barrier.pass();
+    expect(sent.map((message) => message.kind)).toEqual(["bus.barrier", "bus.barrier"]);
+  });
+
   it("rejects when it does not come back in time (the bus is away), and ignores another member's", async () => {
     const { barrier } = member(50);
     // Its reply channel is not subscribed: the barrier never arrives.
