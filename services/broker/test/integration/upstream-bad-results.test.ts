@@ -37,9 +37,22 @@ describe("upstream: a malformed backend result", () => {
       expect(running.broker.pool.get("mal").state).toBe("connected");
       expect(text(await client.callTool({ name: "mal__pid" }))).toBe(pid); // the same process: not restarted
       // The malformed `broken` is left out of the list, not the whole list.
-      expect((await client.listTools()).tools.map((t) => t.name)).toEqual(["mal__bad", "mal__slow", "mal__pid", "mal__huge"]);
+      expect((await client.listTools()).tools.map((t) => t.name)).toEqual(["mal__bad", "mal__slow", "mal__pid", "mal__huge", "mal__progress"]);
       await new Promise((r) => setTimeout(r, 100));
       expect(notes.all(TOOLS_CHANGED)).toEqual([]);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it.each(["legacy", "modern"] as const)("passes a %s caller every progress notification sent before the result, the last one too when they came in one read", async (era) => {
+    const client = await connectClient(running.url, era);
+    try {
+      for (let call = 0; call < 5; call++) {
+        const seen: number[] = [];
+        expect(text(await client.callTool({ name: "mal__progress" }, { onprogress: (p) => seen.push(p.progress) }))).toBe("done");
+        expect(seen).toEqual([1, 2]);
+      }
     } finally {
       await client.close();
     }
