@@ -383,7 +383,10 @@ export class McpEndpoint {
         sse ??= new SseStream(res, { keepAlive: this.keepAlive, headers });
         sse.write(encodeEvent({ jsonrpc: "2.0", method, params }));
       },
-      interaction: session === undefined ? undefined : {
+      // A client that takes only JSON on this call has no stream to be asked on: it cannot be asked
+      // (the backend hears -32601 at once, as from a client without the capability), rather than a
+      // question it cannot read, on a stream it did not accept, waited for until the backend's timeout.
+      interaction: session === undefined || !acceptsEventStream(req.headers.accept) ? undefined : {
         principal: session.principal,
         supports: session.supports,
         ask: (method, params, signal) => {

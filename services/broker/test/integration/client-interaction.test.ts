@@ -97,6 +97,17 @@ describe("interaction: a backend's requests during a call reach the calling clie
     expect(text(await formOnly.callTool({ name: "b__ask_user", arguments: { message: "x" } }))).toBe("user: decline null");
   });
 
+  it("answers the backend -32601 at once during a call whose Accept takes only JSON (no stream to ask on), and the caller gets JSON", async () => {
+    const client = await connect("json-only", { sampling: {} });
+    const sessionId = (client.transport as StreamableHTTPClientTransport).sessionId ?? "";
+    const started = Date.now();
+    const answer = await post(running.url, { jsonrpc: "2.0", id: 9, method: "tools/call", params: { name: "b__ask_model", arguments: { prompt: "x" } } }, { accept: "application/json", "mcp-session-id": sessionId, "mcp-protocol-version": "2025-11-25" });
+    expect(answer.headers.get("content-type")).toMatch(/^application\/json/);
+    expect(text((answer.json as { result: unknown }).result)).toMatch(/^error -32601: /);
+    // Not the backend's 5 s timeout.
+    expect(Date.now() - started).toBeLessThan(4_000);
+  });
+
   it("gives roots/list the caller's roots, and none to a caller without roots", async () => {
     const rooted = await connect("rooted", { roots: {} });
     rooted.setRequestHandler("roots/list", async () => ({ roots: [{ uri: "file:///work/rooted" }] }));
