@@ -269,6 +269,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     settling,
     instanceId,
     release: (backendId, uri) => watchers.release(backendId, uri),
+    reclaimJobs: (dead) => reclaimJobsOf(dead),
     enforceLater: (lowered) => jobs.schedule("limits", { type: "limits", limits: lowered }, 0),
   });
   const presence = new InstancePresence({
@@ -360,10 +361,12 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
    */
   const reclaimJobs = async (): Promise<void> => {
     if (redis === undefined || !started || settling()) return;
-    for (const dead of await registry.deadInstances(deadGraceMs)) {
-      const moved = await jobs.reclaim(dead);
-      if (moved > 0) logger.warn({ instance: dead, jobs: moved }, "a member died running jobs: they go to another member now");
-    }
+    for (const dead of await registry.deadInstances(deadGraceMs)) await reclaimJobsOf(dead);
+  };
+  /** The reap job does it too, before the member leaves the list the heartbeats read. */
+  const reclaimJobsOf = async (dead: string): Promise<void> => {
+    const moved = await jobs.reclaim(dead);
+    if (moved > 0) logger.warn({ instance: dead, jobs: moved }, "a member died running jobs: they go to another member now");
   };
 
   let started = false;

@@ -28,6 +28,8 @@ export class SubscriptionJobs {
       instanceId: string;
       /** The cluster-wide count of (backend, uri) reached zero: release it upstream. */
       release(backendId: string, uri: string): void;
+      /** The jobs a dead member was running go to the others now (see `JobQueue.reclaim`). */
+      reclaimJobs?(instance: string): Promise<void>;
       /** Limits exceeded: run the limits job with these limits. */
       enforceLater(limits: SubscriptionLimits): Promise<void>;
     },
@@ -48,6 +50,9 @@ export class SubscriptionJobs {
     const dead = await this.deps.registry.deadInstances(this.deps.deadGraceMs);
     for (const instance of this.deps.settling?.() === true ? [] : dead) {
       if (!(await this.deps.registry.claimInstance(instance))) continue;
+      // Before it leaves the members' list: the heartbeats reclaim only the jobs of members on it,
+      // so a reap that came first left its jobs to their locks (a list reload held up ~60 s).
+      await this.deps.reclaimJobs?.(instance).catch((error: unknown) => this.deps.logger.warn({ instance, err: (error as Error).message }, "cannot hand a dead member's jobs to the others; they go once their locks lapse"));
       const orphaned = await this.deps.sessions.orphan(instance, this.deps.sessionIdleMs);
       const released = await this.deps.registry.reapInstance(instance);
       this.deps.logger.warn({ instance, sessionsKept: orphaned.length, released: released.length }, "a cluster member (broker or worker) died: its sessions wait for another to adopt them; the rest of what it held is released");

@@ -32,4 +32,29 @@ describe("the reap job", () => {
     await jobs.reap();
     expect(claimed).toEqual(["gone"]);
   });
+
+  it("hands a dead member's jobs to the others before it leaves the members' list (the heartbeats reclaim only from that list)", async () => {
+    const calls: string[] = [];
+    const registry = {
+      deadInstances: async () => ["gone"],
+      claimInstance: async () => true,
+      reapInstance: async (id: string) => (calls.push(`reap ${id}`), []),
+    } as unknown as SubscriptionRegistry;
+    const sessions = { orphan: async () => [], expired: async () => [] } as unknown as SessionStore;
+    const jobs = new SubscriptionJobs({
+      registry,
+      sessions,
+      bus: {} as Bus,
+      logger: createLogger("silent"),
+      clock: systemClock,
+      sessionIdleMs: 1_000,
+      deadGraceMs: 0,
+      instanceId: "me",
+      release: () => undefined,
+      reclaimJobs: async (id) => void calls.push(`reclaim ${id}`),
+      enforceLater: async () => undefined,
+    });
+    await jobs.reap();
+    expect(calls).toEqual(["reclaim gone", "reap gone"]);
+  });
 });
