@@ -155,11 +155,14 @@ export function createRedisEngine(options: RedisEngineOptions): RedisEngine {
     reachable: () => redis.status === "ready",
     abandon() {
       for (const client of [redis, subscriber]) {
+        const away = client.status !== "ready";
         client.options.enableOfflineQueue = false;
         client.disconnect();
         // ioredis ends a client that waits between two reconnect attempts only at the next attempt,
-        // which `disconnect` cancelled: what it queued would wait out its timeout.
-        if (client.status === "reconnecting") (client as unknown as { flushQueue?(error: Error): void }).flushQueue?.(new Error("Connection is closed."));
+        // which `disconnect` cancelled: what it queued would wait out its timeout, and a cluster
+        // client with no node connected ends never (nothing is left to close), so what it queued
+        // waited for ever (a broker stopping while its Redis Cluster was down did not exit).
+        if (away) (client as unknown as { flushQueue?(error: Error): void }).flushQueue?.(new Error("Connection is closed."));
       }
     },
     async close() {
