@@ -17,3 +17,14 @@ export function ancestorsOf(uri: string, lengthWanted: (length: number) => boole
   }
   return out;
 }
+
+const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:[/?#]|$)/i;
+
+/**
+ * Whether `uri`'s path has a `.` or `..` segment (or one percent-encoded): resolved, such a URI
+ * climbs out of where its prefix says it is (RFC 3986, 5.2.4), so `x://a/../b` is not below `x://a`.
+ */
+export function hasDotSegment(uri: string): boolean {
+  const colon = uri.indexOf(":");
+  return DOT_SEGMENT.test(colon < 0 ? uri : uri.slice(colon + 1));
+}

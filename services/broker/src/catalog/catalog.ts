@@ -1,5 +1,6 @@
 import {
   ancestorsOf,
+  hasDotSegment,
   prefixName,
   prefixUri,
   prefixUriTemplate,
@@ -209,8 +210,9 @@ export class Catalog {
       }
       // Only ancestors as long as one of the backend's listed resources are looked up: the walk
       // then hashes no string longer than those, however long (and slashed) the client's URI.
+      // A URI that climbs out with a dot segment is below nothing it names.
       const lengths = this.resourceLengths.get(candidate.backendId);
-      if (lengths === undefined) continue;
+      if (lengths === undefined || hasDotSegment(candidate.uri)) continue;
       for (const parent of ancestorsOf(candidate.uri, (length) => lengths.has(length))) {
         if (this.get("resources", this.exposeUri(candidate.backendId, parent))?.backendId === candidate.backendId) {
           return { backendId: candidate.backendId, uri: candidate.uri, match: "sub-resource" };

@@ -80,6 +80,11 @@ describe("catalog", () => {
     expect(cat.resolveResource("a+users://42/profile")).toEqual({ backendId: "a", uri: "users://42/profile", match: "template" });
     expect(cat.resolveResource("a+file:///docs/guide.md")).toEqual({ backendId: "a", uri: "file:///docs/guide.md", match: "sub-resource" });
     expect(cat.resolveResource("a+file:///docsx")).toEqual({ backendId: "a", uri: "file:///docsx", match: "prefix" });
+    // A dot segment climbs out of the listed resource: not below it (a bare prefix match subscribes nothing).
+    for (const climbs of ["a+file:///docs/../etc/passwd", "a+file:///docs/%2E%2e/x", "a+file:///docs/./..", "a+file:///docs/sub/../../x"]) {
+      expect(cat.resolveResource(climbs), climbs).toMatchObject({ match: "prefix" });
+    }
+    expect(cat.resolveResource("a+file:///docs/.hidden/..x")).toMatchObject({ match: "sub-resource" });
     expect(cat.resolveResource("weather://paris?units=metric")).toEqual({ backendId: "b", uri: "weather://paris?units=metric", match: "template" });
     expect(cat.resolveResource("nope://x")).toBeUndefined();
     expect(cat.resolveResource("z+file:///docs")).toBeUndefined();
