@@ -401,7 +401,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       const current = existing ?? (await redis.redis.get(redis.keys.generation()));
       if (current === generation && !writesLost && !writeBackOwed) return;
       if (current !== generation) logger.error("Redis lost the cluster's state (restarted without persistence?): writing back what this member holds");
-      else if (writesLost) logger.warn("Redis lost this member's writes since an earlier heartbeat (restarted from an older snapshot?): writing back what this member holds");
+      else if (writesLost) logger.warn("Redis may have lost this member's writes since an earlier heartbeat (its heartbeat was gone, or the server changed: a restart, or a failover to a replica that may lag): writing back what this member holds");
       else logger.warn("writing back what this member holds again (the last write-back failed)");
       generation = current ?? undefined;
       // Owed until it is done: one that fails (Redis stalled meanwhile) runs again at the next check.
