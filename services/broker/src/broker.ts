@@ -94,7 +94,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
   const held = new HeldCalls({ clock, seal, bus, instanceId: member.instanceId });
   const router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name), metaTools, interaction: { held, seal }, listed: (backendId, kind) => catalog.listed(backendId, kind) });
   const dispatcher = new Dispatcher(router, logger, { serverInfo, cacheScope: config.auth.apiKeys.length > 0 ? "private" : "public" });
-  const barrier = new BusBarrier({ bus, instanceId: member.instanceId, clock });
+  const barrier = new BusBarrier({ updates: member.updates, instanceId: member.instanceId, clock });
   const sessions = new SessionHost({
     catalog: catalog.catalog,
     subscriptionTarget: (uri) => router.subscriptionTarget(uri),
@@ -114,7 +114,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     idleTimeoutMs: config.server.sessionIdleMs,
     maxSessionsPerPrincipal: config.server.maxSessionsPerPrincipal,
     resumeHistory: config.server.resumeHistory,
-    resume: new SessionResume({ updates: member.updates, listPosition: (list) => catalog.appliedPosition(list), barrier: () => barrier.pass() }),
+    resume: new SessionResume({ updates: member.updates, listPosition: (list) => catalog.appliedPosition(list), caughtUp: () => barrier.caughtUp() }),
     cursors: new ResumeCursors(() => member.clusterId()),
   });
   const census = new ConsoleCensus({ bus, instanceId: member.instanceId, local: (limit) => sessions.census(limit) });

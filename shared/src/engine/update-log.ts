@@ -1,4 +1,4 @@
-import type { ResourceUpdatedMessage } from "./bus.js";
+import type { BusMessage, ResourceUpdatedMessage } from "./bus.js";
 
 /** A backend update as the watcher publishes it: one message per key it falls under, positions assigned by the log. */
 export type UpdateToPublish = Omit<ResourceUpdatedMessage, "position" | "key" | "keys">;
@@ -37,9 +37,11 @@ export interface UpdateLog {
    * Hands out the next position to no update: a point in the cluster's order that a client's
    * cursor can name (a listen's acknowledgement, a resumption's announcements). Every update
    * published after it has a larger position, and a watch that starts after it a `since` at least
-   * as large; a watch that had started before it has a smaller `since`.
+   * as large; a watch that had started before it has a smaller `since`. With `mark`, publishes
+   * `mark.message` on `mark.channel` in the same step: a subscriber gets it after every message
+   * published before the position was handed out.
    */
-  reserve(): Promise<number>;
+  reserve(mark?: { channel: string; message: BusMessage }): Promise<number>;
   /**
    * Redis lost the counter: positions go on from at least `position` (what clients saw before must
    * still come before whatever is handed out next), and positions up to it may have been handed

@@ -567,6 +567,22 @@ export function updateLogContract(name: string, make: () => Promise<{ log: Updat
       expect(await log.reserve()).toBe(reserved + 1_001);
     });
 
+    it("publishes a reservation's mark in the same step: a subscriber gets it after every message published before", async () => {
+      const { log, bus } = await make();
+      const got: BusMessage[] = [];
+      bus.onMessage((_channel, message) => got.push(message));
+      await bus.subscribe(CHANNEL.resource("b", "k"));
+      await bus.subscribe(CHANNEL.replies("me"));
+      await log.watched("b", "k");
+      // Still on their way when the position is reserved.
+      const published = Promise.all([log.publish(update("k"), ["k"]), log.publish(update("k"), ["k"])]);
+      const reserved = await log.reserve({ channel: CHANNEL.replies("me"), message: { kind: "bus.barrier", v: 1, origin: "me", id: 7 } });
+      expect(reserved).toBeGreaterThan(Math.max(...(await published)));
+      await vi.waitFor(() => expect(got).toHaveLength(3));
+      expect(got.map((message) => message.kind)).toEqual(["resource.updated", "resource.updated", "bus.barrier"]);
+      expect(got[2]).toEqual({ kind: "bus.barrier", v: 1, origin: "me", id: 7 });
+    });
+
     it("goes on from at least a raised floor, and never back", async () => {
       const { log } = await make();
       const now = await log.current();

@@ -18,8 +18,8 @@ export class SessionResume {
       updates: UpdateLog;
       /** The newest cluster position of an applied version of `list` (see `CatalogService.appliedPosition`). */
       listPosition(list: ListName): number;
-      /** Resolves once every bus message published before the call has reached this member (see `BusBarrier`). */
-      barrier(): Promise<void>;
+      /** A position reserved after the call, once every event before it has reached this member (see `BusBarrier`). */
+      caughtUp(): Promise<number>;
     },
   ) {}
 
@@ -34,10 +34,8 @@ export class SessionResume {
    * before everything it delivers later, and a cursor naming it resumes after every upstream
    * watch begun so far. Rejects when Redis or the bus cannot say (the caller makes do with its clock).
    */
-  async caughtUp(): Promise<number> {
-    const position = await this.deps.updates.reserve();
-    await this.deps.barrier();
-    return position;
+  caughtUp(): Promise<number> {
+    return this.deps.caughtUp();
   }
 
   async since(targets: readonly SubscriptionTarget[], position: number): Promise<SinceReport> {

@@ -1,4 +1,4 @@
-import { CHANNEL, MemoryBus, MemoryPositions, MemoryUpdateLog, systemClock, type BusMessage } from "@mcp-broker/shared";
+import { CHANNEL, MemoryBus, MemoryPositions, MemoryUpdateLog, systemClock } from "@mcp-broker/shared";
 import { describe, expect, it } from "vitest";
 import { SessionResume } from "../../src/session/session-resume.js";
 import { EventClock } from "../../src/fanout/event-ids.js";
@@ -9,7 +9,7 @@ const target = (uri: string): Parameters<SessionResume["since"]>[0][number] => (
 function setup() {
   const positions = new MemoryPositions();
   const updates = new MemoryUpdateLog(new MemoryBus(), positions);
-  const resume = new SessionResume({ updates, listPosition: () => 0, barrier: async () => undefined });
+  const resume = new SessionResume({ updates, listPosition: () => 0, caughtUp: async () => 0 });
   const publish = (uri: string) => updates.publish({ backendId: "b", uri } as Parameters<MemoryUpdateLog["publish"]>[0], [uri]);
   return { updates, resume, publish };
 }
@@ -46,7 +46,7 @@ describe("what the cluster can tell a resuming client (SessionResume)", () => {
     await updates.watched("b", "x://a");
     const before = await publish("x://a");
     let lost = 0;
-    const resume = new SessionResume({ updates: Object.assign(Object.create(updates) as MemoryUpdateLog, { lostUpTo: async () => lost }), listPosition: () => 0, barrier: async () => undefined });
+    const resume = new SessionResume({ updates: Object.assign(Object.create(updates) as MemoryUpdateLog, { lostUpTo: async () => lost }), listPosition: () => 0, caughtUp: async () => 0 });
     lost = before + 5;
     await updates.raiseTo(lost);
     await expect(resume.since([target("x://a")], before)).rejects.toThrow(/lost/);
@@ -75,53 +75,47 @@ describe("a broker's event ids (EventClock)", () => {
   });
 });
 
-describe("a round trip through the bus to this member (BusBarrier)", () => {
+describe("positions this member has caught up with (BusBarrier)", () => {
   function member(timeoutMs?: number) {
     const bus = new MemoryBus();
-    const barrier = new BusBarrier({ bus, instanceId: "me", clock: systemClock, timeoutMs });
+    const updates = new MemoryUpdateLog(bus, new MemoryPositions());
+    const barrier = new BusBarrier({ updates, instanceId: "me", clock: systemClock, timeoutMs });
     const heard: number[] = [];
     bus.onMessage((_channel, message) => {
       if (message.kind === "bus.barrier") barrier.received(message);
       else if (message.kind === "resource.updated") heard.push(message.position);
     });
-    return { bus, barrier, heard };
+    return { bus, updates, barrier, heard };
   }
-  const update = (position: number): BusMessage => ({ kind: "resource.updated", v: 1, origin: "o", backendId: "b", key: "x://a", uri: "x://a", at: 0, update: position, keys: 1, position });
+  const publish = (updates: MemoryUpdateLog) => updates.publish({ kind: "resource.updated", v: 1, origin: "o", backendId: "b", uri: "x://a", at: 0, update: 1 }, ["x://a"]);
 
-  it("comes back after every message published before it has been handled", async () => {
-    const { bus, barrier, heard } = member();
+  it("resolves with a position after everything published before, once all of that has been handled", async () => {
+    const { bus, updates, barrier, heard } = member();
     await bus.subscribe(CHANNEL.replies("me"));
     await bus.subscribe(CHANNEL.resource("b", "x://a"));
-    for (const position of [1, 2, 3]) void bus.publish(CHANNEL.resource("b", "x://a"), update(position));
-    await barrier.pass();
-    expect(heard).toEqual([1, 2, 3]);
+    const published = [publish(updates), publish(updates), publish(updates)];
+    const position = await barrier.caughtUp();
+    expect(heard).toEqual(await Promise.all(published));
+    expect(position).toBeGreaterThan(Math.max(...heard));
   });
 
-  it("sends one message for the callers of one tick", async () => {
-    const { bus, barrier } = member();
+  it("makes one reservation and one barrier for the callers of one tick", async () => {
+    const { bus, updates, barrier } = member();
     await bus.subscribe(CHANNEL.replies("me"));
-    const sent: BusMessage[] = [];
-    const publish = bus.publish.bind(bus);
-    bus.publish = (channel, message) => (sent.push(message), publish(channel, message));
-    await Promise.all([barrier.pass(), barrier.pass(), barrier.pass()]);
-    await barrier.pass();
-    expect(sent.map((message) => message.kind)).toEqual(["bus.barrier", "bus.barrier"]);
+    const marks: unknown[] = [];
+    const reserve = updates.reserve.bind(updates);
+    updates.reserve = (mark) => (marks.push(mark?.message.kind), reserve(mark));
+    const together = await Promise.all([barrier.caughtUp(), barrier.caughtUp(), barrier.caughtUp()]);
+    const later = await barrier.caughtUp();
+    expect(marks).toEqual(["bus.barrier", "bus.barrier"]);
+    expect(new Set(together).size).toBe(1);
+    expect(later).toBeGreaterThan(together[0] ?? Infinity);
   });
 
-  it("rejects when it does not come back in time (the bus is away), and ignores another member's", async () => {
+  it("rejects when the barrier does not come back in time (the bus is away), and ignores another member's", async () => {
     const { barrier } = member(50);
     // Its reply channel is not subscribed: the barrier never arrives.
-    await expect(barrier.pass()).rejects.toThrow(/did not come back/);
+    await expect(barrier.caughtUp()).rejects.toThrow(/did not come back/);
     barrier.received({ origin: "someone-else", id: 1 });
-  });
-
-  it("gives a resumption a position after everything published before it (SessionResume.caughtUp)", async () => {
-    const { bus, barrier } = member();
-    await bus.subscribe(CHANNEL.replies("me"));
-    const positions = new MemoryPositions();
-    const updates = new MemoryUpdateLog(bus, positions);
-    const resume = new SessionResume({ updates, listPosition: () => 0, barrier: () => barrier.pass() });
-    const published = await updates.publish({ backendId: "b", uri: "x://a" } as Parameters<MemoryUpdateLog["publish"]>[0], ["x://a"]);
-    expect(await resume.caughtUp()).toBeGreaterThan(published);
   });
 });

@@ -1,4 +1,4 @@
-import { CHANNEL, resourceUpdatedMessage, type Bus } from "../bus.js";
+import { CHANNEL, resourceUpdatedMessage, type Bus, type BusMessage } from "../bus.js";
 import type { KeyStamp, UpdateLog, UpdateToPublish } from "../update-log.js";
 import type { MemoryPositions } from "./memory-positions.js";
 
@@ -46,8 +46,11 @@ export class MemoryUpdateLog implements UpdateLog {
     return this.positions.current();
   }
 
-  async reserve(): Promise<number> {
-    return this.positions.next();
+  async reserve(mark?: { channel: string; message: BusMessage }): Promise<number> {
+    const position = this.positions.next();
+    // Delivered in publish order, after what was published before.
+    if (mark !== undefined) await this.bus.publish(mark.channel, mark.message);
+    return position;
   }
 
   /** One process's counter is never lost. */

@@ -1,5 +1,5 @@
 import type { RedisClient } from "./redis-client.js";
-import { CHANNEL, encodeUpdateHead } from "../bus.js";
+import { CHANNEL, encodeBusMessage, encodeUpdateHead, type BusMessage } from "../bus.js";
 import type { KeyStamp, UpdateLog, UpdateToPublish } from "../update-log.js";
 import type { RedisKeys } from "./keys.js";
 import { corkUntilTickEnds } from "./redis-bus.js";
@@ -50,13 +50,18 @@ redis.call('HDEL', KEYS[1], 'u' .. ARGV[1], 's' .. ARGV[1], 't' .. ARGV[1])
 return 1
 `;
 
-/** KEYS: the position counter. ARGV: floor. The next position, handed out to no update (see `UpdateLog.reserve`); from above the floor, as a publish's. */
+/**
+ * KEYS: the position counter. ARGV: floor, then optionally a channel and a message. The next
+ * position, handed out to no update (see `UpdateLog.reserve`); from above the floor, as a
+ * publish's. The message is published in the same step.
+ */
 const RESERVE = `
 local position = redis.call('INCR', KEYS[1])
 if position <= tonumber(ARGV[1]) then
   position = tonumber(ARGV[1]) + 1
   redis.call('SET', KEYS[1], position)
 end
+if ARGV[2] then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
 return position
 `;
 
@@ -95,7 +100,7 @@ export const UPDATE_UNWATCHED_COMMAND = "updateUnwatched";
 
 type UpdateLogCommands = {
   updateRaise(positions: string, lost: string, floor: number): Promise<number>;
-  updateReserve(positions: string, floor: number): Promise<number>;
+  updateReserve(positions: string, floor: number, ...mark: string[]): Promise<number>;
   updatePublish(numberOfKeys: number, ...keysAndArgs: (string | number)[]): Promise<number[]>;
   updateWatched(positions: string, stamps: string, key: string): Promise<number>;
   updateUnwatched(stamps: string, key: string): Promise<number>;
@@ -129,7 +134,7 @@ export class RedisUpdateLog implements UpdateLog {
     redis.defineCommand(UPDATE_WATCHED_COMMAND, { numberOfKeys: 2, lua: WATCHED });
     redis.defineCommand(UPDATE_UNWATCHED_COMMAND, { numberOfKeys: 1, lua: UNWATCHED });
     redis.defineCommand("updateRaise", { numberOfKeys: 2, lua: RAISE });
-    redis.defineCommand("updateReserve", { numberOfKeys: 1, lua: RESERVE });
+    redis.defineCommand("updateReserve", { numberOfKeys: 1, lua: keys.script(RESERVE) });
     this.redis = redis as RedisClient & UpdateLogCommands;
   }
 
@@ -219,8 +224,9 @@ export class RedisUpdateLog implements UpdateLog {
     return Number((await this.redis.get(this.keys.positions())) ?? 0);
   }
 
-  async reserve(): Promise<number> {
-    const position = Number(await this.redis.updateReserve(this.keys.positions(), this.floor));
+  async reserve(mark?: { channel: string; message: BusMessage }): Promise<number> {
+    const published = mark === undefined ? [] : [this.keys.channel(mark.channel), encodeBusMessage(mark.message)];
+    const position = Number(await this.redis.updateReserve(this.keys.positions(), this.floor, ...published));
     if (position > this.floor) this.floor = position;
     return position;
   }
