@@ -714,9 +714,9 @@ export class SessionHost {
     // What nobody can tell is announced after everything handed out so far has arrived (and is held
     // with the rest): its cursor resumes after the watches of what it announces began, and nothing
     // that came before it in the cluster's order follows it on the stream.
-    if (unknown.length > 0 || lateLists.length > 0) await this.catchUp();
+    const at = unknown.length > 0 || lateLists.length > 0 ? await this.catchUp() : this.env.events.newest();
     // Exact only once the cluster could tell (a position it never handed out cannot be told about).
-    if (!acknowledge(report !== undefined, this.env.events.newest())) return;
+    if (!acknowledge(report !== undefined, at)) return;
     const told =
       report === undefined
         ? []
@@ -734,16 +734,20 @@ export class SessionHost {
   /**
    * Moves this broker's event clock up to a position reserved in the cluster's order once every
    * event handed out before it has arrived here (see `SessionResume.caughtUp`), and resolves with
-   * where the clock stands. When Redis or the bus cannot say, the clock stays: what is made up next
-   * comes after what this broker passed on.
+   * that position: not the clock, which events after it may have moved further (a stream's cursor
+   * at the clock would resume past those, still on their way to its client). When Redis or the bus
+   * cannot say, the clock stays, and names the position: what is made up next comes after what this
+   * broker passed on.
    */
   private async catchUp(): Promise<number> {
     try {
-      this.env.events.caughtUp(await this.deps.resume.caughtUp());
+      const position = await this.deps.resume.caughtUp();
+      this.env.events.caughtUp(position);
+      return position;
     } catch (error) {
       this.deps.logger.debug({ err: (error as Error).message }, "cannot catch up with the cluster's order; this broker's clock names the position");
+      return this.env.events.newest();
     }
-    return this.env.events.newest();
   }
 
   /**

@@ -166,7 +166,7 @@ describe("session host: a listen stream closed while its subscriptions are being
 });
 
 describe("session host: a listen's acknowledgement", () => {
-  it("waits until every event before a reserved position has arrived, names that position in its cursor, and moves the broker's clock up to it", async () => {
+  it("waits until every event before a reserved position has arrived, names that position in its cursor (not the clock, which may be past it), and moves the broker's clock up to it", async () => {
     let caughtUp: ((position: number) => void) | undefined;
     const { sessions, fanout } = host(undefined, undefined, undefined, () => new Promise((resolve) => (caughtUp = resolve)));
     const flags = { toolsListChanged: true, promptsListChanged: false, resourcesListChanged: false };
@@ -178,6 +178,18 @@ describe("session host: a listen's acknowledgement", () => {
     await vi.waitFor(() => expect(outcomes).toHaveLength(1));
     expect(outcomes[0]).toMatchObject({ type: "listen.acknowledged", cursor: expect.stringMatching(/:42$/) });
     expect(fanout.events.newest()).toBe(42);
+    // An event after the position passed on meanwhile (on its way to the stream, behind the
+    // acknowledgement) moves the clock on; the cursor still names the position.
+    let again: ((position: number) => void) | undefined;
+    const second = host(undefined, undefined, undefined, () => new Promise((resolve) => (again = resolve)));
+    const acknowledged: ListenOutcome[] = [];
+    second.sessions.openListen("p", flags, ["b+x://1"], () => ({ principal: "p", flags, deliver: () => undefined }), (outcome) => acknowledged.push(outcome));
+    await vi.waitFor(() => expect(again).toBeDefined());
+    second.fanout.events.cluster(50);
+    again?.(42);
+    await vi.waitFor(() => expect(acknowledged).toHaveLength(1));
+    expect(acknowledged[0]).toMatchObject({ cursor: expect.stringMatching(/:42$/) });
+    second.sessions.close();
     sessions.close();
   });
 });
