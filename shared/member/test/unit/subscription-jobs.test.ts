@@ -3,6 +3,24 @@ import { describe, expect, it } from "vitest";
 import { SubscriptionJobs } from "../../src/jobs/subscription-jobs.js";
 import { createLogger } from "../../src/logger.js";
 
+/** The jobs over a fake registry and session store (the sessions: nothing to orphan, nothing expired). */
+function reapJobs(registry: SubscriptionRegistry, extra: Partial<ConstructorParameters<typeof SubscriptionJobs>[0]> = {}): SubscriptionJobs {
+  const sessions = { orphan: async () => [], expired: async () => [] } as unknown as SessionStore;
+  return new SubscriptionJobs({
+    registry,
+    sessions,
+    bus: {} as Bus,
+    logger: createLogger("silent"),
+    clock: systemClock,
+    sessionIdleMs: 1_000,
+    deadGraceMs: 0,
+    instanceId: "me",
+    release: () => undefined,
+    enforceLater: async () => undefined,
+    ...extra,
+  });
+}
+
 describe("the reap job", () => {
   it("reaps nobody while Redis came back lately (the others may still be reconnecting), then the dead", async () => {
     const claimed: string[] = [];
@@ -11,21 +29,8 @@ describe("the reap job", () => {
       claimInstance: async (id: string) => (claimed.push(id), true),
       reapInstance: async () => [],
     } as unknown as SubscriptionRegistry;
-    const sessions = { orphan: async () => [], expired: async () => [] } as unknown as SessionStore;
     let settling = true;
-    const jobs = new SubscriptionJobs({
-      registry,
-      sessions,
-      bus: {} as Bus,
-      logger: createLogger("silent"),
-      clock: systemClock,
-      sessionIdleMs: 1_000,
-      deadGraceMs: 0,
-      settling: () => settling,
-      instanceId: "me",
-      release: () => undefined,
-      enforceLater: async () => undefined,
-    });
+    const jobs = reapJobs(registry, { settling: () => settling });
     await jobs.reap();
     expect(claimed).toEqual([]);
     settling = false;
@@ -40,20 +45,7 @@ describe("the reap job", () => {
       claimInstance: async () => true,
       reapInstance: async (id: string) => (calls.push(`reap ${id}`), []),
     } as unknown as SubscriptionRegistry;
-    const sessions = { orphan: async () => [], expired: async () => [] } as unknown as SessionStore;
-    const jobs = new SubscriptionJobs({
-      registry,
-      sessions,
-      bus: {} as Bus,
-      logger: createLogger("silent"),
-      clock: systemClock,
-      sessionIdleMs: 1_000,
-      deadGraceMs: 0,
-      instanceId: "me",
-      release: () => undefined,
-      reclaimJobs: async (id) => void calls.push(`reclaim ${id}`),
-      enforceLater: async () => undefined,
-    });
+    const jobs = reapJobs(registry, { reclaimJobs: async (id) => void calls.push(`reclaim ${id}`) });
     await jobs.reap();
     expect(calls).toEqual(["reclaim gone", "reap gone"]);
   });
