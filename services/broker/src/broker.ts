@@ -82,12 +82,15 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     onBusLatency: (ms) => metrics.observeBusLatency(ms),
   });
   catalog.onListChanged((list, _diffs, position) => fanout.listChanged(list, position));
-  /** How a backend's resource updates reach its subscribers: it pushes them, or the watcher polls it. */
-  const pushes = (backendId: string): boolean => pool.get(backendId).capabilities?.resources?.subscribe === true;
+  /** How a backend's resource updates reach its subscribers: it pushes them, the watcher polls it, or nothing while it is not connected. */
+  const delivery = (backendId: string): "push" | "poll" | "none" => {
+    const backend = pool.get(backendId);
+    return backend.state !== "connected" ? "none" : backend.capabilities?.resources?.subscribe === true ? "push" : "poll";
+  };
   const metaTools = new MetaTools({
     catalog: catalog.catalog,
     subscribers: (backendId, uri) => registry.count(backendId, uri),
-    updates: (backendId) => (pool.get(backendId).state !== "connected" ? "none" : pushes(backendId) ? "push" : "poll"),
+    updates: delivery,
   });
   const { stateKey } = config.interaction;
   const seal = new RequestStateSeal(stateKey !== undefined ? () => stateKey : () => member.sharedSecret(), clock, config.interaction.heldCallMs);
@@ -186,7 +189,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
             }),
             localOnly: config.console.adminKeys.length === 0,
           },
-          data: consoleData({ catalog: catalog.catalog, registry, updates: member.updates, member, pushes, census, feed, heldTools: () => catalog.heldTools() }),
+          data: consoleData({ catalog: catalog.catalog, registry, updates: member.updates, member, delivery, census, feed, heldTools: () => catalog.heldTools() }),
         },
       }),
     });

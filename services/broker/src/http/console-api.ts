@@ -18,7 +18,7 @@ export interface ConsoleResource {
   /** Subscriptions to it across the whole cluster. */
   subscribers: number;
   /** How it is watched upstream now (see `ConsoleData.resources`). */
-  upstream: "subscribed" | "polling" | "none";
+  upstream: "subscribed" | "polling" | "unavailable" | "none";
   /** Whether the backend lists it (false: a subscribed template match or sub-resource). */
   listed: boolean;
   /** When its last update arrived (epoch ms), while it is watched; absent: none since its watch began. */
@@ -78,6 +78,9 @@ export interface ConsoleAccess {
 
 const API = "/console/api/";
 
+/** A subscribed resource's upstream state by how its backend's updates reach it: pushed, polled, or nothing while its backend is not connected here. */
+const UPSTREAM = { push: "subscribed", poll: "polling", none: "unavailable" } as const;
+
 /** A resource the console lists, before its counts and times are read. */
 interface Resource {
   backend: string;
@@ -91,19 +94,19 @@ interface Resource {
 
 /**
  * The console's reads, from the catalog this member serves and the cluster's registry and leases.
- * `pushes`: whether a backend sends its own updates (else its watcher polls it).
+ * `delivery`: how a backend's updates reach its subscribers (see `MetaToolsDeps.updates`).
  */
 export function consoleData(deps: {
   catalog: Catalog;
   registry: Pick<SubscriptionRegistry, "count" | "wanted">;
   updates: Pick<UpdateLog, "updatedAt">;
   member: Pick<Member, "backends" | "watcherOf">;
-  pushes: (backendId: string) => boolean;
+  delivery: (backendId: string) => "push" | "poll" | "none";
   census: Pick<ConsoleCensus, "take">;
   heldTools: () => HeldTool[];
   feed: Pick<ConsoleFeed, "open">;
 }): ConsoleData {
-  const { catalog, registry, updates, member, pushes, census, heldTools } = deps;
+  const { catalog, registry, updates, member, delivery, census, heldTools } = deps;
   const items = (kind: CatalogKind): ConsoleItem[] => catalog.list(kind).map((item) => ({ ...item.exposed, backend: item.backendId }));
   return {
     resources: async () => {
@@ -143,7 +146,7 @@ export function consoleData(deps: {
           name: resource.name,
           ...(resource.mimeType !== undefined && { mimeType: resource.mimeType }),
           subscribers,
-          upstream: subscribers === 0 ? "none" : pushes(resource.backend) ? "subscribed" : "polling",
+          upstream: subscribers === 0 ? "none" : UPSTREAM[delivery(resource.backend)],
           listed: resource.listed,
           ...(lastUpdate !== undefined && { lastUpdate }),
         };

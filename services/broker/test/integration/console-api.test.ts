@@ -299,3 +299,30 @@ describe("console API access", () => {
     await client.close();
   });
 });
+
+describe("console API: a subscribed resource whose backend is down", () => {
+  it("says its upstream is unavailable, not polling, until the backend is back", async () => {
+    const server = createTestServer({ name: "flaky" });
+    let backend = await startLegacyHttpBackend(server);
+    const port = new URL(backend.url).port;
+    const running = await startBroker({
+      backends: [{ id: "b", url: backend.url, era: "legacy", reconnect: { initialDelayMs: 50, maxDelayMs: 200 }, healthIntervalMs: 200 }],
+      console: { enabled: true },
+    });
+    const client = await connectClient(running.url, "legacy");
+    try {
+      await client.subscribeResource({ uri: "b+test://static/a" });
+      const upstream = async () => ((await api(running, "resources")).json as { resources: Row[] }).resources.find((r) => r.uri === "b+test://static/a")?.upstream;
+      expect(await upstream()).toBe("subscribed");
+      await backend.close();
+      await eventually(() => running.broker.pool.get("b").state !== "connected", "the backend seen down");
+      expect(await upstream()).toBe("unavailable");
+      backend = await startLegacyHttpBackend(server, Number(port));
+      await eventually(async () => (await upstream()) === "subscribed", "the backend back");
+    } finally {
+      await client.close();
+      await running.close();
+      await backend.close();
+    }
+  });
+});
