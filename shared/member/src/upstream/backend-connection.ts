@@ -22,7 +22,7 @@ import { isConnectionFailure, jsonRpcErrorOf } from "./connection-failure.js";
 import { summarizeFailure } from "./failure-summary.js";
 import { NotificationStreamWatch } from "./notification-stream-watch.js";
 import { updatedEventTap, type UpdatedParams } from "./sse-update-filter.js";
-import { BackendHttp, closeAgents, keepAliveAgents } from "./backend-http.js";
+import { BackendHttp, closeAgents, keepAliveAgents, TOO_LARGE } from "./backend-http.js";
 import { passedOnParams } from "./update-params.js";
 import { UpstreamListen, type ListenFlags, type ListenGap } from "./upstream-listen.js";
 
@@ -503,9 +503,19 @@ export class BackendConnection {
       return transport;
     }
     const updates = updatedEventTap(onUpdate);
+    const limit = STDIO_DEFAULT_MAX_BUFFER_SIZE;
     const http = new BackendHttp({
       agents: this.agents,
       backlog: () => this.deps.listener.backlog?.(),
+      maxMessageBytes: limit,
+      // As over stdio: the request gets what any unusable answer gets, -32003, and the backend stays connected.
+      oversized: (bytes) => ({
+        code: jsonRpcCode("BACKEND_INVALID_RESPONSE", "legacy"),
+        message: `Backend '${this.id}' gave an unusable answer: a message of more than ${bytes} bytes, over the ${limit}-byte limit`,
+        data: { backend: this.id, reason: "too-large", bytes },
+      }),
+      onOversized: (bytes, id) =>
+        this.deps.logger.warn({ backend: this.id, bytes, limit, ...(id !== undefined && { answers: id }) }, id === undefined ? "dropped a message over the size limit (the stream is opened again)" : "dropped an answer over the size limit; its request fails with -32003"),
       prepare: (init) => {
         const call = this.interactions.prepare(init);
         const ties = call.tap;
@@ -688,15 +698,19 @@ export class BackendConnection {
     if (error instanceof SdkError && (error.code === SdkErrorCode.CapabilityNotSupported || error.code === SdkErrorCode.MethodNotSupportedByProtocolVersion)) {
       return new BrokerError("CAPABILITY_MISSING", `Backend '${this.id}' does not support this: ${error.message}`, { backend: this.id });
     }
-    const reason = describe(error);
+    // One line of at most 300 characters, as `lastFailure`: an HTTP error's whole body (an HTML
+    // page of megabytes) went into the log and the client's message on every call. In full at debug.
+    const full = describe(error);
+    const reason = summarizeFailure(full);
+    if (reason !== full) this.deps.logger.debug({ backend: this.id, err: full }, "backend request failure in full");
     // The client lost its transport under us (`Not connected`): as connection-level as it gets.
     if (isConnectionFailure(error, client.getProtocolEra()) || client.transport === undefined) {
-      this.drop(client, `request failed: ${reason}`);
+      this.drop(client, `request failed: ${full}`);
       return new BrokerError("BACKEND_UNAVAILABLE", `Backend '${this.id}' failed: ${reason}; retry later.`, { backend: this.id }, { cause: error });
     }
-    // One unusable answer (malformed result, `input_required`, an HTTP error on one POST): this request fails, the connection stays.
+    // One unusable answer (malformed result, `input_required`, an HTTP error on one POST, a body over the size limit): this request fails, the connection stays.
     this.answered(client);
-    const code = error instanceof SdkError ? error.code : undefined;
+    const code = error instanceof SdkError ? error.code : isTooLarge(error) ? "too-large" : undefined;
     this.deps.logger.warn({ backend: this.id, code, err: reason }, "backend request failed");
     return new BrokerError(
       "BACKEND_INVALID_RESPONSE",
@@ -754,4 +768,9 @@ function describe(error: unknown): string {
     return cause instanceof Error && !error.message.includes(cause.message) ? `${error.message} (${cause.message})` : error.message;
   }
   return String(error);
+}
+
+/** A body over `BackendHttp`'s size limit. */
+function isTooLarge(error: unknown): boolean {
+  return error instanceof TypeError && (error.cause as { code?: unknown } | undefined)?.code === TOO_LARGE;
 }

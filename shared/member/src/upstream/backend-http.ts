@@ -2,6 +2,7 @@ import http, { type IncomingMessage } from "node:http";
 import https from "node:https";
 import { StringDecoder } from "node:string_decoder";
 import type { FetchLike } from "@modelcontextprotocol/client";
+import { STDIO_DEFAULT_MAX_BUFFER_SIZE } from "@modelcontextprotocol/client";
 import { lastMemberId } from "./stdio-read-buffer.js";
 
 /**
@@ -42,6 +43,25 @@ export interface BackendHttpOptions {
    */
   backlog?(): Promise<void> | undefined;
   headersTimeoutMs?: number;
+  /**
+   * The most one message may take: a JSON answer's body, or one event of an event stream (default
+   * the SDK's stdio limit, 10 MiB). Past it, the message is not read on: an answer to a request
+   * is replaced with the error response `oversized` gives (the request fails, the connection
+   * stays), any other body fails with `TooLargeError`.
+   */
+  maxMessageBytes?: number;
+  /** The error response that stands for request `id`'s answer once it passed the limit. */
+  oversized?(bytes: number, id: string | number): { code: number; message: string; data?: unknown };
+  /** A message passed the limit (for the log). */
+  onOversized?(bytes: number, id: string | number | undefined): void;
+}
+
+/** The code in the `cause` of a body that passed `maxMessageBytes` (see `TooLargeError`). */
+export const TOO_LARGE = "MCP_BROKER_MESSAGE_TOO_LARGE";
+
+/** A response body, or one event of it, over the size limit: as `fetch` fails a body (a `TypeError` with a `cause` that has a `code`), with its own code. */
+export function tooLargeError(limit: number): TypeError {
+  return new TypeError(`a message over the ${limit}-byte limit`, { cause: Object.assign(new Error(`message over ${limit} bytes`), { code: TOO_LARGE }) });
 }
 
 /**
@@ -71,8 +91,11 @@ export class BackendHttp {
    */
   private probeAnswers = true;
 
+  private readonly maxMessageBytes: number;
+
   constructor(private readonly options: BackendHttpOptions) {
     this.headersTimeoutMs = options.headersTimeoutMs ?? HEADERS_TIMEOUT_MS;
+    this.maxMessageBytes = options.maxMessageBytes ?? STDIO_DEFAULT_MAX_BUFFER_SIZE;
   }
 
   /**
@@ -187,6 +210,13 @@ export class BackendHttp {
             const responseInit = { status, statusText: response.statusMessage ?? "", headers: responseHeaders };
             resolve(typeof responseBody === "string" ? new TextResponse(responseBody, responseInit) : new Response(responseBody, responseInit));
           };
+          const max = this.maxMessageBytes;
+          /** What stands for request `id`'s answer past the limit: its error response, as JSON. */
+          const standIn = (bytes: number): string | undefined => {
+            this.options.onOversized?.(bytes, id);
+            const error = id === undefined ? undefined : this.options.oversized?.(bytes, id);
+            return error === undefined ? undefined : JSON.stringify({ jsonrpc: "2.0", id, error });
+          };
           const streamed = (events: EventSplitter | undefined, prefix?: Buffer): ReadableStream<Uint8Array> =>
             bodyStream(
               response,
@@ -198,12 +228,18 @@ export class BackendHttp {
                   cutStream = end;
                 },
                 ended: done,
+                max,
+                // An event stream's answer to a request ends with its stand-in; anything else fails.
+                over: (bytes) => {
+                  const json = events === undefined ? undefined : standIn(bytes);
+                  return json === undefined ? undefined : new TextEncoder().encode(`\n\nevent: message\ndata: ${json}\n\n`);
+                },
               },
               prefix,
             );
           if (eventStream && !empty && this.probeAnswers && mayCollapse(init, body)) {
             probing = reject;
-            probeAnswer(response, new EventSplitter(tap), {
+            probeAnswer(response, new EventSplitter(tap), max, {
               answered: (json) => {
                 done();
                 responseHeaders.set("content-type", "application/json");
@@ -216,6 +252,18 @@ export class BackendHttp {
                 respond(error === undefined ? text : textThenError(text, error));
               },
               lingered: () => (this.probeAnswers = false),
+              over: (bytes) => {
+                done();
+                const json = standIn(bytes);
+                if (json === undefined) {
+                  probing = undefined;
+                  reject(tooLargeError(max));
+                  return;
+                }
+                responseHeaders.set("content-type", "application/json");
+                responseHeaders.delete("content-length");
+                respond(json);
+              },
             });
             return;
           }
@@ -298,10 +346,16 @@ function bodyStream(
     /** `end` ends the body early, after `tail`, and drops the connection (see `BackendHttp.cancelled`). */
     started(controller: ReadableStreamDefaultController<Uint8Array>, end: (tail: Uint8Array) => void): void;
     ended(): void;
+    /** The most one message may take: the whole body, or one event of an event stream. */
+    max: number;
+    /** A message passed `max` after `bytes`: what ends the body in its place (the rest is dropped), or undefined to fail it. */
+    over(bytes: number): Uint8Array | undefined;
   },
   prefix?: Buffer,
 ): ReadableStream<Uint8Array> {
   let finished = false;
+  /** Bytes of a body that is not an event stream, so far. */
+  let received = prefix?.byteLength ?? 0;
   /** Paused until the reader asks for more (its queue is full). */
   let full = false;
   /** Paused until the tap's backlog is handled. */
@@ -325,7 +379,22 @@ function bodyStream(
         });
         if (prefix !== undefined && prefix.byteLength > 0) controller.enqueue(new Uint8Array(prefix.buffer, prefix.byteOffset, prefix.byteLength));
         response.on("data", (chunk: Buffer) => {
+          if (finished) return;
+          received += chunk.byteLength;
           const out = events === undefined ? chunk : events.push(chunk);
+          const held = events === undefined ? received : events.pending;
+          if (held > hooks.max) {
+            // Not read on: what it held so far is dropped, and so is the connection.
+            finish();
+            response.destroy();
+            const tail = hooks.over(held);
+            if (tail === undefined) controller.error(tooLargeError(hooks.max));
+            else {
+              controller.enqueue(tail);
+              controller.close();
+            }
+            return;
+          }
           if (out !== undefined && out.byteLength > 0) controller.enqueue(new Uint8Array(out.buffer, out.byteOffset, out.byteLength));
           if ((controller.desiredSize ?? 1) <= 0) {
             full = true;
@@ -388,6 +457,8 @@ export class EventSplitter {
   private tail = "";
   /** Events the tap kept out so far. */
   taken = 0;
+  /** Characters of the event under way (what waits for its end). */
+  private held = 0;
 
   constructor(private readonly tap: EventTap) {}
 
@@ -412,13 +483,20 @@ export class EventSplitter {
   endText(): string {
     const passed = this.take(this.decoder.end()) + this.parts.join("");
     this.parts = [];
+    this.held = 0;
     return passed;
+  }
+
+  /** How much of an event is under way, waiting for its end (characters). */
+  get pending(): number {
+    return this.held;
   }
 
   private take(text: string): string {
     if (text === "") return "";
     const window = this.tail + text;
     this.parts.push(text);
+    this.held += text.length;
     if (!EVENT_END.test(window)) {
       this.tail = window.slice(-3);
       return "";
@@ -432,6 +510,7 @@ export class EventSplitter {
       pending = pending.slice(end);
     }
     this.parts = pending === "" ? [] : [pending];
+    this.held = pending.length;
     this.tail = pending.slice(-3);
     return passed;
   }
@@ -468,12 +547,15 @@ function mayCollapse(init: RequestInit | undefined, body: string | Uint8Array | 
 function probeAnswer(
   response: IncomingMessage,
   events: EventSplitter,
+  max: number,
   outcome: {
     answered(json: string): void;
     streamed(prefix: Buffer, events: EventSplitter): void;
     ended(text: string, error?: TypeError): void;
     /** The stream stayed open after the response (it is handed over next). */
     lingered(): void;
+    /** What was read passed `max` after `bytes` (the response is dropped). */
+    over(bytes: number): void;
   },
 ): void {
   let text = "";
@@ -491,6 +573,12 @@ function probeAnswer(
     const taken = events.taken;
     const passed = events.pushText(chunk);
     text += passed;
+    if (text.length + events.pending > max) {
+      stop();
+      response.destroy();
+      outcome.over(text.length + events.pending);
+      return;
+    }
     // The tap took events (updates sent on this request's stream): not an answer alone, and
     // reading on is for the stream's reader, which waits for the tap's backlog.
     if (events.taken !== taken) {

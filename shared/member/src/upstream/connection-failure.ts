@@ -1,4 +1,5 @@
 import { ProtocolError, SdkError, SdkErrorCode, SdkHttpError } from "@modelcontextprotocol/client";
+import { TOO_LARGE } from "./backend-http.js";
 
 /** SDK error codes that mean the connection itself is gone, not that one answer was bad. */
 const CONNECTION_CODES: ReadonlySet<string> = new Set<string>([SdkErrorCode.ConnectionClosed, SdkErrorCode.NotConnected, SdkErrorCode.SendFailed]);
@@ -22,7 +23,8 @@ export function isConnectionFailure(error: unknown, era: "legacy" | "modern" | u
   if (error instanceof SdkError) return CONNECTION_CODES.has(error.code);
   // fetch() rejects with a TypeError on a network error; undici puts the socket error, which has a
   // `code` (ECONNREFUSED, ECONNRESET, UND_ERR_SOCKET, ...), in `cause`.
-  return error instanceof TypeError && hasCode(error.cause);
+  // A message over the size limit fails that request alone (see `BackendHttp`).
+  return error instanceof TypeError && hasCode(error.cause) && (error.cause as { code: string }).code !== TOO_LARGE;
 }
 
 function hasCode(cause: unknown): boolean {

@@ -2,7 +2,7 @@ import { getEventListeners } from "node:events";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createNetServer, type AddressInfo, type Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { BackendHttp, TextResponse, closeAgents, keepAliveAgents, type EventTap, type HttpAgents } from "../../src/upstream/backend-http.js";
+import { BackendHttp, TextResponse, TOO_LARGE, closeAgents, keepAliveAgents, type EventTap, type HttpAgents } from "../../src/upstream/backend-http.js";
 
 type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void;
 
@@ -25,10 +25,11 @@ async function serve(handler: Handler): Promise<string> {
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`;
 }
 
-function client(options: { tap?: EventTap; headersTimeoutMs?: number; backlog?: () => Promise<void> | undefined } = {}): BackendHttp {
+function client(options: { tap?: EventTap; headersTimeoutMs?: number; backlog?: () => Promise<void> | undefined; maxMessageBytes?: number } = {}): BackendHttp {
   agents = keepAliveAgents();
   return new BackendHttp({
     agents,
+    ...(options.maxMessageBytes !== undefined && { maxMessageBytes: options.maxMessageBytes, oversized: (bytes: number) => ({ code: -32003, message: "too large", data: { bytes } }) }),
     ...(options.tap !== undefined && { prepare: (init) => ({ init, tap: options.tap }) }),
     ...(options.headersTimeoutMs !== undefined && { headersTimeoutMs: options.headersTimeoutMs }),
     ...(options.backlog !== undefined && { backlog: options.backlog }),
@@ -43,7 +44,48 @@ afterEach(async () => {
   server = undefined;
 });
 
+/** Writes `piece` every few milliseconds until the client goes away: a message without end. */
+function endless(res: ServerResponse, piece: string): void {
+  const timer = setInterval(() => res.write(piece), 2);
+  res.on("close", () => clearInterval(timer));
+}
+
 describe("BackendHttp (the fetch of an HTTP backend connection)", () => {
+  it("does not read a message over the size limit on: a request's answer gets its error response in its place, anything else fails", async () => {
+    const url = await serve((req, res, body) => {
+      if (req.method === "GET") {
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.write("data: {}\n\ndata: ");
+        endless(res, "y".repeat(500));
+      } else if (body.includes('"sse"')) {
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.write("data: ");
+        endless(res, "x".repeat(500));
+      } else {
+        res.writeHead(200, { "content-type": "application/json" });
+        endless(res, " ".repeat(500));
+      }
+    });
+    const http = client({ tap: () => true, maxMessageBytes: 2_000 });
+    const answer = await http.fetch(url, { method: "POST", body: '{"method":"tools/call","params":{"name":"sse"},"jsonrpc":"2.0","id":7}' });
+    expect(await answer.json()).toMatchObject({ jsonrpc: "2.0", id: 7, error: { code: -32003, message: "too large" } });
+    const plain = await http.fetch(url, { method: "POST", body: '{"method":"tools/call","params":{"name":"json"},"jsonrpc":"2.0","id":8}' });
+    await expect(plain.text()).rejects.toMatchObject({ cause: { code: TOO_LARGE } });
+    const stream = await http.fetch(url, { method: "GET" });
+    const reader = (stream.body as ReadableStream<Uint8Array>).getReader();
+    let read = "";
+    const failure = await (async () => {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return undefined;
+        read += new TextDecoder().decode(value);
+      }
+    })().catch((error: unknown) => error);
+    expect(read).toBe("data: {}\n\n");
+    expect(failure).toMatchObject({ cause: { code: TOO_LARGE } });
+  });
+
+
   it("sends method, headers and body, and answers status, headers and body like fetch", async () => {
     const url = await serve((req, res, body) => {
       res.writeHead(202, { "content-type": "application/json", "mcp-session-id": "s-1" });
