@@ -347,10 +347,13 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
     } catch {
       report = undefined;
     }
-    // What nobody can tell is announced once everything handed out so far has arrived (held with
-    // the rest), at an id after all of it: resumed from that id, the client is told what came later,
-    // and not those announcements again (the watches they are about began before it).
-    if (report !== undefined && report.unknown.length > 0) await this.env.catchUp();
+    // Nothing goes out before everything handed out so far has reached this broker (held with the
+    // rest): the stamps came from Redis, which this broker's bus may lag, and a list change still on
+    // its way would otherwise follow the updates told, with a lower id (a client that broke off
+    // between resumed past it). What nobody can tell is then announced at an id after all of it:
+    // resumed from that id, the client is told what came later, and not those announcements again
+    // (the watches they are about began before it).
+    await this.env.catchUp();
     const held = this.held;
     this.held = undefined;
     if (this.stream !== stream) {

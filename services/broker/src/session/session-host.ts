@@ -711,10 +711,12 @@ export class SessionHost {
     const wanted = LIST_NAMES.filter((list) => sink.wants?.(list) ?? true);
     const unknown = report === undefined ? targets : report.unknown;
     const lateLists = report === undefined ? wanted : [];
-    // What nobody can tell is announced after everything handed out so far has arrived (and is held
-    // with the rest): its cursor resumes after the watches of what it announces began, and nothing
-    // that came before it in the cluster's order follows it on the stream.
-    const at = unknown.length > 0 || lateLists.length > 0 ? await this.catchUp() : this.env.events.newest();
+    // Nothing goes out before everything handed out so far has arrived (and is held with the rest):
+    // the stamps came from Redis, which this broker's bus may lag, and a list change still on its way
+    // would otherwise follow the updates told, with a lower cursor. What nobody can tell is then
+    // announced at the position caught up with: its cursor resumes after the watches of what it
+    // announces began, and nothing that came before it in the cluster's order follows it.
+    const at = await this.catchUp();
     // Exact only once the cluster could tell (a position it never handed out cannot be told about).
     if (!acknowledge(report !== undefined, at)) return;
     const told =

@@ -138,6 +138,27 @@ describe("legacy session: event ids and resumption", () => {
     ]);
   });
 
+  it("tells nothing before everything handed out before has arrived, so a list change still on its way goes out in order, before the updates told after it", async () => {
+    let caughtUp: (() => void) | undefined;
+    const { s, clock } = session({
+      since: async () => ({ updated: [{ target: { backendId: "b", uri: "x://a" }, position: 6 }], unknown: [], lists: [] }),
+      catchUp: (events) => new Promise((resolve) => (caughtUp = () => (events.caughtUp(7), resolve()))),
+    });
+    await s.subscribe("x://a");
+    const resumed = stream();
+    const attached = s.attachStream(resumed, "4");
+    await vi.waitFor(() => expect(caughtUp).toBeDefined());
+    // Stored at 5 and read from Redis by nobody here yet: this broker's bus brings it now.
+    s.deliver(PreparedNotification.listChanged("tools", clock.cluster(5)));
+    expect(resumed.events).toEqual([]);
+    caughtUp?.();
+    await attached;
+    expect(resumed.events.map((e) => [e.id, described([e])[0]])).toEqual([
+      ["5", "notifications/tools/list_changed"],
+      ["6", "x://a"],
+    ]);
+  });
+
   it("leaves out of a resumption what arrived live meanwhile at the same position or later: a told update or list change, or a resource nobody could tell about", async () => {
     let report: (value: SinceReport) => void = () => undefined;
     const { s, clock } = session({ since: () => new Promise((resolve) => (report = resolve)) });
