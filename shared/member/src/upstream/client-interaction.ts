@@ -62,8 +62,13 @@ export class InteractionRouter {
   private readonly tied = new Map<string | number, Call>();
   /** Client calls in flight (those with an interaction). */
   private clientCalls = 0;
-  /** Client calls that ended early (failed, cancelled, timed out): until when (ms) each keeps the fallback from other principals' calls. */
-  private readonly endedEarly: { principal: string; until: number }[] = [];
+  /**
+   * Principals whose client calls ended early (failed, cancelled, timed out), with until when (ms)
+   * the latest of them keeps the fallback from other principals' calls: one entry per principal (a
+   * list of every such call, pruned only when a backend asked outside a call, grew by one for each
+   * failed call for good).
+   */
+  private readonly endedEarly = new Map<string, number>();
 
   /**
    * Runs `send` (one request to the backend) as a call of `interaction`'s client (undefined: a
@@ -83,7 +88,7 @@ export class InteractionRouter {
       this.calls.delete(number);
       if (interaction !== undefined) {
         this.clientCalls--;
-        if (early) this.endedEarly.push({ principal: interaction.principal, until: Date.now() + timeoutMs });
+        if (early) this.endedEarly.set(interaction.principal, Math.max(this.endedEarly.get(interaction.principal) ?? 0, Date.now() + timeoutMs));
       }
       // A question of a call that is over can no longer change its answer: it ends with it.
       call.over = true;
@@ -147,8 +152,9 @@ export class InteractionRouter {
     let only: Call | undefined;
     for (const call of this.calls.values()) if (call.interaction !== undefined) only = call;
     const now = Date.now();
-    while (this.endedEarly.length > 0 && (this.endedEarly[0]?.until ?? 0) <= now) this.endedEarly.shift();
-    if (only?.interaction === undefined || this.endedEarly.some((ended) => ended.until > now && ended.principal !== only.interaction?.principal)) return undefined;
+    for (const [principal, until] of this.endedEarly) if (until <= now) this.endedEarly.delete(principal);
+    if (only?.interaction === undefined) return undefined;
+    for (const principal of this.endedEarly.keys()) if (principal !== only.interaction.principal) return undefined;
     return only;
   }
 }
