@@ -25,7 +25,7 @@ export const ERROR_CATALOG = {
   BACKEND_INVALID_RESPONSE: {
     jsonRpc: -32003,
     summary:
-      "The backend's answer to this one request was unusable (malformed or unsupported result; data.backend, data.reason; `too-large`: a stdio backend's answer over 10 MiB on its one line, skipped unread); the backend stays connected.",
+      "The backend's answer to this one request was unusable (malformed or unsupported result; data.backend, data.reason; `too-large`: an answer over 10 MiB, on a stdio backend's one line, or an HTTP backend's body or event, not read on); the backend stays connected.",
   },
   CLUSTER_UNAVAILABLE: {
     jsonRpc: -32004,
@@ -58,17 +58,31 @@ export type BrokerErrorCode = keyof typeof ERROR_CATALOG;
 
 export class BrokerError extends Error {
   override readonly name = "BrokerError";
+  /** A backend's own JSON-RPC error code, carried as it is where a broker error is expected (see `passedOn`). */
+  readonly wire: number | undefined;
   constructor(
     readonly code: BrokerErrorCode,
     message: string,
     readonly data?: Record<string, unknown>,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; wire?: number },
   ) {
     super(message, options);
+    this.wire = options?.wire;
+  }
+
+  /** A backend's own JSON-RPC error (its code, message and data) where a broker error is expected: clients get it unchanged. */
+  static passedOn(error: { code: number; message: string; data?: unknown }): BrokerError {
+    const data = typeof error.data === "object" && error.data !== null && !Array.isArray(error.data) ? (error.data as Record<string, unknown>) : undefined;
+    return new BrokerError("BACKEND_INVALID_RESPONSE", error.message, data, { cause: error, wire: error.code });
   }
 }
 
 export type ProtocolEra = "legacy" | "modern";
+
+/** The JSON-RPC error code `error` goes to clients with in the given era: a backend's own as it is, else the catalog's. */
+export function wireCode(error: BrokerError, era: ProtocolEra): number {
+  return error.wire ?? jsonRpcCode(error.code, era);
+}
 
 /** The JSON-RPC error code a broker error maps to in the given era. */
 export function jsonRpcCode(code: BrokerErrorCode, era: ProtocolEra): number {

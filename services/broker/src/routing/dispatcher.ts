@@ -5,7 +5,7 @@ import {
   LEGACY_PROTOCOL_VERSIONS,
   META,
   MODERN_PROTOCOL_VERSION,
-  jsonRpcCode,
+  jsonRpcCode, wireCode,
   type ProtocolEra,
 } from "@mcp-broker/shared";
 import type { CatalogKind } from "../catalog/catalog.js";
@@ -194,7 +194,7 @@ export class Dispatcher {
 
   private toWireError(error: unknown, era: ProtocolEra, method: string | undefined): JsonRpcError {
     if (error instanceof BrokerError) {
-      return { code: jsonRpcCode(error.code, era), message: error.message, ...(error.data !== undefined && { data: error.data }) };
+      return { code: wireCode(error, era), message: error.message, ...(error.data !== undefined && { data: error.data }) };
     }
     if (error instanceof ProtocolError) {
       // A backend's own JSON-RPC error, passed through; resource-not-found follows the client's era.

@@ -1,7 +1,7 @@
 import { createHmac, randomUUID, timingSafeEqual } from "node:crypto";
 import type { ClientInteraction, InteractionMethod, InteractionSupport } from "@mcp-broker/member";
 import { ProtocolError } from "@modelcontextprotocol/client";
-import { BrokerError, CHANNEL, jsonRpcCode, type Bus, type BusMessage, type Clock } from "@mcp-broker/shared";
+import { BrokerError, CHANNEL, wireCode, type Bus, type BusMessage, type Clock } from "@mcp-broker/shared";
 
 type Params = Record<string, unknown>;
 
@@ -285,7 +285,7 @@ export class HeldCalls {
 /** An error as the bus carries it: its JSON-RPC code, message and data. */
 function wireError(error: unknown): { code: number; message: string; data?: unknown } {
   // Held calls are modern clients' (the era of the codes).
-  if (error instanceof BrokerError) return { code: jsonRpcCode(error.code, "modern"), message: error.message, ...(error.data !== undefined && { data: error.data }) };
+  if (error instanceof BrokerError) return { code: wireCode(error, "modern"), message: error.message, ...(error.data !== undefined && { data: error.data }) };
   if (error instanceof ProtocolError) return { code: error.code, message: error.message, ...(error.data !== undefined && { data: error.data }) };
   return { code: -32603, message: (error as Error).message };
 }

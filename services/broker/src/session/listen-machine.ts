@@ -1,7 +1,7 @@
 import { BrokerError } from "@mcp-broker/shared";
 import { assign, emit, enqueueActions, setup } from "xstate";
 import type { HonoredUri, SubscribeManyInput, SubscribeManyOutput } from "./subscribe-many.js";
-import type { SubscriptionTarget } from "./subscription-flow.js";
+import { asBrokerError, type SubscriptionTarget } from "./subscription-flow.js";
 
 export interface ListenFlags {
   toolsListChanged: boolean;
@@ -107,6 +107,4 @@ export function targetsOf(honored: readonly HonoredUri[]): SubscriptionTarget[] 
   return honored.map(({ target }) => target);
 }
 
-function asBrokerError(error: unknown): BrokerError {
-  return error instanceof BrokerError ? error : new BrokerError("INTERNAL", error instanceof Error ? error.message : String(error));
-}
+

@@ -1,4 +1,4 @@
-import { jsonRpcCode, META, NOTIFICATION, type ListName } from "@mcp-broker/shared";
+import { wireCode, META, NOTIFICATION, type ListName } from "@mcp-broker/shared";
 import type { ListenFlags } from "./listen-machine.js";
 import type { ListenOutcome } from "./session-host.js";
 import { validateParams } from "../routing/validate-params.js";
@@ -50,7 +50,7 @@ export function acknowledgement(id: string | number, request: ListenRequest, out
   if (outcome.refused.length > 0) {
     _meta[META.refused] = outcome.refused.slice(0, REFUSED_SHOWN).map(({ uri, error }) => ({
       uri,
-      error: { code: jsonRpcCode(error.code, "modern"), message: error.message, ...(error.data !== undefined && { data: error.data }) },
+      error: { code: wireCode(error, "modern"), message: error.message, ...(error.data !== undefined && { data: error.data }) },
     }));
   }
   return { jsonrpc: "2.0", method: NOTIFICATION.subscriptionsAcknowledged, params: { notifications: honoredFilter(request, outcome.honored), _meta } };

@@ -1,5 +1,6 @@
 import type { AddOutcome, SubscriptionRef } from "@mcp-broker/shared";
 import { BrokerError } from "@mcp-broker/shared";
+import { ProtocolError } from "@modelcontextprotocol/server";
 
 import type { SubscriptionTarget } from "../fanout/interest-table.js";
 
@@ -125,6 +126,9 @@ export async function ensureOrRollBack(steps: FlowSteps, ref: SubscriptionRef, t
   return { ok: true, target, added: true };
 }
 
+/** A backend's own error (its upstream subscribe refused) as it is; anything else unexpected is the broker's (-32603). */
 export function asBrokerError(error: unknown): BrokerError {
-  return error instanceof BrokerError ? error : new BrokerError("INTERNAL", error instanceof Error ? error.message : String(error), undefined, { cause: error });
+  if (error instanceof BrokerError) return error;
+  if (error instanceof ProtocolError) return BrokerError.passedOn(error);
+  return new BrokerError("INTERNAL", error instanceof Error ? error.message : String(error), undefined, { cause: error });
 }

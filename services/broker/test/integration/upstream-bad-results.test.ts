@@ -74,10 +74,12 @@ describe("upstream: a malformed backend result", () => {
     }
   });
 
-  it("checks the answer to the upstream subscribe: one that is not an empty result fails that subscribe (-32003), nothing stays held", async () => {
+  it("checks the answer to the upstream subscribe: one that is not an empty result fails that subscribe (-32003), a refusal passes on unchanged, nothing stays held", async () => {
     const client = await connectClient(running.url, "legacy");
     try {
       await expect(client.subscribeResource({ uri: "mal+mal://bad" })).rejects.toMatchObject({ code: -32003, data: { backend: "mal", reason: "INVALID_RESULT" } });
+      // The backend's own error passes as it is (it was -32603, the broker's "internal failure").
+      await expect(client.subscribeResource({ uri: "mal+mal://refused" })).rejects.toMatchObject({ code: -32601, message: expect.stringContaining("Method not found"), data: { why: "no subscriptions here" } });
       await client.subscribeResource({ uri: "mal+mal://good" });
       expect(running.broker.upstream.watched("mal")).toEqual(["mal://good"]);
       expect(running.broker.pool.get("mal").state).toBe("connected");
