@@ -44,7 +44,10 @@ export function parseConfig(value: unknown, source: string, env: ConfigEnv = {},
       delete config.redisUrl;
     }
   }
-  if (overrides.host !== undefined) config.server.host = overrides.host;
+  if (overrides.host !== undefined) {
+    if (overrides.host.trim() === "") issues.push("--host: '' names no address (0.0.0.0 or :: for every interface)");
+    else config.server.host = overrides.host;
+  }
   if (overrides.port !== undefined) {
     if (!Number.isInteger(overrides.port) || overrides.port < 0 || overrides.port > 65_535) {
       issues.push(`--port: '${overrides.port}' is not a port number`);

@@ -82,7 +82,8 @@ export const backendConfigSchema = z.union([stdioBackend, httpBackend], {
 
 const apiKeySchema = z
   .object({
-    key: z.string().min(16, "must be at least 16 characters"),
+    // Sent as `Bearer <key>`: a key with white space could never be presented.
+    key: z.string().min(16, "must be at least 16 characters").regex(/^\S+$/, "may not contain white space"),
     principal: z.string().min(1).regex(/^[^:\s]+$/, "may not contain ':' or white space"),
   })
   .strict();
@@ -97,7 +98,8 @@ export const brokerConfigSchema = z
   .object({
     server: z
       .object({
-        host: z.string().default("127.0.0.1"),
+        // Empty would bind every interface (Node's listen): say 0.0.0.0 or :: for that.
+        host: z.string().trim().min(1, "must name an address (0.0.0.0 or :: for every interface)").default("127.0.0.1"),
         port: z.number().int().min(0).max(65_535).default(3000),
         /** Hostnames accepted in `Origin`; localhost names are always accepted. */
         allowedOrigins: z.array(z.string()).default([]),
@@ -132,7 +134,7 @@ export const brokerConfigSchema = z
     console: z
       .object({
         enabled: z.boolean().default(false),
-        adminKeys: z.array(z.string().min(16, { error: "must be at least 16 characters" })).default([]),
+        adminKeys: z.array(z.string().min(16, { error: "must be at least 16 characters" }).regex(/^\S+$/, "may not contain white space")).default([]),
       })
       .strict()
       .prefault({}),

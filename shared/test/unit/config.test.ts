@@ -123,6 +123,15 @@ describe("config", () => {
     expect(parseConfig({ backends: [], redisUrl: "rediss://user:pw@r.example:6380/2" }, "x.json", {}).redisUrl).toBe("rediss://user:pw@r.example:6380/2");
   });
 
+  it("refuses an empty host (it would bind every interface) and a key with white space (a Bearer token cannot carry it)", () => {
+    expect(() => parseConfig({ backends: [], server: { host: "" } }, "x.json", {})).toThrow(/server\.host/);
+    expect(() => parseConfig({ backends: [], server: { host: "  " } }, "x.json", {})).toThrow(/server\.host/);
+    expect(() => parseConfig({ backends: [] }, "x.json", {}, { host: "" })).toThrow(/--host/);
+    expect(() => parseConfig({ backends: [], auth: { apiKeys: [{ key: "team a key 0123456789", principal: "a" }] } }, "x.json", {})).toThrow(/white space/);
+    expect(() => parseConfig({ backends: [], console: { adminKeys: ["admin key 0123456789"] } }, "x.json", {})).toThrow(/white space/);
+    expect(parseConfig({ backends: [], server: { host: "0.0.0.0" } }, "x.json", {}).server.host).toBe("0.0.0.0");
+  });
+
   it("applies PORT, HOST and REDIS_URL over the file, and command-line flags over both", () => {
     const config = parseConfig({ backends: [] }, "x.json", { PORT: "4100", HOST: "0.0.0.0", REDIS_URL: "redis://r:6379" });
     expect(config.server).toMatchObject({ port: 4100, host: "0.0.0.0" });

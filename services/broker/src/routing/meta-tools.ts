@@ -1,6 +1,7 @@
 import MiniSearch from "minisearch";
 import { z } from "zod";
 import type { Catalog, CatalogItem } from "../catalog/catalog.js";
+import { checkUriLimits } from "./validate-params.js";
 
 type Result = Record<string, unknown>;
 
@@ -146,6 +147,12 @@ export class MetaTools {
 
   private async describe(uri: string): Promise<Result> {
     const { catalog } = this.deps;
+    // The limits every method that takes a URI holds it to (looking one up past them costs too much).
+    try {
+      checkUriLimits("arguments.uri", uri);
+    } catch (error) {
+      throw new ToolFailure((error as Error).message);
+    }
     const resolved = catalog.resolveResource(uri);
     // A prefixed URI of a backend that is down: nothing it offers is known now (as a read of it says).
     if (resolved?.match === "prefix" && this.deps.updates(resolved.backendId) === "none") {

@@ -81,7 +81,7 @@ function clientUris(method: string, params: Params): [string, string][] {
 }
 
 /** @throws BrokerError (BAD_PARAMS) for a URI over MAX_URI_BYTES or MAX_URI_SLASHES: looking it up would cost too much. */
-function checkUriLimits(field: string, uri: string): void {
+export function checkUriLimits(field: string, uri: string): void {
   const bytes = Buffer.byteLength(uri, "utf8");
   if (bytes > MAX_URI_BYTES) {
     throw new BrokerError("BAD_PARAMS", `URI too long: params.${field} has ${bytes} bytes; the limit is ${MAX_URI_BYTES} bytes (UTF-8).`, { field, maxBytes: MAX_URI_BYTES });

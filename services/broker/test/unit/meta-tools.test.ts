@@ -105,6 +105,9 @@ describe("the broker's meta tools", () => {
     expect(unknown).toMatchObject({ isError: true, content: [{ type: "text", text: expect.stringContaining("Unknown resource 'nowhere://x'") }] });
     expect(unknown.structuredContent).toBeUndefined();
     expect(await call("describe_resource", {})).toMatchObject({ isError: true, content: [{ text: expect.stringContaining("uri") }] });
+    // Held to the limits of every method that takes a URI: resources/subscribe refuses these too.
+    expect(await call("describe_resource", { uri: `wiki://pages/${"a/".repeat(200)}` })).toMatchObject({ isError: true, content: [{ text: expect.stringContaining("URI too long") }] });
+    expect(await call("describe_resource", { uri: `wiki://pages/${"a".repeat(20_000)}` })).toMatchObject({ isError: true, content: [{ text: expect.stringContaining("URI too long") }] });
     expect(await call("search_resources", { query: "x", limit: 0 })).toMatchObject({ isError: true, content: [{ text: expect.stringContaining("limit") }] });
     expect(await call("search_resources", { query: 7 })).toMatchObject({ isError: true, content: [{ text: expect.stringContaining("query") }] });
     expect(await call("search_resources", { query: "k".repeat(1_001) })).toMatchObject({ isError: true, content: [{ text: expect.stringContaining("query") }] });
