@@ -141,6 +141,7 @@ function validate(options: BrokerClientOptions): void {
     if (parsed.protocol !== "http:" && parsed.protocol !== "https:") invalid("url", "must be an http: or https: URL", url);
   }
   if (options.headers !== undefined && !isStringRecord(options.headers)) invalid("headers", "must map header names to strings", options.headers);
+  if (options.headers !== undefined && !validHeaders(options.headers)) invalid("headers", "must be HTTP header names and values (no spaces in a name, no line breaks or control characters in a value)", options.headers);
   if (options.defaultMetadata !== undefined && !isStringRecord(options.defaultMetadata)) invalid("defaultMetadata", "must map keys to strings", options.defaultMetadata);
   if (transport !== undefined && (options.headers !== undefined || options.fetch !== undefined)) {
     throw new BrokerClientError("INVALID_OPTIONS", "`headers` and `fetch` apply to `url` only; a `transport` factory configures its own.", { option: options.headers === undefined ? "fetch" : "headers" });
@@ -221,4 +222,14 @@ function show(value: unknown): string {
 /** `{ a: undefined }` must not override a default when spread. */
 function definedOnly<T extends object>(value: T): Partial<T> {
   return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+/** Whether `headers` can go on a request as they are (fetch refuses them otherwise, at connect time). */
+export function validHeaders(headers: Record<string, string>): boolean {
+  try {
+    new Headers(headers);
+    return true;
+  } catch {
+    return false;
+  }
 }

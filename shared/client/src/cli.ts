@@ -15,6 +15,7 @@ import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import { MAX_TIMER_MS } from "@mcp-broker/shared";
 import { BrokerClient } from "./broker-client.js";
+import { validHeaders } from "./broker-client-options.js";
 import { ERAS, type EraOption } from "./connection/connection.js";
 import type { Prompt, Resource, ResourceTemplate, Tool } from "./lists/list-catalog.js";
 
@@ -179,7 +180,7 @@ function parseCommandLine(argv: readonly string[]): CommandLine {
   const era = ERAS.find((candidate) => candidate === values.era);
   if (era === undefined) return usage(`--era must be one of ${ERAS.join(", ")}`);
   const headers = parseHeaders(values.header);
-  if (headers === undefined) return usage('--header must look like "Name: value"');
+  if (headers === undefined) return usage('--header must look like "Name: value" (a header name without spaces, a value without control characters)');
   const timeoutMs = positiveInteger(values.timeout);
   if (timeoutMs === undefined || timeoutMs > MAX_TIMER_MS) return usage(`--timeout must be a whole number of milliseconds > 0 and ≤ ${MAX_TIMER_MS}`);
   const maxAttempts = values["max-attempts"] === undefined ? undefined : positiveInteger(values["max-attempts"]);
@@ -297,7 +298,8 @@ function parseHeaders(raw: readonly string[]): Record<string, string> | undefine
     if (colon <= 0) return undefined;
     headers[header.slice(0, colon).trim()] = header.slice(colon + 1).trim();
   }
-  return headers;
+  // A name or value fetch would refuse is a usage error, not a connection failure.
+  return validHeaders(headers) ? headers : undefined;
 }
 
 function firstLine(text: string | undefined): string {

@@ -24,6 +24,8 @@ describe("mcp-broker-client arguments", () => {
     [[], "no command given"],
     [["ls", URL, "--era", "future"], "--era must be one of auto, legacy, modern"],
     [["ls", URL, "--header", "no colon"], '--header must look like "Name: value"'],
+    [["ls", URL, "--header", "Bad Name: v"], '--header must look like "Name: value"'],
+    [["ls", URL, "--header", "x-key: a\rb"], '--header must look like "Name: value"'],
     [["ls", URL, "--timeout", "0"], "--timeout must be a whole number of milliseconds > 0 and ≤ 2147483647"],
     [["ls", URL, "--timeout", "5s"], "--timeout must be a whole number of milliseconds > 0 and ≤ 2147483647"],
     [["ls", URL, "--timeout", "2147483648"], "--timeout must be a whole number of milliseconds > 0 and ≤ 2147483647"],

@@ -15,6 +15,8 @@ describe("BrokerClient options", () => {
     ["default metadata that is not a string", { transport, defaultMetadata: { a: 1 as unknown as string } }, "defaultMetadata"],
     ["default metadata that is not an object", { transport, defaultMetadata: "a=b" as never }, "defaultMetadata"],
     ["an unknown era", { transport, era: "future" as never }, "era"],
+    ["a header name with a space", { url: "http://127.0.0.1:1/mcp", headers: { "Bad Name": "v" } }, "headers"],
+    ["a header value with a line break", { url: "http://127.0.0.1:1/mcp", headers: { "x-key": "a\nb" } }, "headers"],
     ["a negative debounce", { transport, listChangedDebounceMs: -1 }, "listChangedDebounceMs"],
     ["a zero request timeout", { transport, requestTimeoutMs: 0 }, "requestTimeoutMs"],
     ["a request timeout Node cannot time (over 2^31 - 1 ms)", { transport, requestTimeoutMs: 2 ** 31 }, "requestTimeoutMs"],
