@@ -16,6 +16,9 @@ export interface SessionRecord {
   lastSeen: number;
 }
 
+/** Notices a session no member holds keeps for its next holder (see `SessionStore.remind`). */
+export const MAX_NOTICES = 16;
+
 export type NewSession = Pick<SessionRecord, "sessionId" | "principal" | "protocolVersion" | "clientInfo" | "capabilities">;
 
 /** A session by its key. */
@@ -40,7 +43,14 @@ export interface SessionStore {
    * `owner` takes the session over: the epoch grows by one, the previous holder (if any, and not
    * `owner`) is returned to be told. Undefined when no such session exists (for this principal).
    */
-  adopt(key: SessionKey, owner: string, now: number): Promise<{ record: SessionRecord; previous: string | undefined } | undefined>;
+  adopt(key: SessionKey, owner: string, now: number): Promise<{ record: SessionRecord; previous: string | undefined; notices: string[] } | undefined>;
+  /**
+   * Keeps `notice` for whoever adopts the session next (see `adopt`), when no member holds it now:
+   * what happened to it meanwhile (subscriptions a limits job removed) is then told, not lost. False
+   * when a member holds it (it heard of it over the bus) or there is no such session. At most
+   * `MAX_NOTICES` are kept, the oldest dropped first.
+   */
+  remind(key: SessionKey, notice: string): Promise<boolean>;
   /** A request came for it. */
   touch(key: SessionKey, now: number): Promise<void>;
   setLogLevel(key: SessionKey, level: string): Promise<void>;

@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from "vitest";
 import { CHANNEL, type Bus, type BusMessage } from "../../src/engine/bus.js";
 import type { UpdateLog } from "../../src/engine/update-log.js";
-import type { SessionStore } from "../../src/engine/session-store.js";
+import { MAX_NOTICES, type SessionStore } from "../../src/engine/session-store.js";
 import type { CatalogStore, Positions } from "../../src/engine/catalog-store.js";
 import { UnrecoverableJobError, type JobQueue, type JobQueueOptions } from "../../src/engine/jobs.js";
 import type { Leases } from "../../src/engine/leases.js";
@@ -644,6 +644,21 @@ export function sessionStoreContract(name: string, make: () => Promise<{ store: 
       expect((await store.get({ principal: "p", sessionId: "s1" }))?.owner).toBe(last?.record.owner);
       expect(await store.adopt({ principal: "p", sessionId: "never" }, "m1", 5)).toBeUndefined();
       expect(await store.adopt({ principal: "q", sessionId: "s1" }, "m1", 5)).toBeUndefined();
+      await store.close();
+    });
+
+    it("keeps notices for the next holder of a session nobody holds (in order, at most MAX_NOTICES), none for a held one", async () => {
+      const { store } = await make();
+      const key = { principal: "p", sessionId: "s1" };
+      await store.create(session("s1"), "m1", 1);
+      expect(await store.remind(key, "held")).toBe(false);
+      expect(await store.remind({ principal: "p", sessionId: "never" }, "x")).toBe(false);
+      await store.letGo(key, "m1", 1, 60_000);
+      for (let i = 0; i < MAX_NOTICES + 2; i++) expect(await store.remind(key, `n${i}`)).toBe(true);
+      const adopted = await store.adopt(key, "m2", 2);
+      expect(adopted?.notices).toEqual(Array.from({ length: MAX_NOTICES }, (_, i) => `n${i + 2}`));
+      // Told once: the next adoption finds none.
+      expect((await store.adopt(key, "m3", 3))?.notices).toEqual([]);
       await store.close();
     });
 

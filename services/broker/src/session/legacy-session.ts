@@ -104,6 +104,8 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   private covered: EventId | number;
   /** Live events held while a resumption is being read (they follow what it announces). */
   private held: PreparedNotification[] | undefined;
+  /** Warnings for the client (the data of each), sent once a stream is attached and resumed (see `tellOnAttach`). */
+  private untold: Record<string, unknown>[] | undefined;
   private nextReply = 0;
   /** Operations waiting for the actor's answer (created on first use: most sessions are idle). */
   private replies: Map<number, { resolve: () => void; reject: (error: BrokerError) => void }> | undefined;
@@ -279,6 +281,26 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
    * everything once (what went onto the old one may be lost). Resolves once the stream is live.
    */
   attachStream(stream: NotificationWriter, lastEventId: string | undefined): Promise<void> {
+    const attached = this.attach(stream, lastEventId);
+    if (this.untold === undefined) return attached;
+    return attached.then(() => {
+      const untold = this.untold;
+      if (untold === undefined || this.stream !== stream) return;
+      this.untold = undefined;
+      // After what the stream resumed with, at ids after it: a client that broke off before them resumes before them.
+      for (const data of untold) this.deliver(PreparedNotification.brokerMessage("warning", data, this.env.events.next()));
+    });
+  }
+
+  /**
+   * A warning for the client that no stream can carry yet (something happened to the session while
+   * no broker instance held it): sent once a stream is attached, after what it resumes with.
+   */
+  tellOnAttach(data: Record<string, unknown>): void {
+    (this.untold ??= []).push(data);
+  }
+
+  private attach(stream: NotificationWriter, lastEventId: string | undefined): Promise<void> {
     if (this.closed) {
       // It left this member meanwhile (another adopted it): the client reconnects, to its holder.
       stream.close(HAND_OFF_RETRY_MS);

@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import {
   BrokerError,
   CHANNEL,
+  decodeBusMessage,
   type Bus,
   type BusMessage,
   type Clock,
@@ -283,7 +284,7 @@ export class SessionHost {
       if (stale === undefined) this.releaseSession(principal);
       return undefined;
     }
-    const { record, previous } = adopted;
+    const { record, previous, notices } = adopted;
     const subscriptions = Object.create(null) as Record<string, SubscriptionTarget>;
     for (const ref of await this.deps.registry.ofSession(principal, id)) {
       if (this.deps.catalog.hasBackend(ref.backendId)) subscriptions[this.deps.catalog.exposeUri(ref.backendId, ref.uri)] = { backendId: ref.backendId, uri: ref.uri };
@@ -294,6 +295,13 @@ export class SessionHost {
     }
     const session = this.start(id, principal, { epoch: record.epoch, subscriptions, logLevel: record.logLevel, protocolVersion: record.protocolVersion });
     session.supports = supportOf(record.capabilities);
+    // Subscriptions a limits job removed while nobody held it: told once a stream is attached.
+    for (const notice of notices) {
+      const message = revocationNotice(notice);
+      if (message === undefined || message.principal !== principal || message.sessionId !== id) continue;
+      const uris = message.resources.filter((r) => this.deps.catalog.hasBackend(r.backendId)).map((r) => this.deps.catalog.exposeUri(r.backendId, r.uri));
+      session.tellOnAttach({ message: `${revocationText(message)} while no broker instance held the session; subscribe again once under the limit`, limit: message.limit, max: message.max, uris });
+    }
     // Subscribed on the bus before anything is read for resumption: nothing falls between.
     await this.interestIn(Object.values(subscriptions), session);
     // What the cluster handed out before now is the cluster's to tell a resuming client; this
@@ -672,11 +680,12 @@ export class SessionHost {
   /**
    * The cluster removed subscriptions of a session or listen stream (a limit was lowered): a legacy
    * session stops delivering them and is told with a `notifications/message` at warning; a listen
-   * stream, whose filter can no longer be honored, ends with the limit's error. Not held here: nothing to do.
+   * stream, whose filter can no longer be honored, ends with the limit's error. Not held here: nothing to do
+   * (a legacy session nobody holds is told by the member that adopts it: see `SessionStore.remind`).
    */
   revoke(message: SubscriptionsRevoked): void {
     const wanted = new Set(message.resources.map((r) => `${r.backendId}\u0000${r.uri}`));
-    const what = `${message.resources.length} subscription(s) removed: the ${message.limit} subscription limit was lowered to ${message.max}`;
+    const what = revocationText(message);
     const session = this.legacy.get(message.sessionId);
     if (session !== undefined && session.principal === message.principal && !session.closed) {
       const uris = Object.entries(session.actor.getSnapshot().context.subscriptions)
@@ -965,5 +974,20 @@ export class SessionHost {
       if (!settled) break;
     }
     clearTimeout(timer);
+  }
+}
+
+/** What a revocation's warning says happened. */
+function revocationText(message: SubscriptionsRevoked): string {
+  return `${message.resources.length} subscription(s) removed: the ${message.limit} subscription limit was lowered to ${message.max}`;
+}
+
+/** A revocation kept for a session's next holder (see `SessionStore.remind`); undefined for anything else. */
+function revocationNotice(notice: string): SubscriptionsRevoked | undefined {
+  try {
+    const decoded = decodeBusMessage(JSON.parse(notice));
+    return decoded.ok && decoded.message.kind === "subscriptions.revoked" ? decoded.message : undefined;
+  } catch {
+    return undefined;
   }
 }

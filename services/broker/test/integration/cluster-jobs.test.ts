@@ -9,7 +9,8 @@ import { Redis } from "ioredis";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startLegacyHttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
 import { createTestServer, type TestServer } from "../fixtures/test-server.js";
-import { collectUpdates, connectClient, eventually, startBroker, type RunningBroker } from "../helpers/harness.js";
+import { collectUpdates, connectClient, eventually, post, startBroker, type RunningBroker } from "../helpers/harness.js";
+import { openSse } from "../helpers/raw-http.js";
 import { configFileEnv } from "../fixtures/cli-env.js";
 
 const BROKER_DIR = resolve(import.meta.dirname, "../..");
@@ -242,5 +243,36 @@ describe("cluster jobs on the Redis engine", () => {
     server.emitUpdate("test://items/a");
     await eventually(() => updates.includes(uris[0]!), "an update of a kept subscription");
     expect(updates).toEqual([uris[0]]);
+  }, 40_000);
+
+  it("tells a session what a lowered limit removed while no broker held it, once another adopts it", async () => {
+    await freshBackend();
+    const [a, b] = [await broker({ subscriptions: { maxPerSession: 10 } }), await broker({ subscriptions: { maxPerSession: 10 } })];
+    const init = await post(b.url, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
+    const sessionId = init.headers.get("mcp-session-id") ?? "";
+    const headers = { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-11-25" };
+    await post(b.url, { jsonrpc: "2.0", method: "notifications/initialized" }, headers);
+    const uris = ["a", "b", "c", "d"].map((name) => `leg+test://items/${name}`);
+    for (const uri of uris) expect((await post(b.url, { jsonrpc: "2.0", id: 2, method: "resources/subscribe", params: { uri } }, headers)).json).toMatchObject({ result: {} });
+    // Its broker stops: the session is handed to the cluster, and nobody holds it.
+    await b.close();
+    brokers = brokers.filter((running) => running !== b);
+    // A member with a lower limit joins: its audit finds the session beyond it, and nobody hears the bus.
+    await broker({ subscriptions: { maxPerSession: 2 } });
+    const redis = new Redis(redisUrl);
+    try {
+      await eventually(async () => (await redis.hget(`${prefix}session:anonymous:${sessionId}`, "notices")) !== null, "the notice kept for the session's next holder", 15_000);
+    } finally {
+      redis.disconnect();
+    }
+    const stream = await openSse(a.url, { ...headers, accept: "text/event-stream" });
+    try {
+      await eventually(() => stream.events.some((e) => (e.data as { method?: string }).method === "notifications/message"), "the warning on the adopted session's stream");
+      const warning = stream.events.find((e) => (e.data as { method?: string }).method === "notifications/message")?.data as { params: { level: string; data: { limit: string; max: number; uris: string[] } } };
+      expect(warning.params).toMatchObject({ level: "warning", data: { limit: "session", max: 2 } });
+      expect(warning.params.data.uris.sort()).toEqual([uris[2], uris[3]].sort());
+    } finally {
+      stream.close();
+    }
   }, 40_000);
 });

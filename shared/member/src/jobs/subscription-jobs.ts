@@ -101,16 +101,10 @@ export class SubscriptionJobs {
     }
     for (const { first, resources } of revoked.values()) {
       this.deps.logger.warn({ principal: first.ref.principal, session: first.ref.sessionId, limit: first.limit, max: first.max, removed: resources.length }, "subscriptions removed: beyond a lowered limit");
-      await this.deps.bus.publish(CHANNEL.revocations, {
-        kind: "subscriptions.revoked",
-        v: 1,
-        origin: this.deps.instanceId,
-        principal: first.ref.principal,
-        sessionId: first.ref.sessionId,
-        resources,
-        limit: first.limit,
-        max: first.max,
-      });
+      const message = { kind: "subscriptions.revoked" as const, v: 1 as const, origin: this.deps.instanceId, principal: first.ref.principal, sessionId: first.ref.sessionId, resources, limit: first.limit, max: first.max };
+      await this.deps.bus.publish(CHANNEL.revocations, message);
+      // A legacy session no member holds now (handed off, or its member died) is told when one adopts it.
+      await this.deps.sessions.remind({ principal: first.ref.principal, sessionId: first.ref.sessionId }, JSON.stringify(message)).catch((error: unknown) => this.deps.logger.warn({ session: first.ref.sessionId, err: (error as Error).message }, "cannot keep the notice for the session's next holder"));
     }
   }
 }

@@ -1,11 +1,13 @@
 import type { Clock } from "../../clock.js";
-import type { NewSession, SessionKey, SessionRecord, SessionStore } from "../session-store.js";
+import { MAX_NOTICES, type NewSession, type SessionKey, type SessionRecord, type SessionStore } from "../session-store.js";
 
 const keyOf = (key: SessionKey): string => `${key.principal}\u0000${key.sessionId}`;
 
 /** The session store of one process (there is no other member to adopt a session, but the rules are the same). */
 export class MemorySessionStore implements SessionStore {
   private readonly records = new Map<string, SessionRecord>();
+  /** Notices for the next holder of a session nobody holds, by key. */
+  private readonly notices = new Map<string, string[]>();
   /** Sessions let go, by key: when their record expires. */
   private readonly letGoUntil = new Map<string, number>();
   /** Expired sessions whose holdings are not known to be released yet, and when to return each again. */
@@ -23,7 +25,7 @@ export class MemorySessionStore implements SessionStore {
     return record === undefined ? undefined : { ...record };
   }
 
-  async adopt(key: SessionKey, owner: string, now: number): Promise<{ record: SessionRecord; previous: string | undefined } | undefined> {
+  async adopt(key: SessionKey, owner: string, now: number): Promise<{ record: SessionRecord; previous: string | undefined; notices: string[] } | undefined> {
     const record = this.live(key);
     if (record === undefined) return undefined;
     const previous = record.owner === "" || record.owner === owner ? undefined : record.owner;
@@ -31,7 +33,17 @@ export class MemorySessionStore implements SessionStore {
     record.epoch++;
     record.lastSeen = now;
     this.letGoUntil.delete(keyOf(key));
-    return { record: structuredClone(record), previous };
+    const notices = this.notices.get(keyOf(key)) ?? [];
+    this.notices.delete(keyOf(key));
+    return { record: structuredClone(record), previous, notices };
+  }
+
+  async remind(key: SessionKey, notice: string): Promise<boolean> {
+    const record = this.live(key);
+    if (record === undefined || record.owner !== "") return false;
+    const kept = [...(this.notices.get(keyOf(key)) ?? []), notice].slice(-MAX_NOTICES);
+    this.notices.set(keyOf(key), kept);
+    return true;
   }
 
   async touch(key: SessionKey, now: number): Promise<void> {
@@ -46,6 +58,7 @@ export class MemorySessionStore implements SessionStore {
 
   async delete(key: SessionKey): Promise<void> {
     this.records.delete(keyOf(key));
+    this.notices.delete(keyOf(key));
     this.letGoUntil.delete(keyOf(key));
   }
 

@@ -1,5 +1,5 @@
 import type { RedisClient } from "./redis-client.js";
-import type { NewSession, SessionKey, SessionRecord, SessionStore } from "../session-store.js";
+import { MAX_NOTICES, type NewSession, type SessionKey, type SessionRecord, type SessionStore } from "../session-store.js";
 import type { RedisKeys } from "./keys.js";
 import { unavailable } from "./unavailable.js";
 
@@ -40,7 +40,23 @@ end
 redis.call('ZREM', KEYS[4], ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[2])
 if redis.call('EXISTS', KEYS[5]) == 1 then redis.call('SADD', KEYS[3], ARGV[5]) end
-return {epoch, old}
+local notices = redis.call('HGET', KEYS[1], 'notices') or ''
+redis.call('HDEL', KEYS[1], 'notices')
+return {epoch, old, notices}
+`;
+
+/**
+ * KEYS: record. ARGV: notice, how many are kept at most. Keeps it in the record (a JSON array) when
+ * no member holds the session; returns 1 then, else 0.
+ */
+const REMIND = `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if (redis.call('HGET', KEYS[1], 'owner') or '') ~= '' then return 0 end
+local notices = cjson.decode(redis.call('HGET', KEYS[1], 'notices') or '[]')
+table.insert(notices, ARGV[1])
+while #notices > tonumber(ARGV[2]) do table.remove(notices, 1) end
+redis.call('HSET', KEYS[1], 'notices', cjson.encode(notices))
+return 1
 `;
 
 /**
@@ -110,7 +126,8 @@ return 1
 
 type SessionCommands = {
   sessionCreate(record: string, index: string, ...args: (string | number)[]): Promise<number>;
-  sessionAdopt(record: string, index: string, holdingsIndex: string, orphans: string, holdings: string, owner: string, member: string, prefix: string, lastSeen: number, holdingsMember: string): Promise<[number, string] | null>;
+  sessionAdopt(record: string, index: string, holdingsIndex: string, orphans: string, holdings: string, owner: string, member: string, prefix: string, lastSeen: number, holdingsMember: string): Promise<[number, string, string] | null>;
+  sessionRemind(record: string, notice: string, max: number): Promise<number>;
   sessionLetGo(record: string, index: string, holdingsIndex: string, orphans: string, member: string, owner: string, epoch: number, idleMs: number, holdingsMember: string, fence: string): Promise<number>;
   sessionExpired(orphans: string, prefix: string, retryMs: number): Promise<string[]>;
   sessionReleased(record: string, orphans: string, member: string): Promise<number>;
@@ -139,6 +156,7 @@ export class RedisSessionStore implements SessionStore {
     redis.defineCommand("sessionReleased", { numberOfKeys: 2, lua: RELEASED });
     redis.defineCommand("sessionDelete", { numberOfKeys: 2, lua: DELETE });
     redis.defineCommand("sessionSet", { numberOfKeys: 1, lua: SET_IF_EXISTS });
+    redis.defineCommand("sessionRemind", { numberOfKeys: 1, lua: REMIND });
     this.redis = redis as RedisClient & SessionCommands;
   }
 
@@ -153,7 +171,7 @@ export class RedisSessionStore implements SessionStore {
     return decodeRecord(await unavailable(this.redis.hgetall(this.keys.sessionRecord(key.principal, key.sessionId))));
   }
 
-  async adopt(key: SessionKey, owner: string, now: number): Promise<{ record: SessionRecord; previous: string | undefined } | undefined> {
+  async adopt(key: SessionKey, owner: string, now: number): Promise<{ record: SessionRecord; previous: string | undefined; notices: string[] } | undefined> {
     const adopted = await unavailable(
       this.redis.sessionAdopt(
         this.keys.sessionRecord(key.principal, key.sessionId),
@@ -172,8 +190,12 @@ export class RedisSessionStore implements SessionStore {
     const record = await this.get(key);
     if (record === undefined) return undefined;
     // As this adoption left it (another may have followed by now).
-    const [epoch, old] = adopted;
-    return { record: { ...record, owner, epoch }, previous: old === "" || old === owner ? undefined : old };
+    const [epoch, old, notices] = adopted;
+    return { record: { ...record, owner, epoch }, previous: old === "" || old === owner ? undefined : old, notices: decodeNotices(notices) };
+  }
+
+  async remind(key: SessionKey, notice: string): Promise<boolean> {
+    return (await unavailable(this.redis.sessionRemind(this.keys.sessionRecord(key.principal, key.sessionId), notice, MAX_NOTICES))) === 1;
   }
 
   async touch(key: SessionKey, now: number): Promise<void> {
@@ -293,4 +315,15 @@ function decodeRecord(hash: Record<string, string>): SessionRecord | undefined {
     ...(capabilities !== undefined && { capabilities: json(capabilities) }),
     ...(logLevel !== undefined && { logLevel }),
   };
+}
+
+/** The notices an adoption took from the record (a JSON array of strings; anything else: none). */
+function decodeNotices(text: string): string[] {
+  if (text === "") return [];
+  try {
+    const notices: unknown = JSON.parse(text);
+    return Array.isArray(notices) ? notices.filter((notice): notice is string => typeof notice === "string") : [];
+  } catch {
+    return [];
+  }
 }
