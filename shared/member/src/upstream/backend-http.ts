@@ -1,8 +1,7 @@
 import http, { type IncomingMessage } from "node:http";
 import https from "node:https";
 import { StringDecoder } from "node:string_decoder";
-import type { FetchLike } from "@modelcontextprotocol/client";
-import { STDIO_DEFAULT_MAX_BUFFER_SIZE } from "@modelcontextprotocol/client";
+import { STDIO_DEFAULT_MAX_BUFFER_SIZE, type FetchLike } from "@modelcontextprotocol/client";
 import { lastMemberId } from "./stdio-read-buffer.js";
 
 /**
@@ -47,7 +46,8 @@ export interface BackendHttpOptions {
    * The most one message may take: a JSON answer's body, or one event of an event stream (default
    * the SDK's stdio limit, 10 MiB). Past it, the message is not read on: an answer to a request
    * is replaced with the error response `oversized` gives (the request fails, the connection
-   * stays), any other body fails with `TooLargeError`.
+   * stays), another event stream ends there (its events before that one still pass), and a plain
+   * body fails (`tooLargeError`).
    */
   maxMessageBytes?: number;
   /** The error response that stands for request `id`'s answer once it passed the limit. */
@@ -56,7 +56,7 @@ export interface BackendHttpOptions {
   onOversized?(bytes: number, id: string | number | undefined): void;
 }
 
-/** The code in the `cause` of a body that passed `maxMessageBytes` (see `TooLargeError`). */
+/** The code in the `cause` of a body that passed `maxMessageBytes` (see `tooLargeError`). */
 export const TOO_LARGE = "MCP_BROKER_MESSAGE_TOO_LARGE";
 
 /** A response body, or one event of it, over the size limit: as `fetch` fails a body (a `TypeError` with a `cause` that has a `code`), with its own code. */
@@ -229,10 +229,14 @@ export class BackendHttp {
                 },
                 ended: done,
                 max,
-                // An event stream's answer to a request ends with its stand-in; anything else fails.
+                // An event stream ends there (an answer to a request with its stand-in); a plain body fails.
                 over: (bytes) => {
-                  const json = events === undefined ? undefined : standIn(bytes);
-                  return json === undefined ? undefined : new TextEncoder().encode(`\n\nevent: message\ndata: ${json}\n\n`);
+                  if (events === undefined) {
+                    this.options.onOversized?.(bytes, id);
+                    return undefined;
+                  }
+                  const json = standIn(bytes);
+                  return new TextEncoder().encode(json === undefined ? "" : `\n\nevent: message\ndata: ${json}\n\n`);
                 },
               },
               prefix,
@@ -348,7 +352,7 @@ function bodyStream(
     ended(): void;
     /** The most one message may take: the whole body, or one event of an event stream. */
     max: number;
-    /** A message passed `max` after `bytes`: what ends the body in its place (the rest is dropped), or undefined to fail it. */
+    /** A message passed `max` after `bytes`: what ends the body in its place (the rest is dropped; empty: nothing), or undefined to fail it. */
     over(bytes: number): Uint8Array | undefined;
   },
   prefix?: Buffer,
@@ -384,15 +388,18 @@ function bodyStream(
           const out = events === undefined ? chunk : events.push(chunk);
           const held = events === undefined ? received : events.pending;
           if (held > hooks.max) {
-            // Not read on: what it held so far is dropped, and so is the connection.
+            // Not read on: what it held so far is dropped, and so is the connection; the events
+            // this chunk completed before it still pass.
             finish();
             response.destroy();
             const tail = hooks.over(held);
-            if (tail === undefined) controller.error(tooLargeError(hooks.max));
-            else {
-              controller.enqueue(tail);
-              controller.close();
+            if (tail === undefined) {
+              controller.error(tooLargeError(hooks.max));
+              return;
             }
+            if (events !== undefined && out !== undefined && out.byteLength > 0) controller.enqueue(new Uint8Array(out.buffer, out.byteOffset, out.byteLength));
+            if (tail.byteLength > 0) controller.enqueue(tail);
+            controller.close();
             return;
           }
           if (out !== undefined && out.byteLength > 0) controller.enqueue(new Uint8Array(out.buffer, out.byteOffset, out.byteLength));

@@ -51,7 +51,7 @@ function endless(res: ServerResponse, piece: string): void {
 }
 
 describe("BackendHttp (the fetch of an HTTP backend connection)", () => {
-  it("does not read a message over the size limit on: a request's answer gets its error response in its place, anything else fails", async () => {
+  it("does not read a message over the size limit on: a request's answer gets its error response in its place, another event stream ends there, a plain body fails", async () => {
     const url = await serve((req, res, body) => {
       if (req.method === "GET") {
         res.writeHead(200, { "content-type": "text/event-stream" });
@@ -71,18 +71,9 @@ describe("BackendHttp (the fetch of an HTTP backend connection)", () => {
     expect(await answer.json()).toMatchObject({ jsonrpc: "2.0", id: 7, error: { code: -32003, message: "too large" } });
     const plain = await http.fetch(url, { method: "POST", body: '{"method":"tools/call","params":{"name":"json"},"jsonrpc":"2.0","id":8}' });
     await expect(plain.text()).rejects.toMatchObject({ cause: { code: TOO_LARGE } });
+    // An event stream of no request ends there (the transport opens it again); the events before pass.
     const stream = await http.fetch(url, { method: "GET" });
-    const reader = (stream.body as ReadableStream<Uint8Array>).getReader();
-    let read = "";
-    const failure = await (async () => {
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) return undefined;
-        read += new TextDecoder().decode(value);
-      }
-    })().catch((error: unknown) => error);
-    expect(read).toBe("data: {}\n\n");
-    expect(failure).toMatchObject({ cause: { code: TOO_LARGE } });
+    expect(await stream.text()).toBe("data: {}\n\n");
   });
 
 
