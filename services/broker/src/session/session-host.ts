@@ -717,9 +717,6 @@ export class SessionHost {
     // Subscribed on the bus before anything is read: nothing falls between.
     if (from !== undefined) await this.interestIn(targets, sink);
     const report = from === undefined ? undefined : await this.deps.resume.since(targets, from.position).catch(() => undefined);
-    const wanted = LIST_NAMES.filter((list) => sink.wants?.(list) ?? true);
-    const unknown = report === undefined ? targets : report.unknown;
-    const lateLists = report === undefined ? wanted : [];
     // Nothing goes out before everything handed out so far has arrived (and is held with the rest):
     // the stamps came from Redis, which this broker's bus may lag, and a list change still on its way
     // would otherwise follow the updates told, with a lower cursor. What nobody can tell is then
@@ -728,6 +725,7 @@ export class SessionHost {
     const at = await this.catchUp();
     // Exact only once the cluster could tell (a position it never handed out cannot be told about).
     if (!acknowledge(report !== undefined, at)) return;
+    const wanted = LIST_NAMES.filter((list) => sink.wants?.(list) ?? true);
     const told =
       report === undefined
         ? []
@@ -735,9 +733,10 @@ export class SessionHost {
             ...report.updated.map(({ target, position }) => PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(target.backendId, target.uri), { position, local: 0 })),
             ...report.lists.filter(({ list }) => wanted.includes(list)).map(({ list, position }) => PreparedNotification.listChanged(list, { position, local: 0 })),
           ];
+    const unknown = report === undefined ? targets : report.unknown;
     const late = [
       ...unknown.map((target) => PreparedNotification.resourceUpdated(this.deps.catalog.exposeUri(target.backendId, target.uri), this.env.events.next())),
-      ...lateLists.map((list) => PreparedNotification.listChanged(list, this.env.events.next())),
+      ...(report === undefined ? wanted : []).map((list) => PreparedNotification.listChanged(list, this.env.events.next())),
     ];
     sink.release?.(told, late);
   }

@@ -60,6 +60,24 @@ const described = (events: { text: string }[]) =>
   });
 const everything = ["x://a", "x://b", "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"];
 
+/**
+ * A session subscribed to `uris`, resuming from `lastEventId` on a cluster that reports `report`;
+ * its catch-up (to `position`) waits for `catchUp()`, which then awaits the attach.
+ */
+async function resumingBehindCatchUp(report: SinceReport, position: number, uris: string[], lastEventId: string) {
+  let release: (() => void) | undefined;
+  const { s, clock } = session({ since: async () => report, catchUp: (events) => new Promise((resolve) => (release = () => (events.caughtUp(position), resolve()))) });
+  for (const uri of uris) await s.subscribe(uri);
+  const resumed = stream();
+  const attached = s.attachStream(resumed, lastEventId);
+  await vi.waitFor(() => expect(release).toBeDefined());
+  const catchUp = async (): Promise<void> => {
+    release?.();
+    await attached;
+  };
+  return { s, clock, resumed, catchUp };
+}
+
 describe("legacy session: event ids and resumption", () => {
   it("writes each event once, with an id line, and ids that increase: cluster positions, and position.n for its own", async () => {
     const { s, clock } = session();
@@ -115,21 +133,11 @@ describe("legacy session: event ids and resumption", () => {
   });
 
   it("announces what nobody can tell once everything handed out before has arrived: an event still on its way goes first, and the announcement's id comes after it and before what follows", async () => {
-    let caughtUp: (() => void) | undefined;
-    const { s, clock } = session({
-      since: async () => ({ updated: [], unknown: [{ backendId: "b", uri: "x://c" }], lists: [] }),
-      catchUp: (events) => new Promise((resolve) => (caughtUp = () => (events.caughtUp(80), resolve()))),
-    });
-    await s.subscribe("x://a");
-    await s.subscribe("x://c");
-    const resumed = stream();
-    const attached = s.attachStream(resumed, "40");
-    await vi.waitFor(() => expect(caughtUp).toBeDefined());
+    const { s, clock, resumed, catchUp } = await resumingBehindCatchUp({ updated: [], unknown: [{ backendId: "b", uri: "x://c" }], lists: [] }, 80, ["x://a", "x://c"], "40");
     // Handed out before the position the cluster reserved, still on its way here.
     s.deliver(PreparedNotification.resourceUpdated("x://a", clock.cluster(70)));
     expect(resumed.events).toEqual([]);
-    caughtUp?.();
-    await attached;
+    await catchUp();
     s.deliver(PreparedNotification.resourceUpdated("x://a", clock.cluster(81)));
     expect(resumed.events.map((e) => [e.id, described([e])[0]])).toEqual([
       ["70", "x://a"],
@@ -139,20 +147,11 @@ describe("legacy session: event ids and resumption", () => {
   });
 
   it("tells nothing before everything handed out before has arrived, so a list change still on its way goes out in order, before the updates told after it", async () => {
-    let caughtUp: (() => void) | undefined;
-    const { s, clock } = session({
-      since: async () => ({ updated: [{ target: { backendId: "b", uri: "x://a" }, position: 6 }], unknown: [], lists: [] }),
-      catchUp: (events) => new Promise((resolve) => (caughtUp = () => (events.caughtUp(7), resolve()))),
-    });
-    await s.subscribe("x://a");
-    const resumed = stream();
-    const attached = s.attachStream(resumed, "4");
-    await vi.waitFor(() => expect(caughtUp).toBeDefined());
+    const { s, clock, resumed, catchUp } = await resumingBehindCatchUp({ updated: [{ target: { backendId: "b", uri: "x://a" }, position: 6 }], unknown: [], lists: [] }, 7, ["x://a"], "4");
     // Stored at 5 and read from Redis by nobody here yet: this broker's bus brings it now.
     s.deliver(PreparedNotification.listChanged("tools", clock.cluster(5)));
     expect(resumed.events).toEqual([]);
-    caughtUp?.();
-    await attached;
+    await catchUp();
     expect(resumed.events.map((e) => [e.id, described([e])[0]])).toEqual([
       ["5", "notifications/tools/list_changed"],
       ["6", "x://a"],

@@ -22,7 +22,7 @@ import { isConnectionFailure, jsonRpcErrorOf } from "./connection-failure.js";
 import { summarizeFailure } from "./failure-summary.js";
 import { NotificationStreamWatch } from "./notification-stream-watch.js";
 import { updatedEventTap, type UpdatedParams } from "./sse-update-filter.js";
-import { BackendHttp, closeAgents, keepAliveAgents, TOO_LARGE } from "./backend-http.js";
+import { BackendHttp, closeAgents, isTooLarge, keepAliveAgents } from "./backend-http.js";
 import { passedOnParams } from "./update-params.js";
 import { UpstreamListen, type ListenFlags, type ListenGap } from "./upstream-listen.js";
 
@@ -468,6 +468,14 @@ export class BackendConnection {
     };
   }
 
+  /**
+   * The error response that stands for an answer over the size limit (stdio or HTTP): what any
+   * unusable answer gets (see `translateError`), -32003, and the backend stays connected.
+   */
+  private oversizedAnswer(what: string, bytes: number): { code: number; message: string; data: Record<string, unknown> } {
+    return { code: jsonRpcCode("BACKEND_INVALID_RESPONSE", "legacy"), message: `Backend '${this.id}' gave an unusable answer: ${what}`, data: { backend: this.id, reason: "too-large", bytes } };
+  }
+
   /** `onUpdate` hears the `resources/updated` an HTTP backend sends, taken off its event streams (see `updateFilteringFetch`). */
   private createTransport(watch: NotificationStreamWatch | undefined, onUpdate: (params: UpdatedParams) => void): Transport {
     const config = this.config;
@@ -482,12 +490,7 @@ export class BackendConnection {
       const limit = STDIO_DEFAULT_MAX_BUFFER_SIZE;
       const installed = installStdioReadBuffer(transport, {
         maxLineBytes: limit,
-        // The request gets what any unusable answer gets (see `translateError`): -32003, and the backend stays connected.
-        oversized: ({ bytes }) => ({
-          code: jsonRpcCode("BACKEND_INVALID_RESPONSE", "legacy"),
-          message: `Backend '${this.id}' gave an unusable answer: ${bytes} bytes on one line, over the ${limit}-byte limit of a stdio message`,
-          data: { backend: this.id, reason: "too-large", bytes },
-        }),
+        oversized: ({ bytes }) => this.oversizedAnswer(`${bytes} bytes on one line, over the ${limit}-byte limit of a stdio message`, bytes),
         onOversized: ({ bytes, answers }) =>
           this.deps.logger.warn({ backend: this.id, bytes, limit, ...(answers !== undefined && { answers }) }, answers === undefined ? "skipped a stdio message over the size limit" : "skipped an answer over the size limit; its request fails with -32003"),
       });
@@ -508,12 +511,7 @@ export class BackendConnection {
       agents: this.agents,
       backlog: () => this.deps.listener.backlog?.(),
       maxMessageBytes: limit,
-      // As over stdio: the request gets what any unusable answer gets, -32003, and the backend stays connected.
-      oversized: (bytes) => ({
-        code: jsonRpcCode("BACKEND_INVALID_RESPONSE", "legacy"),
-        message: `Backend '${this.id}' gave an unusable answer: a message of more than ${bytes} bytes, over the ${limit}-byte limit`,
-        data: { backend: this.id, reason: "too-large", bytes },
-      }),
+      oversized: (bytes) => this.oversizedAnswer(`a message of more than ${bytes} bytes, over the ${limit}-byte limit`, bytes),
       onOversized: (bytes, id) =>
         this.deps.logger.warn({ backend: this.id, bytes, limit, ...(id !== undefined && { answers: id }) }, id === undefined ? "dropped a message over the size limit (the stream is opened again)" : "dropped an answer over the size limit; its request fails with -32003"),
       prepare: (init) => {
@@ -768,9 +766,4 @@ function describe(error: unknown): string {
     return cause instanceof Error && !error.message.includes(cause.message) ? `${error.message} (${cause.message})` : error.message;
   }
   return String(error);
-}
-
-/** A body over `BackendHttp`'s size limit. */
-function isTooLarge(error: unknown): boolean {
-  return error instanceof TypeError && (error.cause as { code?: unknown } | undefined)?.code === TOO_LARGE;
 }

@@ -64,6 +64,11 @@ export function tooLargeError(limit: number): TypeError {
   return new TypeError(`a message over the ${limit}-byte limit`, { cause: Object.assign(new Error(`message over ${limit} bytes`), { code: TOO_LARGE }) });
 }
 
+/** Whether `error` is `tooLargeError`'s. */
+export function isTooLarge(error: unknown): boolean {
+  return error instanceof TypeError && (error.cause as { code?: unknown } | undefined)?.code === TOO_LARGE;
+}
+
 /**
  * The `fetch` of one backend connection's Streamable HTTP transport, on node:http(s) with
  * keep-alive agents of its own. Measured against the platform `fetch` (undici) on the broker's

@@ -1,5 +1,5 @@
 import { ProtocolError, SdkError, SdkErrorCode, SdkHttpError } from "@modelcontextprotocol/client";
-import { TOO_LARGE } from "./backend-http.js";
+import { isTooLarge } from "./backend-http.js";
 
 /** SDK error codes that mean the connection itself is gone, not that one answer was bad. */
 const CONNECTION_CODES: ReadonlySet<string> = new Set<string>([SdkErrorCode.ConnectionClosed, SdkErrorCode.NotConnected, SdkErrorCode.SendFailed]);
@@ -24,7 +24,7 @@ export function isConnectionFailure(error: unknown, era: "legacy" | "modern" | u
   // fetch() rejects with a TypeError on a network error; undici puts the socket error, which has a
   // `code` (ECONNREFUSED, ECONNRESET, UND_ERR_SOCKET, ...), in `cause`.
   // A message over the size limit fails that request alone (see `BackendHttp`).
-  return error instanceof TypeError && hasCode(error.cause) && (error.cause as { code: string }).code !== TOO_LARGE;
+  return error instanceof TypeError && hasCode(error.cause) && !isTooLarge(error);
 }
 
 function hasCode(cause: unknown): boolean {
