@@ -178,6 +178,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       logger,
       requestTimeoutMs: config.server.requestTimeoutMs,
       whileStarting: config.server.whileStarting,
+      http2: config.server.http2,
       ...(config.console.enabled && {
         console: {
           access: {

@@ -122,6 +122,8 @@ export const brokerConfigSchema = z
         drainMs: ms.default(10_000),
         /** `/mcp` requests before the broker serves: held until it does, or refused with 503 (behind a load balancer that retries elsewhere). */
         whileStarting: z.enum(["hold", "refuse"]).default("hold"),
+        /** Also serve HTTP/2 without TLS (h2c, prior knowledge) on the same port, for a load balancer that speaks HTTP/2 to its backends. */
+        http2: z.boolean().default(true),
       })
       .strict()
       .prefault({}),

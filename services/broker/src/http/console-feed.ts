@@ -1,6 +1,7 @@
 import type { ServerResponse } from "node:http";
 import { CHANNEL, type Bus, type BusMessage, type CatalogKind, type Clock, type TimerHandle } from "@mcp-broker/shared";
 import type { CatalogDiff } from "../catalog/catalog.js";
+import { connectionHeader } from "./h2c.js";
 
 /** How often an open feed tells the cluster it listens (and keeps its streams alive). */
 const LISTEN_EVERY_MS = 5_000;
@@ -37,7 +38,7 @@ export class ConsoleFeed {
     if (this.streams.size >= MAX_STREAMS) return false;
     // Gone before it opened: nothing to hear its close.
     if (res.destroyed) return true;
-    res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-store", connection: "keep-alive", "x-accel-buffering": "no" });
+    res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-store", ...connectionHeader(res.req, "keep-alive"), "x-accel-buffering": "no" });
     res.write(event("hello", { instance: this.deps.instanceId }));
     this.streams.add(res);
     res.on("close", () => {

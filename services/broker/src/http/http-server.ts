@@ -1,9 +1,11 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { Http2ServerRequest } from "node:http2";
 import { serveOperations, type BackendStatus, type HeldTool, type Logger } from "@mcp-broker/member";
 import { jsonRpcCode } from "@mcp-broker/shared";
 import type { Registry } from "prom-client";
 import { serveConsole, type ConsoleAccess, type ConsoleData } from "./console-api.js";
 import type { EdgeSecurity } from "./edge-security.js";
+import { connectionHeader, isHttp2, serveH2cBeside } from "./h2c.js";
 import type { McpEndpoint } from "./mcp-endpoint.js";
 import { sendJson } from "./mcp-endpoint.js";
 import type { StartupGate } from "./startup-gate.js";
@@ -37,6 +39,8 @@ export function createHttpServer(deps: {
   console?: { access: ConsoleAccess; data: ConsoleData };
   /** `/mcp` requests before the gate opens: held there, or refused with 503 (see `server.whileStarting`). */
   whileStarting?: "hold" | "refuse";
+  /** Also serve HTTP/2 without TLS on the port (`server.http2`, see `serveH2cBeside`). */
+  http2?: boolean;
   mcpPath?: string;
 }): Server {
   const mcpPath = deps.mcpPath ?? "/mcp";
@@ -68,7 +72,7 @@ export function createHttpServer(deps: {
       };
     },
   };
-  const server = createServer({ connectionsCheckingInterval, maxHeaderSize: MAX_HEADER_BYTES }, (req: IncomingMessage, res: ServerResponse) => {
+  const handle = (req: IncomingMessage, res: ServerResponse): void => {
     const path = (req.url ?? "/").split("?")[0];
     if (path === mcpPath) {
       if (deps.gate.state === "open") handleMcp(req, res);
@@ -82,11 +86,21 @@ export function createHttpServer(deps: {
     if (deps.console !== undefined && serveConsole(req, res, deps.console.access, deps.console.data)) return;
     req.resume();
     sendJson(res, 404, { error: `Not found: the MCP endpoint is ${mcpPath}` });
-  });
+  };
+  const server = createServer({ connectionsCheckingInterval, maxHeaderSize: MAX_HEADER_BYTES }, handle);
   // Both bound receiving the request only (a slow-trickle body gets 408), not the response:
   // SSE responses stay open as long as they like.
   server.requestTimeout = deps.requestTimeoutMs;
   server.headersTimeout = Math.min(deps.requestTimeoutMs, 30_000);
+  if (deps.http2 === true) {
+    const h2c = serveH2cBeside(server, handle, { sniffTimeoutMs: server.headersTimeout });
+    // The broker's stop ends every connection with this: the HTTP/2 ones too.
+    const closeHttp1 = server.closeAllConnections.bind(server);
+    server.closeAllConnections = () => {
+      closeHttp1();
+      h2c.closeAll();
+    };
+  }
   return server;
 }
 
@@ -98,5 +112,7 @@ export function createHttpServer(deps: {
  */
 function refuse(req: IncomingMessage, res: ServerResponse, message: string, stopping = false): void {
   req.resume();
-  sendJson(res, 503, { jsonrpc: "2.0", id: null, error: { code: jsonRpcCode("STARTING", "legacy"), message } }, { "retry-after": "1", ...(stopping && { connection: "close" }) });
+  sendJson(res, 503, { jsonrpc: "2.0", id: null, error: { code: jsonRpcCode("STARTING", "legacy"), message } }, { "retry-after": "1", ...(stopping && connectionHeader(req, "close")) });
+  // HTTP/2's way of saying so: GOAWAY (the streams under way finish; new ones go to a new connection).
+  if (stopping && isHttp2(req)) (req as unknown as Http2ServerRequest).stream.session?.close();
 }

@@ -26,6 +26,7 @@ import { checkModernRequest } from "./modern-headers.js";
 import { isPlainLegacyRequest, PLAIN_LEGACY_ROUTE } from "./plain-legacy-request.js";
 import { encodeEvent } from "../fanout/sse-event.js";
 import { KeepAlive, onConnectionGone, SseStream } from "./sse-stream.js";
+import { connectionHeader } from "./h2c.js";
 
 const SESSION_HEADER = "mcp-session-id";
 /** What a browser page on a `server.corsOrigins` origin may send and read. */
@@ -144,7 +145,7 @@ export class McpEndpoint {
     }
     const body = await readBody(req, this.deps.options.maxBodyBytes);
     if (body === "too-large") {
-      sendJson(res, 413, rpcError(null, -32600, `Request body exceeds ${this.deps.options.maxBodyBytes} bytes.`), { connection: "close" });
+      sendJson(res, 413, rpcError(null, -32600, `Request body exceeds ${this.deps.options.maxBodyBytes} bytes.`), connectionHeader(req, "close"));
       return;
     }
     if (body === "aborted") return;

@@ -1,6 +1,7 @@
 import type { ServerResponse } from "node:http";
 import type { Clock, TimerHandle } from "@mcp-broker/shared";
 import { httpChunk } from "../fanout/sse-event.js";
+import { connectionHeader, isHttp2 } from "./h2c.js";
 
 /**
  * One open Server-Sent Events response. Frames are written pre-encoded: a notification that goes
@@ -32,7 +33,7 @@ export class SseStream {
     res.writeHead(200, {
       "content-type": "text/event-stream",
       "cache-control": "no-cache, no-transform",
-      connection: "keep-alive",
+      ...connectionHeader(res.req, "keep-alive"),
       "x-accel-buffering": "no",
       ...options.headers,
     });
@@ -207,8 +208,11 @@ export class KeepAlive {
  * out, a listen held its subscriptions and a slot of the session limit).
  */
 export function onConnectionGone(res: ServerResponse, listener: () => void): void {
-  // (`req` is always there on a real response; a stand-in of one may have none.)
-  const socket = ((res.req as ServerResponse["req"] | undefined)?.socket ?? null);
+  // (`req` is always there on a real response; a stand-in of one may have none.) An HTTP/2
+  // stream's socket is its connection's, shared with every other stream on it: the stream's own
+  // `close` comes when either goes.
+  const req = res.req as ServerResponse["req"] | undefined;
+  const socket = isHttp2(req) ? null : (req?.socket ?? null);
   let called = false;
   const gone = (): void => {
     if (called) return;
