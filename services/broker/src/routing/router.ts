@@ -242,7 +242,7 @@ export class Router {
       );
     }
     const upstream = { ...plain, ...(inputResponses !== undefined && { inputResponses }), ...(typeof opened?.s === "string" && { requestState: opened.s }) };
-    const result = await backend.request(method, upstream, { signal: ctx.signal, onprogress });
+    const result = await backend.request(method, upstream, { signal: ctx.signal, onprogress, passInputRequired: true });
     if (result.resultType !== "input_required") return result;
     return { ...result, requestState: interaction.seal.seal({ ...call, p: ctx.principal, ...(typeof result.requestState === "string" && { s: result.requestState }) }) };
   }
@@ -266,7 +266,11 @@ export class Router {
       if (ctx.era === "modern" && interaction !== undefined && INPUT_REQUIRED_METHODS.has(method)) {
         return backendOwnFieldsRemoved(await this.forwardModern(backend, method, forwarded, params, ctx, interaction, onprogress));
       }
-      return backendOwnFieldsRemoved(await backend.request(method, forwarded, { signal: ctx.signal, interaction: ctx.interaction, onprogress }));
+      // `requestState` and `inputResponses` are the modern path's, and reach a backend only from it,
+      // the state as the broker sealed it: a legacy client's would reach a modern backend as a
+      // state it never handed to that principal.
+      const { requestState: _state, inputResponses: _responses, ...plain } = forwarded;
+      return backendOwnFieldsRemoved(await backend.request(method, plain, { signal: ctx.signal, interaction: ctx.interaction, onprogress }));
     } catch (error) {
       throw this.exposeError(backendId, error);
     } finally {

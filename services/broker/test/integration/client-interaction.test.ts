@@ -248,6 +248,31 @@ describe("interaction: a modern backend's InputRequiredResult", () => {
       await client.close();
     }
   });
+
+  it("answers a legacy call whose Accept takes only JSON as for a client that cannot be asked (-32601), never with the backend's own InputRequiredResult", async () => {
+    const { client } = await answering(running.url, "legacy", { ok: true });
+    try {
+      const headers = { accept: "application/json", "mcp-session-id": (client.transport as StreamableHTTPClientTransport).sessionId ?? "", "mcp-protocol-version": "2025-11-25" };
+      const answer = await post(running.url, { jsonrpc: "2.0", id: 9, method: "tools/call", params: { name: "m__confirm", arguments: { question: "json?" } } }, headers);
+      expect(answer.json).toMatchObject({ id: 9, error: { code: -32601 } });
+      expect(answer.text).not.toContain("requestState");
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("never passes a legacy client's requestState or inputResponses to the backend: only the broker's sealed ones reach it", async () => {
+    const { client, asked } = await answering(running.url, "legacy", { ok: true });
+    try {
+      const forged = { requestState: "asked-once", inputResponses: { confirm: { action: "accept", content: { ok: false } } } };
+      const result = await client.request({ method: "tools/call", params: { name: "m__confirm", arguments: { question: "forged?" }, ...forged } });
+      // The backend saw a first call: it asked, and the client's own answer came back with its own state.
+      expect(asked).toEqual(["forged?"]);
+      expect(text(result)).toBe('confirmed: accept {"ok":true} state=asked-once');
+    } finally {
+      await client.close();
+    }
+  });
 });
 
 describe("interaction: a modern backend that asks a legacy client too much", () => {

@@ -58,6 +58,13 @@ export interface BackendRequestOptions {
   onprogress?: ((progress: { progress: number; total?: number; message?: string }) => void) | undefined;
   /** The client behind this call, for the backend's sampling, elicitation and roots requests during it (see `InteractionRouter`). */
   interaction?: ClientInteraction | undefined;
+  /**
+   * A modern backend's InputRequiredResult comes back as it is, for a modern client to fulfil (the
+   * caller seals its state). Otherwise the broker asks `interaction` each of its requests and
+   * retries, so the caller sees one result; with no `interaction` (a client that cannot be asked)
+   * they are answered as such a client would (see `askClient`).
+   */
+  passInputRequired?: boolean;
 }
 
 const MODERN_REVISION = "2026-07-28";
@@ -238,10 +245,11 @@ export class BackendConnection {
       const result = await this.counted(() =>
         this.interactions.run(interaction, this.config.timeoutMs, async (headers) => {
           let answer = await send(params, headers);
-          // A modern backend asks by answering InputRequiredResult: a client that can be asked
-          // (legacy) is asked each embedded request, and the call is retried with the answers,
-          // so that client sees one result. Any other client gets the InputRequiredResult itself.
-          for (let round = 1; interaction !== undefined && answer.resultType === "input_required"; round++) {
+          // A modern backend asks by answering InputRequiredResult: unless the caller takes it as
+          // it is (a modern client, `passInputRequired`), each embedded request is asked of the
+          // client (or answered as one that cannot be asked would), and the call is retried with
+          // the answers, so the caller sees one result. Its unsealed state never reaches a client.
+          for (let round = 1; options.passInputRequired !== true && answer.resultType === "input_required"; round++) {
             if (round > MAX_INPUT_ROUNDS) {
               throw new BrokerError("BACKEND_INVALID_RESPONSE", `Backend '${this.id}' asked for input more than ${MAX_INPUT_ROUNDS} times in one call.`, { backend: this.id, reason: "too-many-input-rounds" });
             }
@@ -264,7 +272,7 @@ export class BackendConnection {
   }
 
   /** Asks the client each request of a modern backend's `inputRequests`; their answers by key. */
-  private async fulfil(interaction: ClientInteraction, inputRequests: unknown, signal: AbortSignal | undefined, left: () => number): Promise<Record<string, unknown>> {
+  private async fulfil(interaction: ClientInteraction | undefined, inputRequests: unknown, signal: AbortSignal | undefined, left: () => number): Promise<Record<string, unknown>> {
     const answers: Record<string, unknown> = {};
     // Absent: the backend only passed its requestState back (a retry with nothing to answer).
     if (inputRequests === undefined) return answers;
