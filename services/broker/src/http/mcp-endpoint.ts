@@ -225,12 +225,17 @@ export class McpEndpoint {
         return;
       }
       // The client's answer to a request the broker passed on to it from a backend (see
-      // ClientRequests). One to nothing open here (answered late, after a cancellation) is dropped.
+      // ClientRequests), in its session as any request (400 without one, 404 for one that is gone).
       // A client behind a round-robin load balancer may POST it to another member than the one that asked.
       const sessionId = header(req, SESSION_HEADER);
-      const session = sessionId === undefined ? undefined : this.deps.host.legacySession(sessionId, principal);
-      if (session !== undefined) session.clientAnswered(message);
-      else if (sessionId !== undefined) await this.deps.host.forwardAnswer(sessionId, principal, message);
+      if (sessionId === undefined) {
+        sendJson(res, 400, rpcError(null, -32600, "Bad Request: Mcp-Session-Id header is required; send initialize first."));
+        return;
+      }
+      if (!(await this.deps.host.answerQuestion(sessionId, principal, message))) {
+        sendJson(res, 404, rpcError(null, -32001, "Session not found: it ended or never existed; send initialize again."));
+        return;
+      }
       res.writeHead(202).end();
       return;
     }

@@ -6,24 +6,43 @@ import { NOTIFICATION, isJsonObject } from "@mcp-broker/shared";
 /** The JSON-RPC request or notification `send` is to put on the call's stream (the caller encodes it). */
 type Outgoing = { jsonrpc: "2.0"; id?: string; method: string; params: Record<string, unknown> };
 
+/** The session a question was asked in, as its answers must name it. */
+export interface QuestionOwner {
+  readonly id: string;
+  readonly principal: string;
+}
+
 /**
- * The broker's own requests to one legacy client (a backend's sampling, elicitation and roots
- * requests during the client's call, passed on): each goes out on the call's stream with an id of
- * the session's own, and the client's answer (a JSON-RPC response it POSTs, or writes on stdin)
- * settles it. Aborting the signal (the backend cancelled, the call ended, the client went away, the
- * backend's timeout) tells the client `notifications/cancelled` and rejects.
+ * The broker's own requests to legacy clients (a backend's sampling, elicitation and roots requests
+ * during a client's call, passed on), for every session of one member: each goes out on the call's
+ * stream with an id that names this member (`askerOf`), and the client's answer (a JSON-RPC
+ * response it POSTs, or writes on stdin) settles it, on whichever member it reaches first: one
+ * that did not ask passes it to the one that did. A question belongs to its call, not to the
+ * session's holding: it outlives the session moving to another member (its call's stream is still
+ * here), and fails when the session ends. Aborting the signal (the backend cancelled, the call
+ * ended, the client went away, the backend's timeout) tells the client `notifications/cancelled`
+ * and rejects.
  */
 export class ClientRequests {
-  private readonly pending = new Map<string, { resolve: (result: Record<string, unknown>) => void; reject: (error: Error) => void }>();
+  private readonly pending = new Map<string, { owner: QuestionOwner; resolve: (result: Record<string, unknown>) => void; reject: (error: Error) => void }>();
+
+  /** `asker`: this member's instance id, which every question's id carries. */
+  constructor(private readonly asker: string) {}
 
   get size(): number {
     return this.pending.size;
   }
 
-  ask(send: (message: Outgoing) => boolean, method: string, params: Record<string, unknown>, signal: AbortSignal): Promise<Record<string, unknown>> {
+  /** Whether a question asked in `session` waits for its answer. */
+  hasOpen(session: QuestionOwner): boolean {
+    for (const { owner } of this.pending.values()) if (owner.id === session.id) return true;
+    return false;
+  }
+
+  ask(owner: QuestionOwner, send: (message: Outgoing) => boolean, method: string, params: Record<string, unknown>, signal: AbortSignal): Promise<Record<string, unknown>> {
     if (signal.aborted) return Promise.reject(cancelled(method, signal));
     // Never reused (a late answer to a withdrawn question must match nothing), here or on another member.
-    const id = `mcp-broker-${randomUUID()}`;
+    const id = `${QUESTION_PREFIX}${randomUUID()}@${this.asker}`;
     return new Promise((resolve, reject) => {
       const onAbort = (): void => {
         if (!this.pending.delete(id)) return;
@@ -31,6 +50,7 @@ export class ClientRequests {
         reject(cancelled(method, signal));
       };
       this.pending.set(id, {
+        owner,
         resolve: (result) => {
           signal.removeEventListener("abort", onAbort);
           resolve(result);
@@ -49,12 +69,15 @@ export class ClientRequests {
     });
   }
 
-  /** A JSON-RPC response from the client; false when it answers nothing asked here (unknown id, or answered already). */
-  answer(message: Record<string, unknown>): boolean {
+  /**
+   * A JSON-RPC response from the client of `session`; false when it answers nothing asked here
+   * (unknown id, answered already, or asked in another session).
+   */
+  answer(message: Record<string, unknown>, session: QuestionOwner): boolean {
     const id = message.id;
     if (typeof id !== "string") return false;
     const waiter = this.pending.get(id);
-    if (waiter === undefined) return false;
+    if (waiter === undefined || waiter.owner.id !== session.id || waiter.owner.principal !== session.principal) return false;
     this.pending.delete(id);
     const error = message.error;
     if (isJsonObject(error)) {
@@ -67,12 +90,24 @@ export class ClientRequests {
     return true;
   }
 
-  /** The session ends: whatever is still asked fails. */
-  failAll(reason: string): void {
-    const waiting = [...this.pending.values()];
-    this.pending.clear();
-    for (const waiter of waiting) waiter.reject(new ProtocolError(-32603, reason));
+  /** `session` ended: whatever it was asked fails. */
+  failSession(session: QuestionOwner, reason: string): void {
+    for (const [id, waiter] of this.pending) {
+      if (waiter.owner.id !== session.id) continue;
+      this.pending.delete(id);
+      waiter.reject(new ProtocolError(-32603, reason));
+    }
   }
+}
+
+const QUESTION_PREFIX = "mcp-broker-";
+/** "mcp-broker-" and a UUID, then "@" */
+const ASKER_AT = QUESTION_PREFIX.length + 36 + 1;
+
+/** The member that asked the question a client's answer `id` answers (see `ClientRequests.ask`); undefined for any other id. */
+export function askerOf(id: unknown): string | undefined {
+  if (typeof id !== "string" || !id.startsWith(QUESTION_PREFIX) || id[ASKER_AT - 1] !== "@" || id.length === ASKER_AT) return undefined;
+  return id.slice(ASKER_AT);
 }
 
 /** The support of the 16 combinations, shared by every session with the same capabilities (no object per session). */

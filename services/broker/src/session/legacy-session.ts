@@ -9,7 +9,7 @@ import { closedError, type legacySessionMachine } from "./legacy-session-machine
 import { movedError } from "./subscription-flow.js";
 import { PreparedNotification } from "../fanout/prepared-notification.js";
 import type { InteractionMethod, InteractionSupport } from "@mcp-broker/member";
-import { ClientRequests, NO_SUPPORT } from "./client-requests.js";
+import { NO_SUPPORT, type ClientRequests } from "./client-requests.js";
 
 const LIST_NAMES = ["tools", "prompts", "resources"] as const;
 /** How many standalone-stream events a session keeps for `Last-Event-ID` resumption by default. */
@@ -53,6 +53,8 @@ export interface SessionEnv {
   readonly events: EventClock;
   /** Events each session keeps for `Last-Event-ID` resumption (`server.resumeHistory`). */
   readonly historyLimit: number;
+  /** The broker's questions to its sessions' clients, awaiting their answers. */
+  readonly questions: ClientRequests;
   /** What the cluster knows happened to `targets` and the lists after `position`; rejects when it cannot tell. */
   since(targets: readonly SubscriptionTarget[], position: number): Promise<SinceReport>;
   /**
@@ -77,8 +79,6 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   logLevel: LogLevel | undefined;
   /** Which of a backend's requests (sampling, elicitation, roots) the client can answer, from its declared capabilities. */
   supports: InteractionSupport = NO_SUPPORT;
-  /** The broker's requests to the client awaiting its answer (created on first use). */
-  private asked: ClientRequests | undefined;
   /** Requests in flight, by JSON-RPC id, for `notifications/cancelled`. */
   private inflight: Map<string | number, AbortController> | undefined;
   private stream: NotificationWriter | undefined;
@@ -150,33 +150,28 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
 
   /**
    * Asks the client `method` during one of its calls, on that call's stream (`send` writes there),
-   * and resolves with its answer (see `ClientRequests`).
+   * and resolves with its answer (see `ClientRequests`). A session that moved to another member
+   * can still be asked during a call whose stream is here: its answer finds its way back.
    */
-  async askClient(send: Parameters<ClientRequests["ask"]>[0], method: InteractionMethod, params: Record<string, unknown>, signal: AbortSignal): Promise<Record<string, unknown>> {
-    // A session that ended or left this member cannot hear the answer here.
-    if (this.closed) throw new ProtocolError(-32603, `${method} was not answered: the client's session is no longer on this broker instance.`);
-    const asked = (this.asked ??= new ClientRequests());
-    try {
-      return await asked.ask(send, method, params, signal);
-    } finally {
-      if (asked.size === 0 && this.asked === asked) this.asked = undefined;
-    }
+  askClient(send: Parameters<ClientRequests["ask"]>[1], method: InteractionMethod, params: Record<string, unknown>, signal: AbortSignal): Promise<Record<string, unknown>> {
+    const snapshot = this.actor.getSnapshot();
+    if (snapshot.status === "error" || snapshot.value === "closing" || snapshot.value === "closed") return Promise.reject(new ProtocolError(-32603, `${method} was not answered: the client's session ended.`));
+    return this.env.questions.ask(this, send, method, params, signal);
   }
 
-  /** A JSON-RPC response the client sent: true when it answered something the broker asked of it here. */
+  /** A JSON-RPC response the client sent: true when it answered something this member asked of it. */
   clientAnswered(message: Record<string, unknown>): boolean {
-    return this.asked?.answer(message) ?? false;
+    return this.env.questions.answer(message, this);
   }
 
   /** Whether the broker waits for the client's answer to anything. */
   hasOpenQuestions(): boolean {
-    return this.asked !== undefined && this.asked.size > 0;
+    return this.env.questions.hasOpen(this);
   }
 
-  /** The session left this member or ended: what the broker asked of the client fails. */
+  /** The session ended: what the broker asked of the client fails. */
   failAsked(reason: string): void {
-    this.asked?.failAll(reason);
-    this.asked = undefined;
+    this.env.questions.failSession(this, reason);
   }
 
   /** Tracks a request in flight until `done`, so `notifications/cancelled` can abort it. */

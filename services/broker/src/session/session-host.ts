@@ -21,7 +21,7 @@ import type { UpstreamPort } from "@mcp-broker/member";
 import type { Fanout } from "../fanout/fanout.js";
 import type { NotificationSink } from "../fanout/interest-table.js";
 import { PreparedNotification } from "../fanout/prepared-notification.js";
-import { supportOf } from "./client-requests.js";
+import { askerOf, ClientRequests, supportOf } from "./client-requests.js";
 import type { MemberCensus } from "@mcp-broker/shared";
 import { LegacySession, type SessionEnv } from "./legacy-session.js";
 import type { SessionResume } from "./session-resume.js";
@@ -155,6 +155,7 @@ export class SessionHost {
     this.env = {
       events: deps.fanout.events,
       historyLimit: deps.resumeHistory,
+      questions: new ClientRequests(deps.instanceId),
       since: (targets, position) => deps.resume.since(targets, position),
       catchUp: () => this.catchUp().then(() => undefined),
       now: () => deps.clock.now(),
@@ -326,26 +327,39 @@ export class SessionHost {
   }
 
   /**
-   * A client's JSON-RPC response (its answer to a backend's request the broker passed on) for a
-   * session this member does not hold: sent to the session's holder, which asked. Dropped when
-   * nobody holds the session or its record cannot be read (the question then times out).
+   * A client's JSON-RPC response (its answer to a backend's request the broker passed on to it) in
+   * session `sessionId`: settles the question when this member asked it, or goes to the member
+   * that did (its id names it; an id that names none goes to the session's holder). False when the
+   * session is unknown here and in the cluster (it ended, never existed, or is another
+   * principal's); an answer to nothing open anywhere (late, after a cancellation) is dropped.
    */
-  async forwardAnswer(sessionId: string, principal: string, answer: Record<string, unknown>): Promise<void> {
-    let record: SessionRecord | undefined;
-    try {
-      record = await this.deps.sessions.get({ principal, sessionId });
-    } catch {
-      return;
+  async answerQuestion(sessionId: string, principal: string, answer: Record<string, unknown>): Promise<boolean> {
+    const owner = { id: sessionId, principal };
+    if (this.env.questions.answer(answer, owner)) return true;
+    let holder: string | undefined;
+    if (this.legacySession(sessionId, principal) !== undefined) holder = this.deps.instanceId;
+    else {
+      let record: SessionRecord | undefined;
+      try {
+        record = await this.deps.sessions.get({ principal, sessionId });
+      } catch {
+        // The cluster cannot say: the question (if any) times out; the client is not told its session is gone.
+        return true;
+      }
+      if (record === undefined) return false;
+      holder = record.owner;
     }
-    if (record === undefined || record.owner === "" || record.owner === this.deps.instanceId) return;
+    const asker = askerOf(answer.id) ?? holder;
+    if (asker === "" || asker === this.deps.instanceId) return true;
     await this.deps.bus
-      .publish(CHANNEL.replies(record.owner), { kind: "client.answer", v: 1, origin: this.deps.instanceId, principal, sessionId, answer })
-      .catch((error: unknown) => this.deps.logger.warn({ session: sessionId, err: (error as Error).message }, "cannot pass a client's answer on to its session's holder"));
+      .publish(CHANNEL.replies(asker), { kind: "client.answer", v: 1, origin: this.deps.instanceId, principal, sessionId, answer })
+      .catch((error: unknown) => this.deps.logger.warn({ session: sessionId, err: (error as Error).message }, "cannot pass a client's answer on to the member that asked"));
+    return true;
   }
 
   /** A client's answer that reached another member (`client.answer`). */
   clientAnswered(message: { principal: string; sessionId: string; answer: Record<string, unknown> }): void {
-    this.legacySession(message.sessionId, message.principal)?.clientAnswered(message.answer);
+    this.env.questions.answer(message.answer, { id: message.sessionId, principal: message.principal });
   }
 
   /** Another member took the session over (`session.moved`): this member lets go of it, unless it holds a newer epoch. */
@@ -401,6 +415,7 @@ export class SessionHost {
           this.deps.fanout.interest.remove(effect.target, session);
           break;
         case "session.ended":
+          session.failAsked("the client's session ended");
           this.forgetLegacy(session);
           this.deps.sessions.delete({ principal, sessionId: id }).catch((error: unknown) => this.deps.logger.warn({ session: id, err: (error as Error).message }, "cannot delete the ended session's record; it expires"));
           this.deps.logger.info({ session: id, principal }, "session ended");
@@ -837,13 +852,14 @@ export class SessionHost {
       this.deps.fanout.interest.remove(target, session);
     }
     session.failPending(new BrokerError("INTERNAL", "The session failed inside the broker; initialize a new one."));
+    session.failAsked("the client's session failed inside the broker");
     this.forgetLegacy(session);
     void this.releaseAll(principal, id).catch((error: unknown) => this.deps.logger.warn({ session: id, err: (error as Error).message }, "release after a failed session failed"));
   }
 
   private forgetLegacy(session: LegacySession): void {
+    // Its questions stay (a session that moved is still asked during its calls here; see `ClientRequests`).
     if (!this.legacy.delete(session.id)) return;
-    session.failAsked("the client's session left this broker instance");
     this.deps.fanout.forget(session);
     this.disarmIdle(session.id);
     this.releaseSession(session.principal);

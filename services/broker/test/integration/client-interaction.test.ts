@@ -344,6 +344,61 @@ describe("interaction across broker instances (Redis engine)", () => {
     }
   });
 
+  it("keeps a question open when the session moves to another instance mid-question: the answer POSTed there reaches the call", async () => {
+    const backend = await startLegacyHttpBackend(createTestServer({ name: "asker", interactive: true }));
+    const cluster = await startEngineBrokers("redis", { backends: [{ id: "b", url: backend.url, era: "legacy", timeoutMs: 5_000, healthIntervalMs: 60_000 }] });
+    const [asking, other] = cluster.brokers as [RunningBroker, RunningBroker];
+    try {
+      const init = await post(asking.url, {
+        jsonrpc: "2.0",
+        id: 0,
+        method: "initialize",
+        params: { protocolVersion: "2025-11-25", capabilities: { sampling: {} }, clientInfo: { name: "raw", version: "1" } },
+      });
+      const sessionId = init.headers.get("mcp-session-id") ?? "";
+      const headers = { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-11-25" };
+      await post(asking.url, { jsonrpc: "2.0", method: "notifications/initialized" }, headers);
+      const call = await openSse(asking.url, headers, { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "b__ask_model", arguments: { prompt: "hi" } } });
+      await eventually(() => call.events.length > 0, "the backend's question on the call's stream");
+      const question = call.events[0]?.data as { id: string; method: string };
+      expect(question.method).toBe("sampling/createMessage");
+      // A round-robin load balancer sends the client's next request to the other instance: it takes the session over.
+      expect((await post(other.url, { jsonrpc: "2.0", id: 2, method: "ping" }, headers)).status).toBe(200);
+      await eventually(() => asking.broker.sessions.legacySession(sessionId, "anonymous") === undefined, "the session to leave the asking instance");
+      expect(other.broker.sessions.legacySession(sessionId, "anonymous")).toBeDefined();
+      const answered = await post(other.url, { jsonrpc: "2.0", id: question.id, result: { role: "assistant", model: "m", content: { type: "text", text: "moved" } } }, headers);
+      expect(answered.status).toBe(202);
+      await call.ended;
+      const response = call.events.at(-1)?.data as { id: number; result: { content: { text: string }[] } };
+      expect(response).toMatchObject({ id: 1, result: { content: [{ text: "model: moved" }] } });
+    } finally {
+      await cluster.close();
+      await backend.close();
+    }
+  });
+
+  it("answers an answer without a session 400, and one in a session that ended or never was 404, on every instance", async () => {
+    const backend = await startLegacyHttpBackend(createTestServer({ name: "asker", interactive: true }));
+    const cluster = await startEngineBrokers("redis", { backends: [{ id: "b", url: backend.url, era: "legacy", timeoutMs: 5_000, healthIntervalMs: 60_000 }] });
+    const [first, second] = cluster.brokers as [RunningBroker, RunningBroker];
+    try {
+      const answer = { jsonrpc: "2.0", id: "mcp-broker-x", result: {} };
+      const init = await post(first.url, { jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
+      const headers = { "mcp-session-id": init.headers.get("mcp-session-id") ?? "", "mcp-protocol-version": "2025-11-25" };
+      // A live session: an answer to nothing open is dropped, 202 (late, after a cancellation).
+      expect((await post(second.url, answer, headers)).status).toBe(202);
+      expect((await fetch(first.url, { method: "DELETE", headers })).status).toBe(200);
+      for (const broker of [first, second]) {
+        expect((await post(broker.url, answer, { "mcp-protocol-version": "2025-11-25" })).status).toBe(400);
+        expect((await post(broker.url, answer, { ...headers, "mcp-session-id": "never-issued" })).status).toBe(404);
+        expect((await post(broker.url, answer, headers)).status).toBe(404);
+      }
+    } finally {
+      await cluster.close();
+      await backend.close();
+    }
+  });
+
   it.each([
     { key: "the cluster's shared secret (no interaction.stateKey)", interaction: {} },
     { key: "a configured interaction.stateKey", interaction: { stateKey: "a-key-every-instance-of-the-cluster-shares" } },

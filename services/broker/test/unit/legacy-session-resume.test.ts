@@ -4,6 +4,7 @@ import { EventClock, formatEventId } from "../../src/fanout/event-ids.js";
 import { PreparedNotification } from "../../src/fanout/prepared-notification.js";
 import { LegacySession, type NotificationWriter, type SinceReport } from "../../src/session/legacy-session.js";
 import { legacySessionMachine } from "../../src/session/legacy-session-machine.js";
+import { ClientRequests } from "../../src/session/client-requests.js";
 
 type Since = (position: number) => Promise<SinceReport>;
 const cannotTell: Since = async () => {
@@ -19,6 +20,7 @@ function session(options: { historyLimit?: number; since?: Since; catchUp?: (clo
   const s = new LegacySession("s", "p", actor, {
     events: clock,
     historyLimit: options.historyLimit ?? 64,
+    questions: new ClientRequests("test"),
     since: (_targets, position) => since(position),
     // By default the cluster cannot say where its order stands: the clock stays.
     catchUp: () => options.catchUp?.(clock) ?? Promise.resolve(),
