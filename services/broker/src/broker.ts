@@ -173,7 +173,13 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
       endpoint,
       gate,
       security,
-      status: () => ({ engine: member.engine, instance: member.instanceId, backends: member.backends(), ready: member.ready(), collisions: catalog.catalog.collisions(), heldTools: catalog.heldTools() }),
+      status: () => {
+        // A connected backend whose lists are not loaded yet serves no items: not ready (on a
+        // cluster, its reload is a job, which no member may be running: see cli's waitForBackends).
+        const backends = member.backends().map((b) => ({ ...b, listed: catalog.ready(b.id) }));
+        const ready = member.ready() && backends.every((b) => b.state !== "connected" || b.listed);
+        return { engine: member.engine, instance: member.instanceId, backends, ready, collisions: catalog.catalog.collisions(), heldTools: catalog.heldTools() };
+      },
       metrics: member.metrics.registry,
       logger,
       requestTimeoutMs: config.server.requestTimeoutMs,

@@ -108,7 +108,14 @@ function listenFailure(error: unknown): string {
 async function waitForBackends(broker: Broker, logger: Logger): Promise<void> {
   if (await broker.whenReady(STARTUP_WAIT_MS)) return;
   const down = broker.pool.all().filter((b) => b.readiness !== "connected").map((b) => ({ backend: b.id, state: b.readiness, reason: b.lastFailure }));
-  logger.warn({ down, waitedMs: STARTUP_WAIT_MS }, "serving before every backend is connected; the others join when they connect");
+  if (down.length > 0) logger.warn({ down, waitedMs: STARTUP_WAIT_MS }, "serving before every backend is connected; the others join when they connect");
+  // Connected, but their lists never came: on the Redis engine a list reload is a job, and a member
+  // with jobs.process, or a worker, must run it.
+  const unlisted = broker.pool.all().filter((b) => b.readiness === "connected" && !broker.catalog.ready(b.id)).map((b) => b.id);
+  if (unlisted.length > 0) {
+    const hint = broker.engine === "memory" ? "their list requests have not been answered" : "their lists load in reload jobs: is a worker, or a broker with jobs.process, running? (mcp_broker_jobs{state=\"waiting\"} in /metrics counts the jobs waiting)";
+    logger.warn({ unlisted, waitedMs: STARTUP_WAIT_MS }, `serving before the lists of every connected backend are loaded (their items are not served until then): ${hint}`);
+  }
 }
 
 main(process.argv.slice(2)).then(

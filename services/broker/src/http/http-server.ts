@@ -14,7 +14,8 @@ import type { StartupGate } from "./startup-gate.js";
 export interface BrokerStatus {
   engine: string;
   instance: string;
-  backends: BackendStatus[];
+  /** `listed`: every list of the backend is loaded (a connected backend without is not served yet). */
+  backends: (BackendStatus & { listed: boolean })[];
   /** The member is ready: every backend connected and answering. */
   ready: boolean;
   collisions: readonly string[];

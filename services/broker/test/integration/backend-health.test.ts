@@ -99,7 +99,7 @@ describe("backend health: a backend that stops answering", () => {
       ready = answer.body;
       return answer.status === 200;
     }, "the backend to be ready again after SIGCONT");
-    expect(ready?.backends).toEqual([{ id: "demo", state: "connected", era: "modern", reconnects: 0, watching: true }]);
+    expect(ready?.backends).toEqual([{ id: "demo", state: "connected", era: "modern", reconnects: 0, watching: true, listed: true }]);
     expect(await metric(running, 'mcp_broker_backend_degraded{backend="demo"} 0')).toBe(true);
     await client.callTool({ name: "demo__bump_counter", arguments: {} });
   });

@@ -151,6 +151,24 @@ describe("cluster jobs on the Redis engine", () => {
     await eventually(() => heardA.count >= 1 && heardB.count >= 1, "list_changed on both instances");
   }, 60_000);
 
+  it("is not ready while no member runs the reload that loads a connected backend's lists: /readyz says which, until one runs", async () => {
+    await freshBackend();
+    const alone = await startBroker(config({ jobs: { process: false } }), {}, { readyBackends: [] });
+    brokers.push(alone);
+    const readyz = async () => {
+      const response = await fetch(new URL("/readyz", alone.url));
+      return { status: response.status, body: (await response.json()) as { status: string; backends: { id: string; state: string; listed: boolean }[] } };
+    };
+    await eventually(() => alone.broker.pool.get("leg").state === "connected", "the backend connected");
+    const before = await readyz();
+    expect(before.status).toBe(503);
+    expect(before.body.status).toBe("degraded");
+    expect(before.body.backends).toEqual([expect.objectContaining({ id: "leg", state: "connected", listed: false })]);
+    await worker();
+    await eventually(async () => (await readyz()).status === 200, "ready once a worker loaded the lists", 20_000);
+    expect((await readyz()).body.backends).toEqual([expect.objectContaining({ id: "leg", listed: true })]);
+  }, 60_000);
+
   it("repairs a drifted count with the audit job", async () => {
     await freshBackend();
     const a = await broker({ jobs: { auditIntervalMs: 300 } });
