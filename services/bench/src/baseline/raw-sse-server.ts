@@ -16,6 +16,7 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { serveH2cBeside } from "@mcp-broker/broker";
 import { Cluster, Redis } from "ioredis";
 import { parentLink } from "../core/links.js";
 import { exitWithParent } from "../core/process-group.js";
@@ -62,7 +63,8 @@ function frameOf(uri: string): Buffer {
 
 /** Opens `res` as an SSE stream of every key in `keys`; `first` is written with the headers. */
 function openStream(keys: readonly string[], res: ServerResponse, first?: string): void {
-  res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache, no-transform", connection: "keep-alive", "x-accel-buffering": "no" });
+  // (HTTP/2 has no Connection header.)
+  res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache, no-transform", ...(res.req.httpVersionMajor < 2 && { connection: "keep-alive" }), "x-accel-buffering": "no" });
   if (first === undefined) res.flushHeaders();
   else res.write(first);
   const memberOf: Set<ServerResponse>[] = [];
@@ -148,7 +150,7 @@ function openListen(req: IncomingMessage, res: ServerResponse, withStore: boolea
   });
 }
 
-const server = createServer((req, res) => {
+const handle = (req: IncomingMessage, res: ServerResponse): void => {
   const url = new URL(req.url ?? "/", "http://localhost");
   const withStore = url.pathname.startsWith("/store/");
   const path = withStore ? url.pathname.slice("/store".length) : url.pathname;
@@ -165,9 +167,12 @@ const server = createServer((req, res) => {
     req.resume();
     res.writeHead(404).end();
   }
-});
+};
+const server = createServer(handle);
 server.keepAliveTimeout = 5_000;
 server.requestTimeout = 0;
+// HTTP/2 without TLS on the same port, as the broker serves it (scenario 10 holds its largest counts that way).
+const h2c = serveH2cBeside(server, handle, { sniffTimeoutMs: 30_000 });
 
 const keepAlive = setInterval(() => {
   for (const set of streams.values()) for (const res of set) res.write(KEEP_ALIVE_FRAME);
@@ -176,6 +181,7 @@ keepAlive.unref();
 
 const shutdown = async (): Promise<void> => {
   server.closeAllConnections();
+  h2c.closeAll();
   await new Promise<void>((resolve) => server.close(() => resolve()));
   subscriber?.disconnect();
   store?.disconnect();

@@ -1,6 +1,8 @@
 import type { Agent, ClientRequest, IncomingMessage } from "node:http";
+import type { ClientHttp2Stream } from "node:http2";
 import { LEGACY_PROTOCOL_VERSIONS, META, MODERN_PROTOCOL_VERSION, NOTIFICATION } from "@mcp-broker/shared";
-import { drain, fetchText, openStream, type HttpResponse } from "./http-client.js";
+import type { H2Pool } from "./h2-client.js";
+import { drain, fetchText, openStream, type HttpCall, type HttpResponse } from "./http-client.js";
 import type { TargetKind } from "./generator-api.js";
 import { SseParser } from "./sse-parser.js";
 
@@ -14,6 +16,8 @@ export interface Agents {
   requests: Agent;
   /** One socket per long-lived stream. */
   streams: Agent;
+  /** HTTP/2 connections, for sessions opened over HTTP/2 (`ClientSession.http2`). */
+  h2?: H2Pool;
 }
 
 /** `work`'s failure, saying which step of opening a session it was (a bare "socket hang up" does not). */
@@ -49,7 +53,10 @@ export class ClientSession {
   heard: Map<number, { seqs: Set<number>; lastBare: number }> | undefined;
   /** Where its stream connects from (a loopback alias), when set. */
   localAddress: string | undefined;
+  /** Speaks HTTP/2 (without TLS): its requests and its stream are streams of the generator's shared connections. */
+  http2 = false;
   private req: ClientRequest | undefined;
+  private h2stream: ClientHttp2Stream | undefined;
   private res: IncomingMessage | undefined;
   private nextId = 0;
   private acknowledged: (() => void) | undefined;
@@ -95,7 +102,7 @@ export class ClientSession {
     const id = ++this.nextId;
     if (this.kind === "modern") {
       const body = JSON.stringify({ jsonrpc: "2.0", id, method, params: { ...params, _meta: ENVELOPE } });
-      return fetchText(this.agents.requests, this.url, { method: "POST", headers: { ...this.modernHeaders(method), "content-type": "application/json" }, body });
+      return this.fetch(this.url, { method: "POST", headers: { ...this.modernHeaders(method), "content-type": "application/json" }, body });
     }
     return this.post({ jsonrpc: "2.0", id, method, params });
   }
@@ -110,6 +117,7 @@ export class ClientSession {
   close(): void {
     this.res?.destroy();
     this.req?.destroy();
+    this.h2stream?.close();
   }
 
   /**
@@ -137,7 +145,7 @@ export class ClientSession {
   /** Ends the session as a client leaving does: a legacy session is deleted (DELETE), then the stream closed. */
   async end(): Promise<void> {
     if (this.kind === "legacy" && this.sessionId !== undefined) {
-      const response = await fetchText(this.agents.requests, this.url, { method: "DELETE", headers: this.legacyHeaders() });
+      const response = await this.fetch(this.url, { method: "DELETE", headers: this.legacyHeaders() });
       if (response.status >= 300) throw new Error(`DELETE session: HTTP ${response.status} ${response.body.slice(0, 200)}`);
     }
     this.close();
@@ -153,7 +161,16 @@ export class ClientSession {
     // A raw session opened on the server's root POSTs to /rpc; one made for a route, there.
     const target = this.kind === "raw" && this.url.pathname === "/" ? new URL("/rpc", this.url) : this.url;
     const headers = { "content-type": "application/json", accept: JSON_AND_SSE, ...(this.kind === "legacy" ? this.legacyHeaders() : {}) };
-    return fetchText(this.agents.requests, target, { method: "POST", headers, body: JSON.stringify(message) });
+    return this.fetch(target, { method: "POST", headers, body: JSON.stringify(message) });
+  }
+
+  private fetch(url: URL, call: HttpCall): Promise<HttpResponse> {
+    return this.http2 ? this.h2().fetchText(url, call) : fetchText(this.agents.requests, url, call);
+  }
+
+  private h2(): H2Pool {
+    if (this.agents.h2 === undefined) throw new Error("an HTTP/2 session needs the generator's HTTP/2 connections");
+    return this.agents.h2;
   }
 
   private legacyHeaders(): Record<string, string> {
@@ -165,6 +182,18 @@ export class ClientSession {
   }
 
   private async attachStream(url: URL, call: Parameters<typeof openStream>[2]): Promise<void> {
+    if (this.http2) {
+      const { status, headers, stream } = await this.h2().openStream(url, call);
+      if (status !== 200 || !(headers["content-type"] ?? "").startsWith("text/event-stream")) {
+        stream.close();
+        throw new Error(`${call.method} stream: HTTP ${status}`);
+      }
+      this.h2stream = stream;
+      const parser = new SseParser((data) => this.onData(this, data), this.trackIds ? (id) => (this.lastEventId = id) : undefined);
+      stream.on("data", (chunk: Buffer) => parser.push(chunk.toString("latin1")));
+      stream.on("error", () => undefined);
+      return;
+    }
     const { req, res } = await openStream(this.agents.streams, url, this.localAddress === undefined ? call : { ...call, localAddress: this.localAddress });
     if (res.statusCode !== 200 || !(res.headers["content-type"] ?? "").startsWith("text/event-stream")) {
       const body = await drain(res);

@@ -24,6 +24,8 @@ export interface OpenParams {
    * away between turns, its updates kept for its resumption. Costs the generator no socket each.
    */
   withoutStreams?: boolean;
+  /** Over HTTP/2 without TLS: many sessions' requests and streams share each connection (see H2Pool). */
+  http2?: boolean;
 }
 
 export interface OpenResult {

@@ -13,6 +13,7 @@ import { reportUsage, sampleUsage } from "../core/process-usage.js";
 import { serveRpc } from "../core/rpc.js";
 import { ClientSession, type Agents } from "./client-session.js";
 import type { GeneratorApi, ListWatchCounts, ListWatchReport, OpenParams, OpenResult, RpcLoadParams, RpcLoadResult, StormParams, StormResult, CoverageParams, CoverageResult } from "./generator-api.js";
+import { H2_STREAMS_PER_CONNECTION, H2Pool } from "./h2-client.js";
 import { UpdateRecorder } from "./update-recorder.js";
 
 const URI_FIELD = '"uri":"';
@@ -34,6 +35,7 @@ const agents: Agents = {
   // under a request that reuses one (a "socket hang up" that is the client's own race).
   requests: new Agent({ keepAlive: true, maxSockets: 64, maxFreeSockets: 64, timeout: 4_000 }),
   streams: new Agent({ keepAlive: false, maxSockets: Number.POSITIVE_INFINITY }),
+  h2: new H2Pool(H2_STREAMS_PER_CONNECTION),
 };
 const sessions: ClientSession[] = [];
 /** Every endpoint sessions were opened on, in order. */
@@ -95,7 +97,8 @@ async function open(params: OpenParams): Promise<OpenResult> {
       const index = next++;
       const session = new ClientSession(params.kind, urls[index % urls.length] as URL, agents, onData, params.trackEventIds === true);
       const from = params.localAddresses;
-      if (from !== undefined && from.length > 0) session.localAddress = from[index % from.length];
+      if (params.http2 === true) session.http2 = true;
+      else if (from !== undefined && from.length > 0) session.localAddress = from[index % from.length];
       try {
         await session.open(params.uris[index] ?? "", params.toolsListChanged, params.withoutStreams !== true);
         sessions.push(session);

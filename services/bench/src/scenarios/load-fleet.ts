@@ -32,12 +32,12 @@ export class LoadFleet {
   }
 
   /** Opens one session per URI; throws when any fails (a benchmark needs all of them). */
-  async open(kind: TargetKind, urls: string[], uris: string[], options: { concurrency?: number; toolsListChanged?: boolean; trackEventIds?: boolean; localAddresses?: string[]; withoutStreams?: boolean } = {}): Promise<number> {
+  async open(kind: TargetKind, urls: string[], uris: string[], options: { concurrency?: number; toolsListChanged?: boolean; trackEventIds?: boolean; localAddresses?: string[]; withoutStreams?: boolean; http2?: boolean } = {}): Promise<number> {
     const started = Date.now();
     const slices = split(uris, this.generators.length);
     const results = await Promise.all(
       this.generators.map((g, i) => {
-        const params: OpenParams = { kind, urls, uris: slices[i] ?? [], concurrency: options.concurrency ?? 48, toolsListChanged: options.toolsListChanged ?? false, trackEventIds: options.trackEventIds ?? false, ...(options.localAddresses !== undefined && { localAddresses: options.localAddresses }), ...(options.withoutStreams === true && { withoutStreams: true }) };
+        const params: OpenParams = { kind, urls, uris: slices[i] ?? [], concurrency: options.concurrency ?? 48, toolsListChanged: options.toolsListChanged ?? false, trackEventIds: options.trackEventIds ?? false, ...(options.localAddresses !== undefined && { localAddresses: options.localAddresses }), ...(options.withoutStreams === true && { withoutStreams: true }), ...(options.http2 === true && { http2: true }) };
         return g.rpc.call("open", params);
       }),
     );

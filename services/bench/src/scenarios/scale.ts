@@ -2,8 +2,9 @@ import { exposedUri } from "../core/bench-uris.js";
 import { sleep } from "../core/clock.js";
 import { raiseOpenFileLimit } from "../core/open-files.js";
 import type { ProcessUsage } from "../core/process-usage.js";
+import { H2_STREAMS_PER_CONNECTION } from "../load/h2-client.js";
 import { fmt, kb, quantileOf } from "../report/format.js";
-import { notRun, ratio, type ResultRow, type ScenarioResult } from "../report/result-model.js";
+import { ratio, type ResultRow, type ScenarioResult } from "../report/result-model.js";
 import type { BenchContext } from "./bench-context.js";
 import { startBrokerPath, startRawPath, type BrokerPath, type RawPath } from "./delivery-paths.js";
 import { runInterleaved, type StepOutcome } from "./rate-step.js";
@@ -82,26 +83,27 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
   const limit = raiseOpenFileLimit(largest + FD_RESERVE);
   const capacity = Math.floor(Math.max(0, limit.soft - FD_RESERVE) / 1_000) * 1_000;
   const reachable = counts.filter((n) => n + FD_RESERVE <= limit.soft);
-  const measured = [...reachable];
-  if (reachable.length < counts.length && capacity >= 1_000 && !measured.includes(capacity)) measured.push(capacity);
+  // Counts the open-file limit keeps from HTTP/1.1 (a connection per stream) are held over HTTP/2,
+  // many streams per connection (as behind a load balancer speaking HTTP/2 to the broker); the
+  // largest count the limit allows is measured over HTTP/1.1 as well.
+  const measured: { count: number; http2: boolean }[] = counts.map((count) => ({ count, http2: !reachable.includes(count) }));
+  if (reachable.length < counts.length && capacity >= 1_000 && !counts.includes(capacity)) measured.unshift({ count: capacity, http2: false });
   const why = (n: number): string =>
-    `not reached: ${n.toLocaleString("en-US")} sessions need ${(n + FD_RESERVE).toLocaleString("en-US")} open files in the broker process (one per session stream), and this machine's limit is ${limit.soft.toLocaleString("en-US")} (hard ${limit.hard.toLocaleString("en-US")}; ${limit.refused ?? "raising it failed"})`;
+    `${n.toLocaleString("en-US")} sessions over HTTP/1.1 need ${(n + FD_RESERVE).toLocaleString("en-US")} open files in the broker process (one per session stream), and this machine's limit is ${limit.soft.toLocaleString("en-US")} (hard ${limit.hard.toLocaleString("en-US")}; ${limit.refused ?? "raising it failed"})`;
   for (const n of counts.filter((c) => !reachable.includes(c))) {
-    const at = n.toLocaleString("en-US");
-    for (const era of ["legacy", "modern"] as const) rows.push(notRun(SCENARIO, "memory", `RSS per idle ${era} session @ ${at}`, "KB", n === largest ? `≤ ${RSS_TARGET_KB} KB` : null, why(n)));
-    rows.push(notRun(SCENARIO, "memory", `broadcast to ${at}: time to last, p99`, "ms", `≤ ${BROADCAST_TARGET}× raw`, why(n)));
-    findings.push(`${at} sessions: ${why(n)}.`);
+    findings.push(`${n.toLocaleString("en-US")} sessions are held over HTTP/2 (h2c, ${H2_STREAMS_PER_CONNECTION.toLocaleString("en-US")} streams per connection): ${why(n)}.`);
   }
 
-  for (const count of measured) {
+  for (const { count, http2 } of measured) {
     const at = count.toLocaleString("en-US");
-    const stand = count === capacity && !counts.includes(count) ? ` (the most this machine's open-file limit allows; targets stated for ${largest.toLocaleString("en-US")})` : "";
+    const over = http2 ? " over HTTP/2" : "";
+    const stand = count === capacity && !counts.includes(count) ? ` (the most this machine's open-file limit allows over HTTP/1.1; targets stated for ${largest.toLocaleString("en-US")})` : over;
     // Each generator holds its share of the streams; more sources than one loopback address give more source ports.
-    const generators = Math.max(ctx.plan.generators, Math.ceil(count / Math.max(1, limit.soft - FD_RESERVE)));
+    const generators = http2 ? ctx.plan.generators : Math.max(ctx.plan.generators, Math.ceil(count / Math.max(1, limit.soft - FD_RESERVE)));
     const sources = (era: keyof typeof SOURCE_BLOCK): string[] => Array.from({ length: Math.max(1, Math.ceil(count / STREAMS_PER_SOURCE)) }, (_, i) => `127.0.${SOURCE_BLOCK[era]}.${1 + i}`);
-    const open = (era: keyof typeof SOURCE_BLOCK) => ({ localAddresses: sources(era), concurrency: 96 });
+    const open = (era: keyof typeof SOURCE_BLOCK) => (http2 ? { http2: true, concurrency: 96 } : { localAddresses: sources(era), concurrency: 96 });
     const uris = Array.from({ length: count }, () => exposedUri(0));
-    ctx.log(`scale: ${at} idle sessions (${generators} generators, streams from ${sources("legacy").length} loopback addresses per server)`);
+    ctx.log(`scale: ${at} idle sessions (${generators} generators, ${http2 ? `over HTTP/2, ${H2_STREAMS_PER_CONNECTION} streams per connection` : `streams from ${sources("legacy").length} loopback addresses per server`})`);
 
     const climb = async <P extends RawPath | BrokerPath>(era: Point["era"], start: () => Promise<P>, openAll: (path: P) => Promise<number>, held: (path: P) => Promise<number>, sample: (path: P) => Promise<ProcessUsage>) => {
       const path = await start();
@@ -148,7 +150,7 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
       const legacyPath = legacy.path;
       // Broadcast to all of them, broker and raw taking turns.
       // Step numbers are integers (the update URI carries them): 100 per measured count.
-      let step = 1_000 + measured.indexOf(count) * 100;
+      let step = 1_000 + measured.findIndex((m) => m.count === count && m.http2 === http2) * 100;
       const plan = { rate: 1000 / intervalMs, count: broadcastUpdates, uriCount: 1, uriOffset: 0 };
       const paths = ctx.redisUnavailable === undefined ? [raw.path, legacyPath] : [legacyPath];
       await runInterleaved(paths, { ...plan, count: 2 }, 1, () => ++step, () => ({ fanout: count, drainMs: ctx.plan.drainMs, trackSeq: true }));
@@ -159,7 +161,7 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
       const rawP99 = r === undefined ? null : quantileOf(r.lastReceiverMs, 0.99);
       const rt = ratio(p99, rawP99);
       for (const [label, o] of [["raw", r], ["broker (legacy)", b]] as const) {
-        if (o !== undefined) broadcastTable.push([at, label, o.emitted, o.incomplete, fmt(quantileOf(o.lastReceiverMs, 0.5)), fmt(quantileOf(o.lastReceiverMs, 0.99)), fmt(Math.max(...o.lastReceiverMs))]);
+        if (o !== undefined) broadcastTable.push([`${at}${over}`, label, o.emitted, o.incomplete, fmt(quantileOf(o.lastReceiverMs, 0.5)), fmt(quantileOf(o.lastReceiverMs, 0.99)), fmt(Math.max(...o.lastReceiverMs))]);
       }
       rows.push({
         scenario: SCENARIO,
@@ -175,7 +177,7 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
         ...(ctx.redisUnavailable !== undefined && { note: `baseline not run: ${ctx.redisUnavailable}` }),
         ...(b.incomplete > 0 && { note: `${b.incomplete} of ${b.emitted} updates did not reach every session` }),
       });
-      if (rt !== null && rt > BROADCAST_TARGET) findings.push(`broadcast to ${at}: p99 ${fmt(p99)} ms vs raw ${fmt(rawP99)} ms (${rt.toFixed(2)}×, target ≤ ${BROADCAST_TARGET}×).`);
+      if (rt !== null && rt > BROADCAST_TARGET) findings.push(`broadcast to ${at}${over}: p99 ${fmt(p99)} ms vs raw ${fmt(rawP99)} ms (${rt.toFixed(2)}×, target ≤ ${BROADCAST_TARGET}×).`);
     } finally {
       await legacy?.path.stop();
       await raw.path.stop();
@@ -185,18 +187,18 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
 
     if (legacy === undefined) throw new Error("the legacy climb did not finish");
     for (const point of [raw.point, legacy.point, modern.point]) {
-      table.push([point.era, at, fmt(point.acceptMs / 1000), point.held, fmt(kb(perSession(point, "rss"))), fmt(kb(perSession(point, "heapUsed"))), fmt(fdsPerSession(point)), fmt(point.full.rss / 1024 / 1024), point.full.reducerGcs ?? ""]);
+      table.push([`${point.era}${over}`, at, fmt(point.acceptMs / 1000), point.held, fmt(kb(perSession(point, "rss"))), fmt(kb(perSession(point, "heapUsed"))), fmt(fdsPerSession(point)), fmt(point.full.rss / 1024 / 1024), point.full.reducerGcs ?? ""]);
       if (point.era === "raw") continue;
       const rss = kb(perSession(point, "rss"));
       const rawRss = kb(perSession(raw.point, "rss"));
       const lost = count - point.held;
       const base = { scenario: SCENARIO, engine: "memory" as const, status: "measured" as const };
       rows.push({ ...base, measure: `RSS per idle ${point.era} session @ ${at}${stand}`, unit: "KB", broker: rss, baseline: rawRss, ratio: ratio(rss, rawRss), target: `≤ ${RSS_TARGET_KB} KB`, met: rss <= RSS_TARGET_KB });
-      rows.push({ ...base, measure: `heap per idle ${point.era} session @ ${at}`, unit: "KB", broker: kb(perSession(point, "heapUsed")), baseline: kb(perSession(raw.point, "heapUsed")), ratio: ratio(perSession(point, "heapUsed"), perSession(raw.point, "heapUsed")), target: null, met: null });
-      rows.push({ ...base, measure: `file descriptors per idle ${point.era} session @ ${at}`, unit: "", broker: fdsPerSession(point), baseline: fdsPerSession(raw.point), ratio: ratio(fdsPerSession(point), fdsPerSession(raw.point)), target: null, met: null });
-      rows.push({ ...base, measure: `time to accept ${at} ${point.era} sessions`, unit: "ms", broker: point.acceptMs, baseline: raw.point.acceptMs, ratio: ratio(point.acceptMs, raw.point.acceptMs), target: null, met: null });
-      rows.push({ ...base, measure: `${point.era} sessions lost while ${at} were set up`, unit: "", broker: lost, baseline: null, ratio: null, target: "0", met: lost === 0 });
-      if (rss > RSS_TARGET_KB) findings.push(`${point.era} @ ${at}: ${fmt(rss)} KB RSS per session, over the ${RSS_TARGET_KB} KB target.`);
+      rows.push({ ...base, measure: `heap per idle ${point.era} session @ ${at}${over}`, unit: "KB", broker: kb(perSession(point, "heapUsed")), baseline: kb(perSession(raw.point, "heapUsed")), ratio: ratio(perSession(point, "heapUsed"), perSession(raw.point, "heapUsed")), target: null, met: null });
+      rows.push({ ...base, measure: `file descriptors per idle ${point.era} session @ ${at}${over}`, unit: "", broker: fdsPerSession(point), baseline: fdsPerSession(raw.point), ratio: ratio(fdsPerSession(point), fdsPerSession(raw.point)), target: null, met: null });
+      rows.push({ ...base, measure: `time to accept ${at} ${point.era} sessions${over}`, unit: "ms", broker: point.acceptMs, baseline: raw.point.acceptMs, ratio: ratio(point.acceptMs, raw.point.acceptMs), target: null, met: null });
+      rows.push({ ...base, measure: `${point.era} sessions lost while ${at} were set up${over}`, unit: "", broker: lost, baseline: null, ratio: null, target: "0", met: lost === 0 });
+      if (rss > RSS_TARGET_KB) findings.push(`${point.era} @ ${at}${over}: ${fmt(rss)} KB RSS per session, over the ${RSS_TARGET_KB} KB target.`);
     }
   }
 
@@ -218,7 +220,7 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
     id: "scale",
     title: SCENARIO,
     method:
-      `Counts ${counts.map((n) => n.toLocaleString("en-US")).join(" and ")} (and, when the machine cannot reach them, the largest it can). One memory-engine broker process per era; all sessions subscribed to bench+bench://r/0. ` +
+      `Counts ${counts.map((n) => n.toLocaleString("en-US")).join(" and ")}, each over HTTP/1.1 (one connection per stream) when the machine's open-file limit allows it, else over HTTP/2 without TLS (h2c: the generators' sessions share connections, ${H2_STREAMS_PER_CONNECTION.toLocaleString("en-US")} streams each, as behind a load balancer that speaks HTTP/2 to the broker; the raw server is reached the same way), and then the largest count the limit allows over HTTP/1.1. One memory-engine broker process per era; all sessions subscribed to bench+bench://r/0. ` +
       `Each server is sampled ${settled ? "settled (as in scenario 4)" : "as it is (quick run: not settled, so RSS figures are rough)"}, after ${ctx.plan.memory.settleMs / 1000} s idle, before any session and again with all of them: per session = growth ÷ sessions (file descriptors from /proc/<pid>/fd). ` +
       "Time to accept = from the first handshake until every session is open (the generators open 96 at a time each). Lost = sessions the broker's census does not hold once all opened. " +
       `Then ${largest.toLocaleString("en-US")} legacy sessions on a fresh broker without streams (initialize, initialized, one subscribe each, no GET stream: a client away between turns), sampled the same way: they need no open file each, so this count is reached whatever the limit; no baseline (the raw server keeps nothing for a client without a stream). ` +

@@ -113,7 +113,9 @@ export class SseStream {
     this.corkForTick();
     const socket = this.chunked ? this.res.socket : null;
     if (socket !== null && !socket.destroyed) socket.write(httpChunk(...parts));
-    else for (const part of parts) this.res.write(part);
+    // One write: over HTTP/2 each write is a DATA frame of its own (a probe of 10 000 streams on
+    // ten connections: a broadcast of one frame in three writes took 150-200 ms, in one 70-130 ms).
+    else this.res.write(Buffer.concat(parts));
     return this.checkBuffered();
   }
 
