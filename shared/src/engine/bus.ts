@@ -146,6 +146,12 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
     principal: z.string(),
     inputResponses: z.unknown(),
   }),
+  /**
+   * To the holder of a `held.retry` (on its `CHANNEL.replies`, after the retry): the client's request
+   * that carried retry `id` from `origin` was cancelled, or its connection closed. The holder ends
+   * the call as for a retry it took itself; a round it already answered stays answered.
+   */
+  z.object({ kind: z.literal("held.cancel"), v: z.literal(1), origin: z.string(), id: z.number().int() }),
   /** The holder's answer to `held.retry`: the round's result (the call's, or its next questions), or an error. */
   z.object({
     kind: z.literal("held.round"),

@@ -14,7 +14,7 @@ type ServedMessage = Exclude<BusMessage, { kind: `watch.${string}` | "console.li
  * - `subscriptions.revoked` → the sessions, which drop what a limits job removed and say why;
  * - `session.moved` → the sessions: another member adopted one of this broker's, which lets go of it;
  * - `client.answer` → the sessions: a client's answer to this broker's question, POSTed to another member;
- * - `held.retry`, `held.round` → the held calls: a modern client's retry of a call held on another member, and its answer;
+ * - `held.retry`, `held.cancel`, `held.round` → the held calls: a modern client's retry of a call held on another member, its client giving up on it, and its answer;
  * - `console.census`, `console.sessions` → the console: another member's console asks for this one's sessions, and answers to this one's;
  * - `console.updates` → the console's live feed (heard only while one is open here);
  * - `bus.barrier` → the barrier that sent it: everything published before it has been handled here;
@@ -31,7 +31,11 @@ export function busIntake(deps: {
     clientAnswered(message: Extract<BusMessage, { kind: "client.answer" }>): void;
     doubtHeld(): void;
   };
-  held: { retried(message: Extract<BusMessage, { kind: "held.retry" }>): void; round(message: Extract<BusMessage, { kind: "held.round" }>): void };
+  held: {
+    retried(message: Extract<BusMessage, { kind: "held.retry" }>): void;
+    retryCancelled(message: Extract<BusMessage, { kind: "held.cancel" }>): void;
+    round(message: Extract<BusMessage, { kind: "held.round" }>): void;
+  };
   census: { receive(message: Extract<BusMessage, { kind: "console.census" | "console.sessions" }>): void };
   feed: { receive(message: Extract<BusMessage, { kind: "console.updates" }>): void };
   barrier: { received(message: Extract<BusMessage, { kind: "bus.barrier" }>): void };
@@ -57,6 +61,9 @@ export function busIntake(deps: {
           return;
         case "held.retry":
           held.retried(message);
+          return;
+        case "held.cancel":
+          held.retryCancelled(message);
           return;
         case "held.round":
           held.round(message);

@@ -206,6 +206,8 @@ export class HeldCalls {
   /** Retries sent to the member holding their call, by request id. */
   private readonly remote = new Map<number, { resolve: (result: Params) => void; reject: (error: Error) => void }>();
   private nextRemote = 0;
+  /** Retries other members passed on, whose rounds run here: their clients' requests, by `passedOnKey` (origin and id), aborted by `held.cancel`. */
+  private readonly passedOn = new Map<string, AbortController>();
 
   constructor(private readonly deps: { clock: Clock; seal: RequestStateSeal; bus: Bus; instanceId: string }) {}
 
@@ -229,7 +231,7 @@ export class HeldCalls {
   async resume(payload: Params, inputResponses: unknown, signal: AbortSignal, waitMs: number): Promise<Params> {
     const callId = typeof payload.h === "string" ? payload.h : "";
     const principal = String(payload.p);
-    if (typeof payload.i === "string" && payload.i !== this.deps.instanceId) return this.resumeElsewhere(payload.i, callId, principal, inputResponses, waitMs);
+    if (typeof payload.i === "string" && payload.i !== this.deps.instanceId) return this.resumeElsewhere(payload.i, callId, principal, inputResponses, signal, waitMs);
     const call = this.calls.get(callId);
     if (call === undefined || call.principal !== principal) {
       throw new BrokerError("BAD_PARAMS", "The call this requestState belongs to is over (answered, timed out, or its broker instance stopped): call again without it.");
@@ -238,13 +240,32 @@ export class HeldCalls {
     return (await call.next(signal)).result;
   }
 
-  /** Another member's `held.retry`: the round runs here, its outcome goes back. */
+  /**
+   * Another member's `held.retry`: the round runs here, its outcome goes back. Its client's request
+   * is on that member: a `held.cancel` for it (see `retryCancelled`) ends the call, as that
+   * request's end would here.
+   */
   retried(message: Extract<BusMessage, { kind: "held.retry" }>): void {
-    const never = new AbortController().signal;
-    void this.resume({ h: message.call, p: message.principal, i: this.deps.instanceId }, message.inputResponses, never, 0).then(
-      (result) => this.reply(message, { result }),
-      (error: unknown) => this.reply(message, { error: wireError(error) }),
-    );
+    const key = passedOnKey(message);
+    const request = new AbortController();
+    this.passedOn.set(key, request);
+    void this.resume({ h: message.call, p: message.principal, i: this.deps.instanceId }, message.inputResponses, request.signal, 0)
+      .then(
+        (result) => this.reply(message, { result }),
+        (error: unknown) => this.reply(message, { error: wireError(error) }),
+      )
+      .finally(() => {
+        if (this.passedOn.get(key) === request) this.passedOn.delete(key);
+      });
+  }
+
+  /**
+   * Another member's `held.cancel`: the client gave up on a retry it passed on here. Its round, if
+   * still running, ends the call (the upstream call is cancelled); one already answered is left
+   * as it is (the call, if held again, waits for its next retry at most `heldCallMs`).
+   */
+  retryCancelled(message: Extract<BusMessage, { kind: "held.cancel" }>): void {
+    this.passedOn.get(passedOnKey(message))?.abort(new Error("the client's request ended"));
   }
 
   /** The holder's `held.round`. */
@@ -256,20 +277,32 @@ export class HeldCalls {
     else waiter.resolve(message.result ?? {});
   }
 
-  private resumeElsewhere(holder: string, call: string, principal: string, inputResponses: unknown, waitMs: number): Promise<Params> {
+  /**
+   * Sends a retry to the member holding its call (`held.retry`) and waits for its round. The
+   * client's request ending (`signal`: cancelled, or its connection closed) sends that member a
+   * `held.cancel` for it, at most once and after the retry (one channel, one publisher: in order).
+   */
+  private resumeElsewhere(holder: string, call: string, principal: string, inputResponses: unknown, signal: AbortSignal, waitMs: number): Promise<Params> {
     const id = ++this.nextRemote;
     return new Promise<Params>((resolve, reject) => {
       const timer = this.deps.clock.setTimeout(() => {
-        this.remote.delete(id);
-        reject(new BrokerError("BACKEND_UNAVAILABLE", "The broker instance holding this call did not answer (it may have stopped): call again without requestState."));
+        this.remote.get(id)?.reject(new BrokerError("BACKEND_UNAVAILABLE", "The broker instance holding this call did not answer (it may have stopped): call again without requestState."));
       }, waitMs);
+      const withdraw = (): void => {
+        this.remote.get(id)?.reject(new BrokerError("BAD_PARAMS", "The call ended: its client's request was cancelled."));
+        this.deps.bus.publish(CHANNEL.replies(holder), { kind: "held.cancel", v: 1, origin: this.deps.instanceId, id }).catch(() => undefined);
+      };
       const settle = <T>(done: (value: T) => void) => (value: T) => {
+        this.remote.delete(id);
         this.deps.clock.clearTimeout(timer);
+        signal.removeEventListener("abort", withdraw);
         done(value);
       };
       this.remote.set(id, { resolve: settle(resolve), reject: settle(reject) });
       const message = { kind: "held.retry" as const, v: 1 as const, origin: this.deps.instanceId, id, replyTo: CHANNEL.replies(this.deps.instanceId), call, principal, inputResponses };
       this.deps.bus.publish(CHANNEL.replies(holder), message).catch((error: unknown) => this.round({ kind: "held.round", v: 1, origin: holder, id, error: wireError(error) }));
+      if (signal.aborted) withdraw();
+      else signal.addEventListener("abort", withdraw, { once: true });
     });
   }
 
@@ -280,6 +313,11 @@ export class HeldCalls {
   close(): void {
     for (const call of [...this.calls.values()]) call.cancel("the broker is shutting down");
   }
+}
+
+/** A passed-on retry's key on its holder: the member that passed it on, and its id there. */
+function passedOnKey(message: { origin: string; id: number }): string {
+  return `${message.origin} ${message.id}`;
 }
 
 /** An error as the bus carries it: its JSON-RPC code, message and data. */

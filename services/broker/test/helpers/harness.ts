@@ -72,12 +72,13 @@ export async function eventually(predicate: () => boolean | Promise<boolean>, wh
   }
 }
 
-/** Raw JSON-RPC POST to the broker (for edge-case tests the SDK would not send). */
-export async function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; headers: Headers; json: unknown; text: string }> {
+/** Raw JSON-RPC POST to the broker (for edge-case tests the SDK would not send); `signal` aborts it, closing its connection. */
+export async function post(url: string, body: unknown, headers: Record<string, string> = {}, signal?: AbortSignal): Promise<{ status: number; headers: Headers; json: unknown; text: string }> {
   const response = await fetch(url, {
     method: "POST",
     headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers },
     body: typeof body === "string" ? body : JSON.stringify(body),
+    ...(signal !== undefined && { signal }),
   });
   const text = await response.text();
   let json: unknown;

@@ -1,5 +1,5 @@
 import { Client, StreamableHTTPClientTransport, type ClientCapabilities } from "@modelcontextprotocol/client";
-import { deleteKeys, testRedisUrl } from "@mcp-broker/shared/testing";
+import { deleteKeys, testRedisUrl, uniquePrefix } from "@mcp-broker/shared/testing";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startLegacyHttpBackend, startModernHttpBackend, type HttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
@@ -423,6 +423,65 @@ describe("interaction across broker instances (Redis engine)", () => {
     }
   });
 
+  it.each([
+    { reached: "the instance holding its call", other: false },
+    { reached: "another instance, which passed it on", other: true },
+  ])("ends a held call whose client gives up on its retry on $reached: the backend's tool is cancelled and the call is over", async ({ other: elsewhere }) => {
+    const server = createTestServer({ name: "asker", interactive: true });
+    const backend = await startLegacyHttpBackend(server);
+    const cluster = await startEngineBrokers("redis", { backends: [{ id: "b", url: backend.url, era: "legacy", timeoutMs: 20_000, healthIntervalMs: 60_000 }] });
+    const [holding, other] = cluster.brokers as [RunningBroker, RunningBroker];
+    const args = { ms: 15_000 };
+    try {
+      const round = (await modernCall(holding.url, "b__ask_then_work", args)).json as { result: { inputRequests: Record<string, unknown>; requestState: string } };
+      const [key] = Object.keys(round.result.inputRequests);
+      const retry = { requestState: round.result.requestState, inputResponses: { [String(key)]: { action: "accept", content: { ok: true } } } };
+      // The retry answers the question, and the tool works on: the client gives up on it.
+      const abort = new AbortController();
+      const given = modernCall((elsewhere ? other : holding).url, "b__ask_then_work", args, retry, abort.signal);
+      await eventually(() => server.stats.answeredCalls.get("ask_then_work") === 1, "the client's answer to reach the backend");
+      abort.abort();
+      await expect(given).rejects.toThrow();
+      await eventually(() => server.stats.cancelledCalls.get("ask_then_work") === 1, "the backend's tool to be cancelled");
+      const again = (await modernCall(holding.url, "b__ask_then_work", args, retry)).json as { error: { code: number; message: string } };
+      expect(again.error).toMatchObject({ code: -32602, message: expect.stringMatching(/is over/) as unknown });
+    } finally {
+      await cluster.close();
+      await backend.close();
+    }
+  });
+
+  it("ends a held call whose retry another instance passed on when that instance stops: the retry's connection closes with it", async () => {
+    const server = createTestServer({ name: "asker", interactive: true });
+    const backend = await startLegacyHttpBackend(server);
+    const redisUrl = await testRedisUrl();
+    const keyPrefix = uniquePrefix("held-stop");
+    const config = { backends: [{ id: "b", url: backend.url, era: "legacy" as const, timeoutMs: 20_000, healthIntervalMs: 60_000 }], redisUrl, redis: { keyPrefix }, server: { drainMs: 200 } };
+    const holding = await startBroker(config);
+    const passing = await startBroker(config);
+    let stopped = false;
+    const args = { ms: 15_000 };
+    try {
+      const round = (await modernCall(holding.url, "b__ask_then_work", args)).json as { result: { inputRequests: Record<string, unknown>; requestState: string } };
+      const [key] = Object.keys(round.result.inputRequests);
+      const retry = { requestState: round.result.requestState, inputResponses: { [String(key)]: { action: "accept", content: { ok: true } } } };
+      const given = modernCall(passing.url, "b__ask_then_work", args, retry).catch(() => undefined);
+      await eventually(() => server.stats.answeredCalls.get("ask_then_work") === 1, "the client's answer to reach the backend");
+      // It stops gracefully: the retry gets drainMs to finish, then its connection closes.
+      await passing.close();
+      stopped = true;
+      await given;
+      await eventually(() => server.stats.cancelledCalls.get("ask_then_work") === 1, "the backend's tool to be cancelled");
+      const again = (await modernCall(holding.url, "b__ask_then_work", args, retry)).json as { error: { code: number; message: string } };
+      expect(again.error).toMatchObject({ code: -32602, message: expect.stringMatching(/is over/) as unknown });
+    } finally {
+      if (!stopped) await passing.close();
+      await holding.close();
+      await deleteKeys(redisUrl, keyPrefix);
+      await backend.close();
+    }
+  });
+
   it("keeps the cluster's shared secret when Redis loses its data: the members write it back, and a state sealed before still opens on another instance", async () => {
     const backend = await startLegacyHttpBackend(createTestServer({ name: "asker", interactive: true }));
     const cluster = await startEngineBrokers("redis", {
@@ -453,9 +512,9 @@ describe("interaction across broker instances (Redis engine)", () => {
 });
 
 /** A modern `tools/call` with elicitation declared, as POSTed by a 2026-07-28 client. */
-function modernCall(url: string, name: string, args: Record<string, unknown>, extra: Record<string, unknown> = {}) {
+function modernCall(url: string, name: string, args: Record<string, unknown>, extra: Record<string, unknown> = {}, signal?: AbortSignal) {
   const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": { elicitation: {} } };
-  return post(url, { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name, arguments: args, _meta: meta, ...extra } }, { "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": name });
+  return post(url, { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name, arguments: args, _meta: meta, ...extra } }, { "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": name }, signal);
 }
 
 describe("interaction: a modern client's questions as InputRequiredResult rounds", () => {
