@@ -200,12 +200,13 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
     dropped: z.number().int().nonnegative(),
   }),
   /**
-   * From a broker to itself (on its `CHANNEL.replies`): published after a position was reserved,
-   * it arrives after every message published before it on the channels this member receives, so
-   * once it is back, every event handed out before that position has reached this member (see
+   * From a broker to itself (on its `CHANNEL.replies`): published in the step that reserved
+   * `position` (see `UpdateLog.reserve`), it arrives after every message published before it on the
+   * channels this member receives and before every one published after, so once it is back, every
+   * event handed out before that position has reached this member and none after it (see
    * `BusBarrier`).
    */
-  z.object({ kind: z.literal("bus.barrier"), v: z.literal(1), origin: z.string(), id: z.number().int() }),
+  z.object({ kind: z.literal("bus.barrier"), v: z.literal(1), origin: z.string(), id: z.number().int(), position: z.number().int().nonnegative() }),
   /** The watcher's answer to `watch.ensure`. */
   z.object({
     kind: z.literal("watch.result"),
@@ -218,6 +219,7 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
 
 export type BusMessage = z.infer<typeof busMessageSchema>;
 export type ResourceUpdatedMessage = Extract<BusMessage, { kind: "resource.updated" }>;
+export type BarrierMessage = Extract<BusMessage, { kind: "bus.barrier" }>;
 
 const isCount = (value: unknown, min: number): value is number => typeof value === "number" && Number.isInteger(value) && value >= min;
 
@@ -249,6 +251,15 @@ export function encodeCatalogHead(message: Omit<Extract<BusMessage, { kind: "cat
   const { kind, v, origin, backendId, lists } = message;
   const json = JSON.stringify({ kind, v, origin, backendId, lists });
   return `${json.slice(0, -1)},"position":`;
+}
+
+/**
+ * A `bus.barrier` as JSON without its position: the encoding ends `,"position":` so that the
+ * reservation appends the position it takes (and `}`).
+ */
+export function encodeBarrierHead(message: Omit<BarrierMessage, "position">): string {
+  const { kind, v, origin, id } = message;
+  return `${JSON.stringify({ kind, v, origin, id }).slice(0, -1)},"position":`;
 }
 
 /** A bus message as JSON. */

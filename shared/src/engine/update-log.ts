@@ -1,4 +1,4 @@
-import type { BusMessage, ResourceUpdatedMessage } from "./bus.js";
+import type { BarrierMessage, ResourceUpdatedMessage } from "./bus.js";
 
 /** A backend update as the watcher publishes it: one message per key it falls under, positions assigned by the log. */
 export type UpdateToPublish = Omit<ResourceUpdatedMessage, "position" | "key" | "keys">;
@@ -38,10 +38,11 @@ export interface UpdateLog {
    * cursor can name (a listen's acknowledgement, a resumption's announcements). Every update
    * published after it has a larger position, and a watch that starts after it a `since` at least
    * as large; a watch that had started before it has a smaller `since`. With `mark`, publishes
-   * `mark.message` on `mark.channel` in the same step: a subscriber gets it after every message
-   * published before the position was handed out.
+   * `mark.message` with that position on `mark.channel` in the same step: a subscriber gets it
+   * after every message published before the position was handed out, and before every message
+   * published after.
    */
-  reserve(mark?: { channel: string; message: BusMessage }): Promise<number>;
+  reserve(mark?: { channel: string; message: Omit<BarrierMessage, "position"> }): Promise<number>;
   /**
    * Redis lost the counter: positions go on from at least `position` (what clients saw before must
    * still come before whatever is handed out next), and positions up to it may have been handed

@@ -568,7 +568,7 @@ export function updateLogContract(name: string, make: () => Promise<{ log: Updat
       expect(await log.reserve()).toBe(reserved + 1_001);
     });
 
-    it("publishes a reservation's mark in the same step: a subscriber gets it after every message published before", async () => {
+    it("publishes a reservation's mark with its position in the same step: a subscriber gets it after every message published before", async () => {
       const { log, bus } = await make();
       const got: BusMessage[] = [];
       bus.onMessage((_channel, message) => got.push(message));
@@ -581,7 +581,7 @@ export function updateLogContract(name: string, make: () => Promise<{ log: Updat
       expect(reserved).toBeGreaterThan(Math.max(...(await published)));
       await vi.waitFor(() => expect(got).toHaveLength(3));
       expect(got.map((message) => message.kind)).toEqual(["resource.updated", "resource.updated", "bus.barrier"]);
-      expect(got[2]).toEqual({ kind: "bus.barrier", v: 1, origin: "me", id: 7 });
+      expect(got[2]).toEqual({ kind: "bus.barrier", v: 1, origin: "me", id: 7, position: reserved });
     });
 
     it("goes on from at least a raised floor, and never back", async () => {

@@ -17,7 +17,8 @@ type ServedMessage = Exclude<BusMessage, { kind: `watch.${string}` | "console.li
  * - `held.retry`, `held.cancel`, `held.round` → the held calls: a modern client's retry of a call held on another member, its client giving up on it, and its answer;
  * - `console.census`, `console.sessions` → the console: another member's console asks for this one's sessions, and answers to this one's;
  * - `console.updates` → the console's live feed (heard only while one is open here);
- * - `bus.barrier` → the barrier that sent it: everything published before it has been handled here;
+ * - `bus.barrier` → the barrier that sent it: everything published before it has been handled here
+ *   (a list change placed at its position is made now, before anything published after it);
  * - a gap (the bus reconnected) → every subscribed resource re-announced, every list re-read, and
  *   every session's record read again (a `session.moved` may be among what was lost);
  * - an update this broker's member could not publish (Redis away) → its own sessions, as its own event.

@@ -1,5 +1,5 @@
 import { CHANNEL, MemoryBus, MemoryPositions, MemoryUpdateLog, systemClock } from "@mcp-broker/shared";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { SessionResume } from "../../src/session/session-resume.js";
 import { EventClock } from "../../src/fanout/event-ids.js";
 import { BusBarrier } from "../../src/fanout/bus-barrier.js";
@@ -112,10 +112,30 @@ describe("positions this member has caught up with (BusBarrier)", () => {
     expect(later).toBeGreaterThan(together[0] ?? Infinity);
   });
 
+  it("runs a placed change when its barrier arrives: after everything published before its position, before everything published after", async () => {
+    const { bus, updates, barrier, heard } = member();
+    await bus.subscribe(CHANNEL.replies("me"));
+    await bus.subscribe(CHANNEL.resource("b", "x://a"));
+    const before = publish(updates);
+    let after: Promise<number> | undefined;
+    const reserve = updates.reserve.bind(updates);
+    // An update published right after the reservation, before the barrier is back.
+    updates.reserve = (mark) => {
+      const reserved = reserve(mark);
+      after = publish(updates);
+      return reserved;
+    };
+    let ranAt: { position: number; heard: number[] } | undefined;
+    const placed = await barrier.place((position) => (ranAt = { position, heard: [...heard] }));
+    expect(ranAt).toEqual({ position: placed, heard: [await before] });
+    expect(await after).toBeGreaterThan(placed);
+    await vi.waitFor(() => expect(heard).toHaveLength(2));
+  });
+
   it("rejects when the barrier does not come back in time (the bus is away), and ignores another member's", async () => {
     const { barrier } = member(50);
     // Its reply channel is not subscribed: the barrier never arrives.
     await expect(barrier.caughtUp()).rejects.toThrow(/did not come back/);
-    barrier.received({ origin: "someone-else", id: 1 });
+    barrier.received({ origin: "someone-else", id: 1, position: 1 });
   });
 });

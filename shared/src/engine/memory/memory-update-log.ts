@@ -1,4 +1,4 @@
-import { CHANNEL, resourceUpdatedMessage, type Bus, type BusMessage } from "../bus.js";
+import { CHANNEL, resourceUpdatedMessage, type BarrierMessage, type Bus } from "../bus.js";
 import type { KeyStamp, UpdateLog, UpdateToPublish } from "../update-log.js";
 import type { MemoryPositions } from "./memory-positions.js";
 
@@ -46,10 +46,10 @@ export class MemoryUpdateLog implements UpdateLog {
     return this.positions.current();
   }
 
-  async reserve(mark?: { channel: string; message: BusMessage }): Promise<number> {
+  async reserve(mark?: { channel: string; message: Omit<BarrierMessage, "position"> }): Promise<number> {
     const position = this.positions.next();
     // Delivered in publish order, after what was published before.
-    if (mark !== undefined) await this.bus.publish(mark.channel, mark.message);
+    if (mark !== undefined) await this.bus.publish(mark.channel, { ...mark.message, position });
     return position;
   }
 

@@ -1,5 +1,5 @@
 import type { RedisClient } from "./redis-client.js";
-import { CHANNEL, encodeBusMessage, encodeUpdateHead, type BusMessage } from "../bus.js";
+import { CHANNEL, encodeBarrierHead, encodeUpdateHead, type BarrierMessage } from "../bus.js";
 import type { KeyStamp, UpdateLog, UpdateToPublish } from "../update-log.js";
 import type { RedisKeys } from "./keys.js";
 import { corkUntilTickEnds } from "./redis-bus.js";
@@ -51,9 +51,9 @@ return 1
 `;
 
 /**
- * KEYS: the position counter. ARGV: floor, then optionally a channel and a message. The next
- * position, handed out to no update (see `UpdateLog.reserve`); from above the floor, as a
- * publish's. The message is published in the same step.
+ * KEYS: the position counter. ARGV: floor, then optionally a channel and a message head (ending
+ * `"position":`). The next position, handed out to no update (see `UpdateLog.reserve`); from above
+ * the floor, as a publish's. The message is published with the position appended in the same step.
  */
 const RESERVE = `
 local position = redis.call('INCR', KEYS[1])
@@ -61,7 +61,7 @@ if position <= tonumber(ARGV[1]) then
   position = tonumber(ARGV[1]) + 1
   redis.call('SET', KEYS[1], position)
 end
-if ARGV[2] then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
+if ARGV[2] then redis.call('PUBLISH', ARGV[2], ARGV[3] .. position .. '}') end
 return position
 `;
 
@@ -224,8 +224,8 @@ export class RedisUpdateLog implements UpdateLog {
     return Number((await this.redis.get(this.keys.positions())) ?? 0);
   }
 
-  async reserve(mark?: { channel: string; message: BusMessage }): Promise<number> {
-    const published = mark === undefined ? [] : [this.keys.channel(mark.channel), encodeBusMessage(mark.message)];
+  async reserve(mark?: { channel: string; message: Omit<BarrierMessage, "position"> }): Promise<number> {
+    const published = mark === undefined ? [] : [this.keys.channel(mark.channel), encodeBarrierHead(mark.message)];
     const position = Number(await this.redis.updateReserve(this.keys.positions(), this.floor, ...published));
     if (position > this.floor) this.floor = position;
     return position;
