@@ -72,7 +72,9 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
   const { logger, clock, registry, bus, pool, watchers } = member;
   const serverInfo = { name: "mcp-broker", version: member.version };
 
-  const catalog = new CatalogService(config.backends, { logger, store: member.store, ...(config.metaTools && { ownTools: META_TOOL_DEFINITIONS }) });
+  // Before the catalog: a change the catalog makes on its own takes a position the barrier reserves.
+  const barrier = new BusBarrier({ updates: member.updates, instanceId: member.instanceId, clock });
+  const catalog = new CatalogService(config.backends, { logger, store: member.store, place: (run) => barrier.place(run), ...(config.metaTools && { ownTools: META_TOOL_DEFINITIONS }) });
   const fanout = new Fanout({
     bus,
     clock,
@@ -97,7 +99,6 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
   const held = new HeldCalls({ clock, seal, bus, instanceId: member.instanceId });
   const router = new Router(catalog.catalog, pool, { pageSize: config.lists.pageSize, heldTool: (name) => catalog.heldTool(name), metaTools, interaction: { held, seal }, listed: (backendId, kind) => catalog.listed(backendId, kind) });
   const dispatcher = new Dispatcher(router, logger, { serverInfo, cacheScope: config.auth.apiKeys.length > 0 ? "private" : "public" });
-  const barrier = new BusBarrier({ updates: member.updates, instanceId: member.instanceId, clock });
   const sessions = new SessionHost({
     catalog: catalog.catalog,
     subscriptionTarget: (uri) => router.subscriptionTarget(uri),
@@ -117,7 +118,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     idleTimeoutMs: config.server.sessionIdleMs,
     maxSessionsPerPrincipal: config.server.maxSessionsPerPrincipal,
     resumeHistory: config.server.resumeHistory,
-    resume: new SessionResume({ updates: member.updates, listPosition: (list) => catalog.appliedPosition(list), caughtUp: () => barrier.caughtUp() }),
+    resume: new SessionResume({ updates: member.updates, listPosition: (list) => catalog.changedPosition(list), caughtUp: () => barrier.caughtUp() }),
     cursors: new ResumeCursors(() => member.clusterId()),
   });
   const census = new ConsoleCensus({ bus, instanceId: member.instanceId, local: (limit) => sessions.census(limit) });

@@ -20,15 +20,28 @@ type CatalogChanged = Extract<BusMessage, { kind: "catalog.changed" }>;
  * place in each session's stream by its position. Reads from the store (on connect, after a bus
  * gap) are ordered per backend. A version is applied only when newer than what was applied, so
  * announcements that arrive twice, or after a reconnect's read, change nothing twice.
+ *
+ * What changes the lists here without a `catalog.changed` (a backend connected or dropped on this
+ * member, a read after a gap) is placed in the cluster's order too (`place`): it is applied at a
+ * position reserved for it, when every event before that position has been handled here and none
+ * after, and announced with that position, as if the cluster had sent it. So every visible change
+ * has a position, on every stream in order, and `changedPosition` tells a resumption from any older
+ * position that the list changed, and one from the change or later that it did not.
  */
 export class CatalogService {
   readonly catalog: Catalog;
-  /** Connected backends (by this member's connection) and the stored version applied per kind, with its position. */
-  private readonly applied = new Map<string, Map<CatalogKind, { version: number; position: number }>>();
+  /** Connected backends (by this member's connection) and the stored version applied per kind. */
+  private readonly applied = new Map<string, Map<CatalogKind, number>>();
   /** The tools each backend holds back (from its stored tools list). */
   private readonly held = new Map<string, readonly HeldTool[]>();
   private readonly queues = new Map<string, Promise<void>>();
   private applies = 0;
+  /** The cluster position of each list's newest visible change (never goes down). */
+  private readonly changedAt = new Map<ListName, number>();
+  /** Lists changed at a place in the cluster's order nobody knows (Redis or the bus was away), until a later placed position covers it. */
+  private readonly unplaced = new Set<ListName>();
+  /** A position is being reserved for the unplaced changes. */
+  private placingUnplaced = false;
   private listeners: ((list: ListName, diffs: Map<CatalogKind, CatalogDiff>, position: number | undefined) => void)[] = [];
 
   constructor(
@@ -38,6 +51,12 @@ export class CatalogService {
       store: CatalogStore;
       /** The broker's own tools (`metaTools`), listed before every backend's. */
       ownTools?: readonly Record<string, unknown>[];
+      /**
+       * Runs a change at a position reserved in the cluster's order, once every event before it has
+       * been handled here and none after it (see `BusBarrier.place`); rejects, without running it,
+       * when Redis or the bus cannot say. Without it, such changes are applied at once, unplaced.
+       */
+      place?: (run: (position: number) => void) => Promise<number>;
     },
   ) {
     const own = deps.ownTools ?? [];
@@ -47,20 +66,21 @@ export class CatalogService {
 
   /**
    * `listener` hears each client-visible list whose aggregate really changed, once per change, with
-   * the cluster position of the change when it came in order from the bus (undefined for a change
-   * made here: a backend connected or dropped on this member, a read after a gap).
+   * the cluster position of the change: the bus's, or the one reserved for a change made here (a
+   * backend connected or dropped on this member, a read after a gap); undefined when such a change
+   * could not be placed (Redis or the bus away).
    */
   onListChanged(listener: (list: ListName, diffs: Map<CatalogKind, CatalogDiff>, position: number | undefined) => void): void {
     this.listeners.push(listener);
   }
 
-  /** The newest cluster position of any applied version of `list` (0: none), for resumption. */
-  appliedPosition(list: ListName): number {
-    let newest = 0;
-    for (const kinds of this.applied.values()) {
-      for (const [kind, { position }] of kinds) if (listNameOf(kind) === list && position > newest) newest = position;
-    }
-    return newest;
+  /**
+   * The cluster position of the newest change clients saw to `list` (0: none since start), for
+   * resumption: a client that last saw an older position missed a change. Undefined while a change
+   * could not be placed in the cluster's order: nobody can tell who saw it.
+   */
+  changedPosition(list: ListName): number | undefined {
+    return this.unplaced.has(list) ? undefined : (this.changedAt.get(list) ?? 0);
   }
 
   /** Whether every list of the backend has been applied since it connected (readiness). */
@@ -84,11 +104,11 @@ export class CatalogService {
     return this.refresh(backendId, CATALOG_KINDS);
   }
 
-  /** This member's connection dropped: the backend's items leave this member's lists. */
+  /** This member's connection dropped: the backend's items leave this member's lists, at a position of their own. */
   backendDisconnected(backendId: string): void {
     this.applied.delete(backendId);
     this.held.delete(backendId);
-    void this.enqueue(backendId, async () => this.announce(this.catalog.clearBackend(backendId)));
+    void this.enqueue(backendId, () => this.placed(() => this.catalog.clearBackend(backendId)));
   }
 
   /** A reload stored new versions (a `catalog.changed` bus message): applied now, those newer than what was applied. */
@@ -97,8 +117,8 @@ export class CatalogService {
     if (applied === undefined) return;
     const diffs = new Map<CatalogKind, CatalogDiff>();
     for (const { kind, body, version } of message.lists) {
-      if ((applied.get(kind)?.version ?? 0) >= version) continue;
-      diffs.set(kind, this.apply(message.backendId, kind, { ...body, version, position: message.position }));
+      if ((applied.get(kind) ?? 0) >= version) continue;
+      diffs.set(kind, this.apply(message.backendId, kind, { ...body, version }));
     }
     this.announce(diffs, message.position);
   }
@@ -109,12 +129,16 @@ export class CatalogService {
    */
   forgetVersions(): void {
     for (const kinds of this.applied.values()) {
-      for (const [kind, applied] of kinds) kinds.set(kind, { version: 0, position: applied.position });
+      for (const kind of kinds.keys()) kinds.set(kind, 0);
     }
   }
 
-  /** Announcements may have been lost (the bus reconnected): every connected backend's lists are read again. */
+  /**
+   * Announcements may have been lost (the bus reconnected): every connected backend's lists are read
+   * again, and a change that could not be placed meanwhile gets a position now.
+   */
   resync(): Promise<void> {
+    this.placeUnplaced();
     return Promise.all([...this.applied.keys()].map((backendId) => this.refresh(backendId, CATALOG_KINDS))).then(() => undefined);
   }
 
@@ -128,13 +152,17 @@ export class CatalogService {
     return this.heldTools().find((held) => this.catalog.exposeName(held.backendId, held.name) === exposedName);
   }
 
-  /** Reads `kinds` of the backend from the store and applies what is newer, after whatever is queued for the backend. */
+  /**
+   * Reads `kinds` of the backend from the store and applies what is newer (at a position of its
+   * own, see `placed`), after whatever is queued for the backend.
+   */
   private refresh(backendId: string, kinds: readonly CatalogKind[]): Promise<void> {
     return this.enqueue(backendId, async () => {
-      const diffs = new Map<CatalogKind, CatalogDiff>();
+      const applied = this.applied.get(backendId);
+      if (applied === undefined) return; // disconnected meanwhile
+      const newer: [CatalogKind, StoredList][] = [];
       for (const kind of kinds) {
-        const applied = this.applied.get(backendId);
-        if (applied === undefined) return; // disconnected meanwhile
+        if (this.applied.get(backendId) !== applied) return; // disconnected meanwhile
         let stored: StoredList | undefined;
         try {
           stored = await this.deps.store.get(backendId, kind);
@@ -142,17 +170,70 @@ export class CatalogService {
           this.deps.logger.warn({ backend: backendId, kind, err: (error as Error).message }, "cannot read the cluster catalog");
           continue;
         }
-        if (stored === undefined || stored.invalid !== undefined || this.applied.get(backendId) !== applied) continue;
-        if ((applied.get(kind)?.version ?? 0) >= stored.version) continue;
-        diffs.set(kind, this.apply(backendId, kind, stored));
+        if (stored === undefined || stored.invalid !== undefined) continue;
+        if ((applied.get(kind) ?? 0) >= stored.version) continue;
+        newer.push([kind, stored]);
       }
-      this.announce(diffs);
+      if (newer.length === 0) return;
+      await this.placed(() => {
+        const diffs = new Map<CatalogKind, CatalogDiff>();
+        // A `catalog.changed` may have brought these versions (or newer) while the position was reserved.
+        if (this.applied.get(backendId) !== applied) return diffs;
+        for (const [kind, stored] of newer) {
+          if ((applied.get(kind) ?? 0) < stored.version) diffs.set(kind, this.apply(backendId, kind, stored));
+        }
+        return diffs;
+      });
     });
   }
 
-  private apply(backendId: string, kind: CatalogKind, stored: ListBody & { version: number; position: number }): CatalogDiff {
+  /**
+   * Makes `change` at a position reserved for it in the cluster's order and announces what it
+   * changed with that position. When none can be reserved (Redis or the bus away), the change is
+   * made and announced at once, and its lists are unplaced until a later position covers them.
+   */
+  private async placed(change: () => Map<CatalogKind, CatalogDiff>): Promise<void> {
+    const place = this.deps.place;
+    if (place !== undefined) {
+      let ran = false;
+      try {
+        await place((position) => {
+          ran = true;
+          this.announce(change(), position);
+        });
+        return;
+      } catch (error) {
+        if (ran) throw error;
+        this.deps.logger.warn({ err: (error as Error).message }, "cannot place a list change in the cluster's order; resumptions from before it are not exact until it is");
+      }
+    }
+    this.announce(change());
+    this.placeUnplaced();
+  }
+
+  /**
+   * Places a position after the unplaced changes, which stands for them: a client that last saw an
+   * older one is told its lists changed (again, if it saw the change itself), one that saw it or
+   * later is not. Tried once after a change could not be placed, and after every bus gap.
+   */
+  private placeUnplaced(): void {
+    const place = this.deps.place;
+    if (place === undefined || this.placingUnplaced || this.unplaced.size === 0) return;
+    this.placingUnplaced = true;
+    void place((position) => {
+      // Every unplaced change went out on the streams here before this position did.
+      for (const list of this.unplaced) this.changedAt.set(list, Math.max(this.changedAt.get(list) ?? 0, position));
+      this.unplaced.clear();
+    })
+      .catch((error: unknown) => this.deps.logger.warn({ err: (error as Error).message }, "cannot place list changes in the cluster's order yet"))
+      .finally(() => {
+        this.placingUnplaced = false;
+      });
+  }
+
+  private apply(backendId: string, kind: CatalogKind, stored: ListBody & { version: number }): CatalogDiff {
     this.applies++;
-    this.applied.get(backendId)?.set(kind, { version: stored.version, position: stored.position });
+    this.applied.get(backendId)?.set(kind, stored.version);
     if (kind === "tools") this.held.set(backendId, stored.gate?.held ?? []);
     const hiddenBefore = new Set(this.catalog.collisions());
     const diff = this.catalog.replace(kind, backendId, stored.items, kind === "tools" ? heldNames(stored) : undefined);
@@ -184,7 +265,13 @@ export class CatalogService {
       byList.set(list, entry);
     }
     for (const [list, listDiffs] of byList) {
-      this.deps.logger.debug({ list }, "list changed");
+      this.deps.logger.debug({ list, position }, "list changed");
+      if (position === undefined) this.unplaced.add(list);
+      else {
+        // Every change of the list before this one came before it on each stream: this position covers them.
+        this.changedAt.set(list, Math.max(this.changedAt.get(list) ?? 0, position));
+        this.unplaced.delete(list);
+      }
       for (const listener of this.listeners) listener(list, listDiffs, position);
     }
   }

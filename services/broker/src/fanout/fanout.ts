@@ -168,7 +168,8 @@ export class Fanout {
 
   /**
    * The catalog announced a change to `list`: every sink that asked for it hears it. `position`: the
-   * change's cluster position when it came from the bus in order (else it is an event of this broker's).
+   * change's cluster position, when it came from the bus in order or was placed in it (else it is an
+   * event of this broker's).
    */
   listChanged(list: ListName, position?: number): void {
     const notification = PreparedNotification.listChanged(list, position === undefined ? this.events.next() : this.events.cluster(position));

@@ -7,17 +7,19 @@ const LISTS: readonly ListName[] = ["tools", "prompts", "resources"];
 /**
  * What the cluster can tell a resuming client: which of its subscriptions were updated after the
  * position it last saw (the update log's stamps, one read per backend), which lists changed after
- * it (the catalog versions this broker applied), and which subscriptions nobody can tell about
- * (watched only since it was handed out, or later). A position the cluster never handed out (forged, or from before
- * Redis lost its data), or one that may have been handed out twice (`UpdateLog.lostUpTo`), cannot
- * be told about: it rejects, and the session announces everything.
+ * it (the position of each list's newest change on this broker: a stored version applied, or a
+ * backend that connected or dropped, see `CatalogService.changedPosition`), and which subscriptions
+ * nobody can tell about (watched only since it was handed out, or later). A position the cluster
+ * never handed out (forged, or from before Redis lost its data), or one that may have been handed
+ * out twice (`UpdateLog.lostUpTo`), cannot be told about, nor can anything while a list change
+ * could not be placed in the cluster's order: it rejects, and the session announces everything.
  */
 export class SessionResume {
   constructor(
     private readonly deps: {
       updates: UpdateLog;
-      /** The newest cluster position of an applied version of `list` (see `CatalogService.appliedPosition`). */
-      listPosition(list: ListName): number;
+      /** The cluster position of the newest change to `list` here; undefined: not known (see `CatalogService.changedPosition`). */
+      listPosition(list: ListName): number | undefined;
       /** A position reserved after the call, once every event before it has reached this member (see `BusBarrier`). */
       caughtUp(): Promise<number>;
     },
@@ -67,6 +69,7 @@ export class SessionResume {
     });
     for (const list of LISTS) {
       const changed = this.deps.listPosition(list);
+      if (changed === undefined) throw new Error(`the ${list} list changed where the cluster's order cannot place it`);
       if (changed > position) report.lists.push({ list, position: changed });
     }
     return report;

@@ -1,9 +1,11 @@
-import { BrokerError, CHANNEL, MemoryBus, MemoryCatalogStore, MemoryJobQueue, MemoryPositions, type BackendConfig, type Clock } from "@mcp-broker/shared";
+import { BrokerError, CHANNEL, MemoryBus, MemoryCatalogStore, MemoryJobQueue, MemoryPositions, MemoryUpdateLog, systemClock, type BackendConfig, type Clock } from "@mcp-broker/shared";
 import { pino } from "pino";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { ancestorsOf, isSubResource } from "@mcp-broker/shared";
 import { Catalog } from "../../src/catalog/catalog.js";
 import { CatalogService } from "../../src/catalog/catalog-service.js";
+import { BusBarrier } from "../../src/fanout/bus-barrier.js";
+import { SessionResume } from "../../src/session/session-resume.js";
 import { ListChanges, ListReloader, type ClusterJob, type ListedBackend } from "@mcp-broker/member";
 
 describe("catalog", () => {
@@ -358,5 +360,91 @@ describe("catalog: reload jobs, the cluster catalog and what members apply", () 
     await vi.advanceTimersByTimeAsync(1);
     expect(toolLists()).toBe(before + 2);
     expect(listed()).toEqual(["a__one", "a__relisted"]);
+  });
+});
+
+/**
+ * What a backend connecting or dropping on this member does to the lists takes a position of its
+ * own in the cluster's order, as a stored version does: a resumption from before it is told the
+ * list changed, one from it or later is not. Memory engine, the member's barrier and bus.
+ */
+describe("catalog: a backend's items leaving and coming back, in the cluster's order", () => {
+  const config: BackendConfig = { id: "a", command: "x", args: [], prefix: true, era: "auto", timeoutMs: 1000, reconnect: { initialDelayMs: 1, maxDelayMs: 1, multiplier: 1 }, healthIntervalMs: 1000, toolChanges: "accept" };
+
+  async function member() {
+    const bus = new MemoryBus();
+    const positions = new MemoryPositions();
+    const updates = new MemoryUpdateLog(bus, positions);
+    const store = new MemoryCatalogStore(positions, bus);
+    const barrier = new BusBarrier({ updates, instanceId: "me", clock: systemClock });
+    const redis = { away: false };
+    const catalog = new CatalogService([config], {
+      logger: pino({ level: "silent" }),
+      store,
+      place: (run) => (redis.away ? Promise.reject(new Error("Redis is not connected")) : barrier.place(run)),
+    });
+    const heard: { list: string; position: number | undefined }[] = [];
+    catalog.onListChanged((list, _diffs, position) => heard.push({ list, position }));
+    bus.onMessage((_channel, message) => {
+      if (message.kind === "catalog.changed") catalog.changed(message);
+      else if (message.kind === "bus.barrier") barrier.received(message);
+    });
+    await bus.subscribe(CHANNEL.catalog);
+    await bus.subscribe(CHANNEL.replies("me"));
+    const resume = new SessionResume({ updates, listPosition: (list) => catalog.changedPosition(list), caughtUp: () => barrier.caughtUp() });
+    await store.put("a", [{ kind: "tools", expected: 0, body: { items: [{ name: "one", inputSchema: { type: "object" } }] } }], "reloader");
+    return { catalog, heard, resume, redis, tools: () => catalog.catalog.list("tools").map((tool) => tool.exposedKey) };
+  }
+
+  it("announces each at a position reserved after what clients saw before, and tells a resumption from before it, not one from it", async () => {
+    const { catalog, heard, resume, tools } = await member();
+    const beforeConnect = await resume.current();
+    await catalog.backendConnected("a");
+    expect(tools()).toEqual(["a__one"]);
+    const connected = heard.at(-1)?.position ?? 0;
+    expect(heard).toEqual([{ list: "tools", position: connected }]);
+    // The stored version's position is older than the connect: a client between the two missed the tools arriving.
+    expect(connected).toBeGreaterThan(beforeConnect);
+    expect((await resume.since([], beforeConnect)).lists).toEqual([{ list: "tools", position: connected }]);
+
+    catalog.backendDisconnected("a");
+    await vi.waitFor(() => expect(heard).toHaveLength(2));
+    expect(tools()).toEqual([]);
+    const dropped = heard[1]?.position ?? 0;
+    expect(heard[1]).toEqual({ list: "tools", position: dropped });
+    expect(dropped).toBeGreaterThan(connected);
+    // The position a resumption compares with never goes down when a backend's entry goes.
+    expect(catalog.changedPosition("tools")).toBe(dropped);
+    expect((await resume.since([], connected)).lists).toEqual([{ list: "tools", position: dropped }]);
+    expect((await resume.since([], dropped)).lists).toEqual([]);
+
+    await catalog.backendConnected("a");
+    const back = heard[2]?.position ?? 0;
+    expect(heard).toHaveLength(3);
+    expect(back).toBeGreaterThan(dropped);
+    expect((await resume.since([], dropped)).lists).toEqual([{ list: "tools", position: back }]);
+    expect((await resume.since([], back)).lists).toEqual([]);
+    // Lists the backend has nothing in did not change.
+    expect(catalog.changedPosition("prompts")).toBe(0);
+  });
+
+  it("makes a change it cannot place (Redis away) at once, and resumes nothing as exact until a later position stands for it", async () => {
+    const { catalog, heard, resume, redis, tools } = await member();
+    const before = await resume.current();
+    redis.away = true;
+    await catalog.backendConnected("a");
+    expect(tools()).toEqual(["a__one"]);
+    expect(heard).toEqual([{ list: "tools", position: undefined }]);
+    expect(catalog.changedPosition("tools")).toBeUndefined();
+    await expect(resume.since([], before)).rejects.toThrow(/cannot place/);
+
+    redis.away = false;
+    await catalog.resync();
+    await vi.waitFor(() => expect(catalog.changedPosition("tools")).toBeGreaterThan(before));
+    const standsFor = catalog.changedPosition("tools") ?? 0;
+    expect((await resume.since([], before)).lists).toEqual([{ list: "tools", position: standsFor }]);
+    expect((await resume.since([], standsFor)).lists).toEqual([]);
+    // Nothing was announced again.
+    expect(heard).toHaveLength(1);
   });
 });
