@@ -242,6 +242,14 @@ export class LegacySession implements NotificationSink, LegacySessionPort {
   /** When its record's last-seen time was last written (the host clock's ms). */
   private lastRecorded = -Infinity;
 
+  /** Resolves once the session's actor has stopped (ended, handed off or failed), its effects performed. */
+  ended(): Promise<void> {
+    if (this.actor.getSnapshot().status !== "active") return Promise.resolve();
+    return new Promise((resolve) => {
+      this.actor.subscribe({ complete: () => resolve(), error: () => resolve() });
+    });
+  }
+
   close(reason: string): void {
     this.stream?.close();
     this.actor.send({ type: "session.close", reason });

@@ -446,7 +446,11 @@ export class SessionHost {
    */
   async endLegacySession(session: LegacySession, reason: string): Promise<void> {
     await this.deps.sessions.delete({ principal: session.principal, sessionId: session.id }).catch((error: unknown) => this.deps.logger.warn({ session: session.id, err: (error as Error).message }, "cannot delete the ended session's record; it expires"));
+    const ended = session.ended();
     session.close(reason);
+    // Once it has released what it held, and its slot of the principal's session limit: a client
+    // told its session ended may start another at once (it was refused while this one closed).
+    await ended;
   }
 
   /**

@@ -303,3 +303,28 @@ describe("session host: the idle timeout of a legacy session", () => {
     sessions.close();
   });
 });
+
+describe("session host: ending a session", () => {
+  it("answers a DELETE once the session has released what it held and left: its client may start another at once", async () => {
+    let open = (): void => undefined;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    /** A registry whose reads of a session's subscriptions wait (a slow Redis). */
+    class SlowRegistry extends MemoryRegistry {
+      override async ofSession(principal: string, sessionId: string): Promise<SubscriptionRef[]> {
+        await gate;
+        return super.ofSession(principal, sessionId);
+      }
+    }
+    const { sessions } = host(new SlowRegistry());
+    const session = await sessions.createLegacySession("p");
+    await session.subscribe("b+x://a");
+    let ended = false;
+    const ending = sessions.endLegacySession(session, "client DELETE").then(() => (ended = true));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(ended).toBe(false);
+    open();
+    await ending;
+    expect(sessions.legacySession(session.id, "p")).toBeUndefined();
+    sessions.close();
+  });
+});
