@@ -67,6 +67,9 @@ export interface Broker {
  * it, what serves clients: the catalog clients see, sessions and listen streams, routing and the
  * HTTP edge. Everything is constructed here and passed down.
  */
+/** How long a serving broker's lists may lack a backend before they count as differing from the cluster's (see `CatalogService.serving`). */
+const LISTS_COMPLETE_WITHIN_MS = 10_000;
+
 export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broker {
   const member = createMember(config, { ...deps, logger: deps.logger ?? createLogger(config.logging.level) });
   const { logger, clock, registry, bus, pool, watchers } = member;
@@ -218,7 +221,11 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     logger.info({ url, backends: config.backends.map((b) => b.id) }, "mcp-broker listening");
     return url;
   };
-  const serve = (): void => gate.open();
+  const serve = (): void => {
+    // From here on, clients see its lists (see `CatalogService.serving`).
+    catalog.serving(LISTS_COMPLETE_WITHIN_MS);
+    gate.open();
+  };
   const start = async (): Promise<void> => {
     await member.start();
   };

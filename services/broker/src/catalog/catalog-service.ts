@@ -42,6 +42,12 @@ export class CatalogService {
   private readonly unplaced = new Set<ListName>();
   /** A position is being reserved for the unplaced changes. */
   private placingUnplaced = false;
+  /** `serving` was called: clients may come. */
+  private serveCalled = false;
+  /** Changes are placed from here on (see `serving`). */
+  private served = false;
+  private servedTimer: ReturnType<typeof setTimeout> | undefined;
+  private readonly backendIds: readonly string[];
   private listeners: ((list: ListName, diffs: Map<CatalogKind, CatalogDiff>, position: number | undefined) => void)[] = [];
 
   constructor(
@@ -59,6 +65,7 @@ export class CatalogService {
       place?: (run: (position: number) => void) => Promise<number>;
     },
   ) {
+    this.backendIds = backends.map((b) => b.id);
     const own = deps.ownTools ?? [];
     this.catalog = new Catalog([...(own.length > 0 ? [{ id: BROKER_TOOLS_ID, prefix: false }] : []), ...backends.map((b) => ({ id: b.id, prefix: b.prefix }))]);
     if (own.length > 0) this.catalog.replace("tools", BROKER_TOOLS_ID, own);
@@ -98,6 +105,38 @@ export class CatalogService {
     return this.applies;
   }
 
+  /**
+   * This member begins to serve. Until every backend is listed here nobody has seen its lists whole:
+   * what a resumption is told of a list is then the cluster's, its newest stored version applied (at
+   * the position the cluster stored it with), and changes need no place of their own. Once every
+   * backend is listed, changes are placed (see `placed`). A member still without some backend after
+   * `completeWithinMs` (down at start), or that loses one before, serves lists that differ from what
+   * the cluster stored: they get a position then, so a resumption from before it is told they changed.
+   */
+  serving(completeWithinMs: number): void {
+    if (this.serveCalled) return;
+    this.serveCalled = true;
+    this.servedIfComplete();
+    if (!this.served) {
+      this.servedTimer = setTimeout(() => this.serveFromHere(true), completeWithinMs);
+      this.servedTimer.unref();
+    }
+  }
+
+  private servedIfComplete(): void {
+    if (this.serveCalled && !this.served && this.backendIds.every((id) => this.ready(id))) this.serveFromHere(false);
+  }
+
+  /** From here on changes are placed; `incomplete`: the lists differ from the cluster's, and get a position now. */
+  private serveFromHere(incomplete: boolean): void {
+    if (this.served) return;
+    this.served = true;
+    clearTimeout(this.servedTimer);
+    if (!incomplete) return;
+    for (const list of ["tools", "prompts", "resources"] as const) this.unplaced.add(list);
+    this.placeUnplaced();
+  }
+
   /** This member's connection to the backend came up: apply what the cluster catalog holds for it. */
   backendConnected(backendId: string): Promise<void> {
     if (!this.applied.has(backendId)) this.applied.set(backendId, new Map());
@@ -106,6 +145,7 @@ export class CatalogService {
 
   /** This member's connection dropped: the backend's items leave this member's lists, at a position of their own. */
   backendDisconnected(backendId: string): void {
+    if (this.serveCalled) this.serveFromHere(true);
     this.applied.delete(backendId);
     this.held.delete(backendId);
     void this.enqueue(backendId, () => this.placed(() => this.catalog.clearBackend(backendId)));
@@ -175,15 +215,18 @@ export class CatalogService {
         newer.push([kind, stored]);
       }
       if (newer.length === 0) return;
-      await this.placed(() => {
-        const diffs = new Map<CatalogKind, CatalogDiff>();
-        // A `catalog.changed` may have brought these versions (or newer) while the position was reserved.
-        if (this.applied.get(backendId) !== applied) return diffs;
-        for (const [kind, stored] of newer) {
-          if ((applied.get(kind) ?? 0) < stored.version) diffs.set(kind, this.apply(backendId, kind, stored));
-        }
-        return diffs;
-      });
+      await this.placed(
+        () => {
+          const diffs = new Map<CatalogKind, CatalogDiff>();
+          // A `catalog.changed` may have brought these versions (or newer) while the position was reserved.
+          if (this.applied.get(backendId) !== applied) return diffs;
+          for (const [kind, stored] of newer) {
+            if ((applied.get(kind) ?? 0) < stored.version) diffs.set(kind, this.apply(backendId, kind, stored));
+          }
+          return diffs;
+        },
+        new Map(newer.map(([kind, stored]) => [kind, stored.position])),
+      );
     });
   }
 
@@ -192,7 +235,19 @@ export class CatalogService {
    * changed with that position. When none can be reserved (Redis or the bus away), the change is
    * made and announced at once, and its lists are unplaced until a later position covers them.
    */
-  private async placed(change: () => Map<CatalogKind, CatalogDiff>): Promise<void> {
+  private async placed(change: () => Map<CatalogKind, CatalogDiff>, storedAt?: ReadonlyMap<CatalogKind, number>): Promise<void> {
+    if (!this.served) {
+      // Nobody has seen this member's lists yet: a stored version stands at the position the cluster
+      // stored it with (see `serving`), and nothing needs a place of its own.
+      const diffs = change();
+      for (const [kind, position] of storedAt ?? []) {
+        const list = listNameOf(kind);
+        if (diffs.has(kind)) this.changedAt.set(list, Math.max(this.changedAt.get(list) ?? 0, position));
+      }
+      this.announce(diffs, undefined, false);
+      this.servedIfComplete();
+      return;
+    }
     const place = this.deps.place;
     if (place !== undefined) {
       let ran = false;
@@ -255,7 +310,8 @@ export class CatalogService {
     return run;
   }
 
-  private announce(diffs: Map<CatalogKind, CatalogDiff>, position?: number): void {
+  /** `seen`: whether clients may have seen the lists before this change (see `serving`). */
+  private announce(diffs: Map<CatalogKind, CatalogDiff>, position?: number, seen = true): void {
     const byList = new Map<ListName, Map<CatalogKind, CatalogDiff>>();
     for (const [kind, diff] of diffs) {
       if (isEmptyDiff(diff)) continue;
@@ -266,8 +322,9 @@ export class CatalogService {
     }
     for (const [list, listDiffs] of byList) {
       this.deps.logger.debug({ list, position }, "list changed");
-      if (position === undefined) this.unplaced.add(list);
-      else {
+      if (position === undefined) {
+        if (seen) this.unplaced.add(list);
+      } else {
         // Every change of the list before this one came before it on each stream: this position covers them.
         this.changedAt.set(list, Math.max(this.changedAt.get(list) ?? 0, position));
         this.unplaced.delete(list);

@@ -180,6 +180,37 @@ describe("resuming after a backend dropped or came back", () => {
       expect(told.slice(0, -1).sort()).toEqual([PROMPTS, RESOURCES, TOOLS]);
     }, 60_000);
 
+    it("a stream resumed on a broker that started after its last event is told no list changed when none did (legacy and listen)", async () => {
+      redis = { url: await testRedisUrl(), prefix: uniquePrefix("resume-lists") };
+      await backends();
+      const one = await broker();
+      const init = await post(one.url, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } });
+      const sessionId = init.headers.get("mcp-session-id") ?? "";
+      await post(one.url, { jsonrpc: "2.0", method: "notifications/initialized" }, headersOf(sessionId));
+      expect((await post(one.url, { jsonrpc: "2.0", id: 2, method: "resources/subscribe", params: { uri: "stay+test://static/a" } }, headersOf(sessionId))).json).toMatchObject({ result: {} });
+      const first = await openSse(one.url, { ...headersOf(sessionId), accept: "text/event-stream" });
+      streams.push(first);
+      stayServer.emitUpdate("test://static/a");
+      await eventually(() => count(first, UPDATED) === 1, "an update with its id");
+      first.close();
+      const listened = await listen(one.url);
+      await eventually(() => listened.events.length === 1, "the acknowledgement");
+      listened.close();
+
+      // A broker started after both: its lists are the cluster's, as the client last saw them.
+      const later = await broker();
+      const resumed = await openSse(later.url, { ...headersOf(sessionId), accept: "text/event-stream", "last-event-id": String(first.events.at(-1)?.id) });
+      streams.push(resumed);
+      const reopened = await listen(later.url, metaOf(listened.events[0])["io.mcp-broker/cursor"]);
+      await eventually(() => resumed.primedId !== undefined && reopened.events.length >= 1, "the resumptions");
+      expect(metaOf(reopened.events[0])["io.mcp-broker/resumed"]).toBe("exact");
+      stayServer.emitUpdate("test://static/a");
+      await eventually(() => count(resumed, UPDATED) === 1, "the barrier update");
+      await barrier([reopened, 1]);
+      expect(methods(resumed)).toEqual([UPDATED, TOOLS]);
+      expect(methods(reopened)).toEqual([ACK, TOOLS]);
+    }, 60_000);
+
     it("a listen resumed from its cursor after the backend came back is told the tools changed, once", async () => {
       redis = { url: await testRedisUrl(), prefix: uniquePrefix("resume-lists") };
       await backends();

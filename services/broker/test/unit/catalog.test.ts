@@ -392,12 +392,37 @@ describe("catalog: a backend's items leaving and coming back, in the cluster's o
     await bus.subscribe(CHANNEL.catalog);
     await bus.subscribe(CHANNEL.replies("me"));
     const resume = new SessionResume({ updates, listPosition: (list) => catalog.changedPosition(list), caughtUp: () => barrier.caughtUp() });
-    await store.put("a", [{ kind: "tools", expected: 0, body: { items: [{ name: "one", inputSchema: { type: "object" } }] } }], "reloader");
-    return { catalog, heard, resume, redis, tools: () => catalog.catalog.list("tools").map((tool) => tool.exposedKey) };
+    positions.next(); // (a position before the stored version, for the resumptions below)
+    const stored = (await store.put("a", [{ kind: "tools", expected: 0, body: { items: [{ name: "one", inputSchema: { type: "object" } }] } }], "reloader"))?.[0];
+    return { catalog, heard, resume, redis, storedAt: stored?.position ?? 0, tools: () => catalog.catalog.list("tools").map((tool) => tool.exposedKey) };
   }
 
+  /** A member that has served without backend "a" past its startup wait: "a" connecting is a change its clients see. */
+  async function servingWithout() {
+    const m = await member();
+    m.catalog.serving(0);
+    // Its lists lacked "a": they got a position of their own.
+    await vi.waitFor(() => expect(m.catalog.changedPosition("tools")).toBeGreaterThan(0));
+    return m;
+  }
+
+  it("before its lists are whole, applies the cluster's stored versions at their own positions: a resumption from after them is told nothing", async () => {
+    const { catalog, heard, resume, storedAt } = await member();
+    const afterStored = await resume.current();
+    catalog.serving(60_000);
+    await catalog.backendConnected("a");
+    expect(heard).toEqual([{ list: "tools", position: undefined }]);
+    expect(catalog.changedPosition("tools")).toBe(storedAt);
+    expect((await resume.since([], afterStored)).lists).toEqual([]);
+    expect((await resume.since([], storedAt - 1)).lists).toEqual([{ list: "tools", position: storedAt }]);
+    // Whole now: a drop is placed.
+    catalog.backendDisconnected("a");
+    await vi.waitFor(() => expect(heard).toHaveLength(2));
+    expect(heard[1]?.position).toBeGreaterThan(afterStored);
+  });
+
   it("announces each at a position reserved after what clients saw before, and tells a resumption from before it, not one from it", async () => {
-    const { catalog, heard, resume, tools } = await member();
+    const { catalog, heard, resume, tools } = await servingWithout();
     const beforeConnect = await resume.current();
     await catalog.backendConnected("a");
     expect(tools()).toEqual(["a__one"]);
@@ -424,12 +449,12 @@ describe("catalog: a backend's items leaving and coming back, in the cluster's o
     expect(back).toBeGreaterThan(dropped);
     expect((await resume.since([], dropped)).lists).toEqual([{ list: "tools", position: back }]);
     expect((await resume.since([], back)).lists).toEqual([]);
-    // Lists the backend has nothing in did not change.
-    expect(catalog.changedPosition("prompts")).toBe(0);
+    // Lists the backend has nothing in did not change since the member began to serve without it.
+    expect(catalog.changedPosition("prompts")).toBeLessThanOrEqual(beforeConnect);
   });
 
   it("makes a change it cannot place (Redis away) at once, and resumes nothing as exact until a later position stands for it", async () => {
-    const { catalog, heard, resume, redis, tools } = await member();
+    const { catalog, heard, resume, redis, tools } = await servingWithout();
     const before = await resume.current();
     redis.away = true;
     await catalog.backendConnected("a");
