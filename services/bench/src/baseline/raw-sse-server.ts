@@ -172,7 +172,7 @@ const server = createServer(handle);
 server.keepAliveTimeout = 5_000;
 server.requestTimeout = 0;
 // HTTP/2 without TLS on the same port, as the broker serves it (scenario 10 holds its largest counts that way).
-const h2c = serveH2cBeside(server, handle, { sniffTimeoutMs: 30_000 });
+const h2c = serveH2cBeside(server, handle, { sniffTimeoutMs: 30_000, requestTimeoutMs: 0, idleTimeoutMs: server.keepAliveTimeout });
 
 const keepAlive = setInterval(() => {
   for (const set of streams.values()) for (const res of set) res.write(KEEP_ALIVE_FRAME);

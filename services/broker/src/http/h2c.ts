@@ -1,5 +1,5 @@
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
-import { createServer as createHttp2Server, type Http2ServerRequest, type Http2ServerResponse, type Http2Session } from "node:http2";
+import { constants, createServer as createHttp2Server, type Http2ServerRequest, type Http2ServerResponse, type Http2Session, type ServerHttp2Stream } from "node:http2";
 import type { Socket } from "node:net";
 
 /** What an HTTP/2 client sends first (RFC 9113 §3.4); no HTTP/1.x request begins with it. */
@@ -24,7 +24,13 @@ const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
 export function serveH2cBeside(
   server: Server,
   handle: (req: IncomingMessage, res: ServerResponse) => void,
-  options: { sniffTimeoutMs: number },
+  options: {
+    sniffTimeoutMs: number;
+    /** A request's body must have arrived this long after its headers, or it gets 408 (HTTP/1's `requestTimeout`). */
+    requestTimeoutMs: number;
+    /** A connection with no stream open this long is closed (HTTP/1's `keepAliveTimeout`). */
+    idleTimeoutMs: number;
+  },
 ): { closeAll(): void } {
   const h2 = createHttp2Server(
     {
@@ -36,12 +42,17 @@ export function serveH2cBeside(
     (req: Http2ServerRequest, res: Http2ServerResponse) => {
       const authority = req.headers[":authority"];
       if (req.headers.host === undefined && typeof authority === "string") req.headers.host = authority;
+      // Node 20's HTTP/2 response has no `destroyed`, which the broker reads to tell a client gone
+      // before its answer (a stream reset while its session was looked up stayed open for good).
+      Object.defineProperty(res, "destroyed", { get: () => res.stream.destroyed });
+      bodyDeadline(req, res, options.requestTimeoutMs);
       handle(req as unknown as IncomingMessage, res as unknown as ServerResponse);
     },
   );
   const sessions = new Set<Http2Session>();
   h2.on("session", (session: Http2Session) => {
     sessions.add(session);
+    closeWhenIdle(session, options.idleTimeoutMs);
     session.once("close", () => sessions.delete(session));
   });
   const reading = new Set<Socket>();
@@ -88,6 +99,55 @@ export function serveH2cBeside(
       for (const session of sessions) session.destroy();
     },
   };
+}
+
+/**
+ * A request whose body has not all arrived `ms` after its headers gets 408 and its stream is reset,
+ * as HTTP/1's `requestTimeout` ends a slow request (a stalled body was held for good, and counted
+ * as in flight by a stopping broker). An event stream's response is not limited.
+ */
+function bodyDeadline(req: Http2ServerRequest, res: Http2ServerResponse, ms: number): void {
+  if (req.complete || ms <= 0) return;
+  const timer = setTimeout(() => {
+    if (req.complete || res.stream.destroyed) return;
+    const reset = (): void => {
+      if (!res.stream.destroyed) res.stream.close(constants.NGHTTP2_CANCEL);
+    };
+    if (res.headersSent) {
+      reset();
+      return;
+    }
+    const body = JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32600, message: `Request timeout: the request's body did not arrive within ${ms} ms.` } });
+    res.writeHead(408, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+    res.end(body, reset);
+  }, ms);
+  timer.unref();
+  const done = (): void => clearTimeout(timer);
+  req.once("end", done);
+  res.once("close", done);
+}
+
+/**
+ * Closes `session` (GOAWAY) once it has had no stream open for `ms`, from its start too: a
+ * connection that sends only its preface, or whose client went quiet, held its socket for good.
+ * A load balancer opens another when it needs one.
+ */
+function closeWhenIdle(session: Http2Session, ms: number): void {
+  let open = 0;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const arm = (): void => {
+    timer = setTimeout(() => session.close(), ms);
+    timer.unref();
+  };
+  arm();
+  session.on("stream", (stream: ServerHttp2Stream) => {
+    open++;
+    clearTimeout(timer);
+    stream.once("close", () => {
+      if (--open === 0 && !session.closed && !session.destroyed) arm();
+    });
+  });
+  session.once("close", () => clearTimeout(timer));
 }
 
 /** Streams one HTTP/2 connection may hold at once (a load balancer's connection carries many clients' event streams). */

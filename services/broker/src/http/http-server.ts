@@ -94,7 +94,7 @@ export function createHttpServer(deps: {
   server.requestTimeout = deps.requestTimeoutMs;
   server.headersTimeout = Math.min(deps.requestTimeoutMs, 30_000);
   if (deps.http2 === true) {
-    const h2c = serveH2cBeside(server, handle, { sniffTimeoutMs: server.headersTimeout });
+    const h2c = serveH2cBeside(server, handle, { sniffTimeoutMs: server.headersTimeout, requestTimeoutMs: server.requestTimeout, idleTimeoutMs: server.keepAliveTimeout });
     // The broker's stop ends every connection with this: the HTTP/2 ones too.
     const closeHttp1 = server.closeAllConnections.bind(server);
     server.closeAllConnections = () => {

@@ -223,6 +223,11 @@ export function onConnectionGone(res: ServerResponse, listener: () => void): voi
     listener();
   };
   res.once("close", gone);
+  // Gone already (an HTTP/2 stream reset while its request was looked at): its close was before.
+  if (res.destroyed) {
+    queueMicrotask(gone);
+    return;
+  }
   if (socket === null) return;
   if (socket.destroyed) queueMicrotask(gone);
   else socket.once("close", gone);

@@ -1,4 +1,5 @@
 import { connect as connectTcp } from "node:net";
+import type { ServerResponse } from "node:http";
 import { connect, type ClientHttp2Session, type ClientHttp2Stream } from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startLegacyHttpBackend, type LegacyHttpBackend } from "../fixtures/http-backends.js";
@@ -136,6 +137,27 @@ describe("HTTP/2 (h2c) beside HTTP/1.1", () => {
     expect(answer).toMatch(/^HTTP\/1\.1 200/);
   });
 
+  it("answers 408 to a request whose body stalls past the request timeout, and resets its stream", async () => {
+    const stream = session.request({ ":method": "POST", ":path": "/mcp", ...JSON_HEADERS, "content-length": "100" });
+    stream.write('{"jsonrpc":"2.0",');
+    const started = Date.now();
+    const status = await new Promise<number>((resolve) => stream.once("response", (h) => resolve(Number(h[":status"]))));
+    expect(status).toBe(408);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(900);
+    await new Promise((done) => stream.once("close", done));
+    expect(session.closed).toBe(false);
+  });
+
+  it("closes an HTTP/2 connection that has no stream open for the keep-alive timeout, one that never opened any too", async () => {
+    const idle = connect(new URL(running.url).origin);
+    idle.on("error", () => undefined);
+    await new Promise((done) => idle.once("connect", done));
+    const started = Date.now();
+    await new Promise((done) => idle.once("close", done));
+    // Node's keep-alive timeout for HTTP/1.1 connections (5 s).
+    expect(Date.now() - started).toBeGreaterThanOrEqual(4_500);
+  }, 15_000);
+
   it("ends a connection that sends nothing within the request timeout", async () => {
     const url = new URL(running.url);
     const socket = connectTcp(Number(url.port), url.hostname);
@@ -173,5 +195,40 @@ describe("HTTP/2 (h2c) beside HTTP/1.1", () => {
     await stopping.close();
     await closed;
     expect(listen.stream.closed).toBe(true);
+  });
+
+  it("sees a stream the client reset before its response began as closed (its session is not left streaming)", async () => {
+    const { createServer } = await import("node:http");
+    const { serveH2cBeside } = await import("../../src/http/h2c.js");
+    const { SseStream } = await import("../../src/http/sse-stream.js");
+    let closed: boolean | undefined;
+    const seen = new Promise<void>((resolve) => {
+      const handle = (_req: unknown, res: ServerResponse) => {
+        // The broker looks its session up first (a Redis read): the client resets meanwhile.
+        setTimeout(() => {
+          const sse = new SseStream(res, {});
+          queueMicrotask(() => {
+            closed = sse.closed;
+            resolve();
+          });
+        }, 100);
+      };
+      const plain = createServer(handle);
+      serveH2cBeside(plain, handle, { sniffTimeoutMs: 1_000, requestTimeoutMs: 1_000, idleTimeoutMs: 5_000 });
+      plain.listen(0, "127.0.0.1", () => {
+        const { port } = plain.address() as { port: number };
+        const client = connect(`http://127.0.0.1:${port}`);
+        client.on("error", () => undefined);
+        const stream = client.request({ ":path": "/mcp" });
+        stream.on("error", () => undefined);
+        setTimeout(() => stream.close(), 20);
+        void seen.then(() => {
+          client.destroy();
+          plain.close();
+        });
+      });
+    });
+    await seen;
+    expect(closed).toBe(true);
   });
 });
