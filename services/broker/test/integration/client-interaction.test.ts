@@ -311,43 +311,15 @@ describe("interaction: a modern backend that asks a legacy client too much", () 
 });
 
 describe("interaction across broker instances (Redis engine)", () => {
-  it("takes the client's answer POSTed to another instance back to the one that asked", async () => {
+  /** Two instances; a legacy session on the first, whose call there has the backend's sampling question on its stream. */
+  async function askedOnOne() {
     const backend = await startLegacyHttpBackend(createTestServer({ name: "asker", interactive: true }));
     const cluster = await startEngineBrokers("redis", { backends: [{ id: "b", url: backend.url, era: "legacy", timeoutMs: 5_000, healthIntervalMs: 60_000 }] });
     const [asking, other] = cluster.brokers as [RunningBroker, RunningBroker];
-    try {
-      const init = await post(asking.url, {
-        jsonrpc: "2.0",
-        id: 0,
-        method: "initialize",
-        params: { protocolVersion: "2025-11-25", capabilities: { sampling: {} }, clientInfo: { name: "raw", version: "1" } },
-      });
-      const sessionId = init.headers.get("mcp-session-id") ?? "";
-      const headers = { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-11-25" };
-      await post(asking.url, { jsonrpc: "2.0", method: "notifications/initialized" }, headers);
-      const call = await openSse(asking.url, headers, { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "b__ask_model", arguments: { prompt: "hi" } } });
-      await eventually(() => call.events.length > 0, "the backend's question on the call's stream");
-      const question = call.events[0]?.data as { id: string; method: string; params: { messages: unknown[] } };
-      expect(question.method).toBe("sampling/createMessage");
-      // The answer goes to the other instance, which does not hold the session: it passes it on.
-      const answered = await post(other.url, { jsonrpc: "2.0", id: question.id, result: { role: "assistant", model: "m", content: { type: "text", text: "hello back" } } }, headers);
-      expect(answered.status).toBe(202);
-      await call.ended;
-      const response = call.events.at(-1)?.data as { id: number; result: { content: { text: string }[] } };
-      expect(response.id).toBe(1);
-      expect(response.result.content[0]?.text).toBe("model: hello back");
-      // The answering instance did not take the session over.
-      expect(other.broker.sessions.legacySession(sessionId, "anonymous")).toBeUndefined();
-    } finally {
+    const close = async () => {
       await cluster.close();
       await backend.close();
-    }
-  });
-
-  it("keeps a question open when the session moves to another instance mid-question: the answer POSTed there reaches the call", async () => {
-    const backend = await startLegacyHttpBackend(createTestServer({ name: "asker", interactive: true }));
-    const cluster = await startEngineBrokers("redis", { backends: [{ id: "b", url: backend.url, era: "legacy", timeoutMs: 5_000, healthIntervalMs: 60_000 }] });
-    const [asking, other] = cluster.brokers as [RunningBroker, RunningBroker];
+    };
     try {
       const init = await post(asking.url, {
         jsonrpc: "2.0",
@@ -362,6 +334,33 @@ describe("interaction across broker instances (Redis engine)", () => {
       await eventually(() => call.events.length > 0, "the backend's question on the call's stream");
       const question = call.events[0]?.data as { id: string; method: string };
       expect(question.method).toBe("sampling/createMessage");
+      return { asking, other, sessionId, headers, call, question, close };
+    } catch (error) {
+      await close();
+      throw error;
+    }
+  }
+
+  it("takes the client's answer POSTed to another instance back to the one that asked", async () => {
+    const { other, sessionId, headers, call, question, close } = await askedOnOne();
+    try {
+      // The answer goes to the other instance, which does not hold the session: it passes it on.
+      const answered = await post(other.url, { jsonrpc: "2.0", id: question.id, result: { role: "assistant", model: "m", content: { type: "text", text: "hello back" } } }, headers);
+      expect(answered.status).toBe(202);
+      await call.ended;
+      const response = call.events.at(-1)?.data as { id: number; result: { content: { text: string }[] } };
+      expect(response.id).toBe(1);
+      expect(response.result.content[0]?.text).toBe("model: hello back");
+      // The answering instance did not take the session over.
+      expect(other.broker.sessions.legacySession(sessionId, "anonymous")).toBeUndefined();
+    } finally {
+      await close();
+    }
+  });
+
+  it("keeps a question open when the session moves to another instance mid-question: the answer POSTed there reaches the call", async () => {
+    const { asking, other, sessionId, headers, call, question, close } = await askedOnOne();
+    try {
       // A round-robin load balancer sends the client's next request to the other instance: it takes the session over.
       expect((await post(other.url, { jsonrpc: "2.0", id: 2, method: "ping" }, headers)).status).toBe(200);
       await eventually(() => asking.broker.sessions.legacySession(sessionId, "anonymous") === undefined, "the session to leave the asking instance");
@@ -372,8 +371,7 @@ describe("interaction across broker instances (Redis engine)", () => {
       const response = call.events.at(-1)?.data as { id: number; result: { content: { text: string }[] } };
       expect(response).toMatchObject({ id: 1, result: { content: [{ text: "model: moved" }] } });
     } finally {
-      await cluster.close();
-      await backend.close();
+      await close();
     }
   });
 
