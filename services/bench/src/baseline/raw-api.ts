@@ -11,7 +11,8 @@ export type RawServerApi = {
    * with `relays`, POST /relay/<transport> goes through a bench backend of its own over that transport (see raw-relay.ts);
    * with `store` (a Redis URL), the same routes under /store/ keep the requests' subscriptions in that Redis first.
    */
-  start(params: { redisUrl: string | undefined; cluster?: readonly string[]; relays?: readonly RelayTransport[]; store?: string }): Promise<{ url: string }>;
+  /** `http2`: also serve HTTP/2 without TLS on the port (scenario 10's largest counts); off, the plain server takes each connection as it comes. */
+  start(params: { redisUrl: string | undefined; cluster?: readonly string[]; relays?: readonly RelayTransport[]; store?: string; http2?: boolean }): Promise<{ url: string }>;
   usage(params: { gc: boolean }): ProcessUsage | Promise<ProcessUsage>;
   census(params: Record<string, never>): { connections: number; channels: number };
   stop(params: Record<string, never>): Promise<void>;

@@ -83,7 +83,7 @@ export async function startRawPath(
   ctx: BenchContext,
   label: string,
   keys: string[],
-  options: { redis: boolean; cluster?: readonly string[]; generators?: number; relays?: readonly RelayTransport[]; store?: boolean } = { redis: true },
+  options: { redis: boolean; cluster?: readonly string[]; generators?: number; relays?: readonly RelayTransport[]; store?: boolean; http2?: boolean } = { redis: true },
 ): Promise<RawPath> {
   const server = ctx.group.fork<RawServerApi>(new URL("../baseline/raw-sse-server.js", import.meta.url), `raw-server-${label}`, { execArgv: ["--expose-gc"] });
   const publisher = options.redis ? ctx.group.fork<RawPublisherApi>(new URL("../baseline/raw-publisher.js", import.meta.url), `raw-publisher-${label}`) : undefined;
@@ -94,7 +94,7 @@ export async function startRawPath(
   };
   try {
     const cluster = options.redis && options.cluster !== undefined ? { cluster: options.cluster } : {};
-    const { url } = await server.rpc.call("start", { redisUrl: options.redis ? ctx.redisUrl : undefined, ...cluster, ...(options.relays !== undefined && { relays: options.relays }), ...(options.store === true && { store: ctx.redisUrl }) });
+    const { url } = await server.rpc.call("start", { redisUrl: options.redis ? ctx.redisUrl : undefined, ...cluster, ...(options.relays !== undefined && { relays: options.relays }), ...(options.store === true && { store: ctx.redisUrl }), ...(options.http2 === true && { http2: true }) });
     await publisher?.rpc.call("start", { redisUrl: ctx.redisUrl, ...cluster });
     const openMs = await fleet.open("raw", [url], keys);
     return {

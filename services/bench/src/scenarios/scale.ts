@@ -139,7 +139,7 @@ export async function runScale(ctx: BenchContext): Promise<ScenarioResult> {
       );
     const raw = await climb(
       "raw",
-      () => startRawPath(ctx, `scale-raw-${count}`, [], { redis: ctx.redisUnavailable === undefined, generators }),
+      () => startRawPath(ctx, `scale-raw-${count}`, [], { redis: ctx.redisUnavailable === undefined, generators, http2 }),
       (path) => path.fleet.open("raw", [path.rawUrl], uris.map(() => "0"), open("raw")),
       async () => count,
       (path) => path.memory(settled),
