@@ -67,9 +67,6 @@ export interface Broker {
  * it, what serves clients: the catalog clients see, sessions and listen streams, routing and the
  * HTTP edge. Everything is constructed here and passed down.
  */
-/** How long a serving broker's lists may lack a backend before they count as differing from the cluster's (see `CatalogService.serving`). */
-const LISTS_COMPLETE_WITHIN_MS = 10_000;
-
 export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broker {
   const member = createMember(config, { ...deps, logger: deps.logger ?? createLogger(config.logging.level) });
   const { logger, clock, registry, bus, pool, watchers } = member;
@@ -223,7 +220,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
   };
   const serve = (): void => {
     // From here on, clients see its lists (see `CatalogService.serving`).
-    catalog.serving(LISTS_COMPLETE_WITHIN_MS);
+    catalog.serving();
     gate.open();
   };
   const start = async (): Promise<void> => {

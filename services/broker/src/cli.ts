@@ -70,6 +70,7 @@ async function main(argv: string[]): Promise<number> {
   if (values.stdio) {
     if (!(await startBackendsOrClose(broker, logger))) return 1;
     await waitForBackends(broker, logger); // stdin waits meanwhile; nothing is lost
+    broker.serve();
     await serveStdio(broker, { input: process.stdin, output: process.stdout });
     await stop("stdin closed");
     return 0;

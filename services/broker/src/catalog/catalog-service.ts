@@ -28,6 +28,9 @@ type CatalogChanged = Extract<BusMessage, { kind: "catalog.changed" }>;
  * has a position, on every stream in order, and `changedPosition` tells a resumption from any older
  * position that the list changed, and one from the change or later that it did not.
  */
+/** How soon a position for unplaced list changes is asked for again after it could not be had. */
+const UNPLACED_RETRY_MS = 1_000;
+
 export class CatalogService {
   readonly catalog: Catalog;
   /** Connected backends (by this member's connection) and the stored version applied per kind. */
@@ -42,11 +45,8 @@ export class CatalogService {
   private readonly unplaced = new Set<ListName>();
   /** A position is being reserved for the unplaced changes. */
   private placingUnplaced = false;
-  /** `serving` was called: clients may come. */
-  private serveCalled = false;
-  /** Changes are placed from here on (see `serving`). */
+  /** This member serves (see `serving`): its lists are seen from here on. */
   private served = false;
-  private servedTimer: ReturnType<typeof setTimeout> | undefined;
   private readonly backendIds: readonly string[];
   private listeners: ((list: ListName, diffs: Map<CatalogKind, CatalogDiff>, position: number | undefined) => void)[] = [];
 
@@ -106,33 +106,16 @@ export class CatalogService {
   }
 
   /**
-   * This member begins to serve. Until every backend is listed here nobody has seen its lists whole:
-   * what a resumption is told of a list is then the cluster's, its newest stored version applied (at
-   * the position the cluster stored it with), and changes need no place of their own. Once every
-   * backend is listed, changes are placed (see `placed`). A member still without some backend after
-   * `completeWithinMs` (down at start), or that loses one before, serves lists that differ from what
-   * the cluster stored: they get a position then, so a resumption from before it is told they changed.
+   * This member begins to serve (after its startup wait). Until now nobody saw its lists: what a
+   * resumption is told of a list is the cluster's, its newest stored version applied (at the
+   * position the cluster stored it with). From now on the changes this member makes are placed
+   * (see `placed`). Serving without some backend listed (down at start), its lists differ from
+   * what the cluster stored: they get a position now, so a resumption from before it is told they changed.
    */
-  serving(completeWithinMs: number): void {
-    if (this.serveCalled) return;
-    this.serveCalled = true;
-    this.servedIfComplete();
-    if (!this.served) {
-      this.servedTimer = setTimeout(() => this.serveFromHere(true), completeWithinMs);
-      this.servedTimer.unref();
-    }
-  }
-
-  private servedIfComplete(): void {
-    if (this.serveCalled && !this.served && this.backendIds.every((id) => this.ready(id))) this.serveFromHere(false);
-  }
-
-  /** From here on changes are placed; `incomplete`: the lists differ from the cluster's, and get a position now. */
-  private serveFromHere(incomplete: boolean): void {
+  serving(): void {
     if (this.served) return;
     this.served = true;
-    clearTimeout(this.servedTimer);
-    if (!incomplete) return;
+    if (this.backendIds.every((id) => this.ready(id))) return;
     for (const list of ["tools", "prompts", "resources"] as const) this.unplaced.add(list);
     this.placeUnplaced();
   }
@@ -145,7 +128,6 @@ export class CatalogService {
 
   /** This member's connection dropped: the backend's items leave this member's lists, at a position of their own. */
   backendDisconnected(backendId: string): void {
-    if (this.serveCalled) this.serveFromHere(true);
     this.applied.delete(backendId);
     this.held.delete(backendId);
     void this.enqueue(backendId, () => this.placed(() => this.catalog.clearBackend(backendId)));
@@ -245,7 +227,6 @@ export class CatalogService {
         if (diffs.has(kind)) this.changedAt.set(list, Math.max(this.changedAt.get(list) ?? 0, position));
       }
       this.announce(diffs, undefined, false);
-      this.servedIfComplete();
       return;
     }
     const place = this.deps.place;
@@ -280,10 +261,17 @@ export class CatalogService {
       for (const list of this.unplaced) this.changedAt.set(list, Math.max(this.changedAt.get(list) ?? 0, position));
       this.unplaced.clear();
     })
-      .catch((error: unknown) => this.deps.logger.warn({ err: (error as Error).message }, "cannot place list changes in the cluster's order yet"))
-      .finally(() => {
-        this.placingUnplaced = false;
-      });
+      .then(
+        () => {
+          this.placingUnplaced = false;
+        },
+        (error: unknown) => {
+          this.placingUnplaced = false;
+          this.deps.logger.warn({ err: (error as Error).message }, "cannot place list changes in the cluster's order yet; trying again");
+          // Until it is placed, every resumption here announces everything: tried again, not only at the next gap.
+          setTimeout(() => this.placeUnplaced(), UNPLACED_RETRY_MS).unref();
+        },
+      );
   }
 
   private apply(backendId: string, kind: CatalogKind, stored: ListBody & { version: number }): CatalogDiff {

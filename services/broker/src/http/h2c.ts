@@ -107,7 +107,8 @@ export function serveH2cBeside(
  * as in flight by a stopping broker). An event stream's response is not limited.
  */
 function bodyDeadline(req: Http2ServerRequest, res: Http2ServerResponse, ms: number): void {
-  if (req.complete || ms <= 0) return;
+  // A request without a body (a GET, a DELETE) has all arrived with its headers.
+  if (req.complete || req.stream.endAfterHeaders || ms <= 0) return;
   const timer = setTimeout(() => {
     if (req.complete || res.stream.destroyed) return;
     const reset = (): void => {

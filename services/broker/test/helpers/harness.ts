@@ -22,7 +22,9 @@ export async function startBroker(
   const parsed = parseConfig({ ...config, server: { port: 0, ...config.server } }, "test config");
   const logger = deps.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
   const broker = createBroker(parsed, { ...deps, logger });
-  const url = await broker.listen();
+  // As the CLI does: the port first, then the backends, and it serves once they are ready (or the wait ends).
+  const url = await broker.bind();
+  await broker.startBackends();
   const wanted = options.readyBackends;
   const ready =
     wanted === undefined
@@ -36,6 +38,7 @@ export async function startBroker(
     await broker.close();
     throw new Error(`broker not ready: ${states.join("; ")}`);
   }
+  broker.serve();
   return { broker, url, close: () => broker.close() };
 }
 

@@ -84,6 +84,8 @@ describe("HTTP/2 (h2c) beside HTTP/1.1", () => {
     expect(await sse.status).toBe(200);
     const subscribed = await request(session, headers, { jsonrpc: "2.0", id: 2, method: "resources/subscribe", params: { uri: "leg+test://static/a" } });
     expect(JSON.parse(subscribed.text)).toMatchObject({ id: 2, result: {} });
+    // A stream outlives the request timeout (1 s here): only a request's body is bounded.
+    await new Promise((resolve) => setTimeout(resolve, 1_300));
     server.emitUpdate("test://static/a");
     await eventually(() => sse.events.some((e) => e.includes("notifications/resources/updated") && e.includes("leg+test://static/a")), "the update over HTTP/2");
 

@@ -400,22 +400,22 @@ describe("catalog: a backend's items leaving and coming back, in the cluster's o
   /** A member that has served without backend "a" past its startup wait: "a" connecting is a change its clients see. */
   async function servingWithout() {
     const m = await member();
-    m.catalog.serving(0);
+    m.catalog.serving();
     // Its lists lacked "a": they got a position of their own.
     await vi.waitFor(() => expect(m.catalog.changedPosition("tools")).toBeGreaterThan(0));
     return m;
   }
 
-  it("before its lists are whole, applies the cluster's stored versions at their own positions: a resumption from after them is told nothing", async () => {
+  it("before it serves, applies the cluster's stored versions at their own positions: a resumption from after them is told nothing", async () => {
     const { catalog, heard, resume, storedAt } = await member();
     const afterStored = await resume.current();
-    catalog.serving(60_000);
     await catalog.backendConnected("a");
     expect(heard).toEqual([{ list: "tools", position: undefined }]);
     expect(catalog.changedPosition("tools")).toBe(storedAt);
     expect((await resume.since([], afterStored)).lists).toEqual([]);
     expect((await resume.since([], storedAt - 1)).lists).toEqual([{ list: "tools", position: storedAt }]);
-    // Whole now: a drop is placed.
+    // Serving now: a drop is placed.
+    catalog.serving();
     catalog.backendDisconnected("a");
     await vi.waitFor(() => expect(heard).toHaveLength(2));
     expect(heard[1]?.position).toBeGreaterThan(afterStored);
