@@ -189,9 +189,7 @@ export class ClientSession {
         throw new Error(`${call.method} stream: HTTP ${status}`);
       }
       this.h2stream = stream;
-      const parser = new SseParser((data) => this.onData(this, data), this.trackIds ? (id) => (this.lastEventId = id) : undefined);
-      stream.on("data", (chunk: Buffer) => parser.push(chunk.toString("latin1")));
-      stream.on("error", () => undefined);
+      this.readEvents(stream);
       return;
     }
     const { req, res } = await openStream(this.agents.streams, url, this.localAddress === undefined ? call : { ...call, localAddress: this.localAddress });
@@ -201,9 +199,14 @@ export class ClientSession {
     }
     this.req = req;
     this.res = res;
-    const parser = new SseParser((data) => this.onData(this, data), this.trackIds ? (id) => (this.lastEventId = id) : undefined);
-    res.on("data", (chunk: Buffer) => parser.push(chunk.toString("latin1")));
-    res.on("error", () => undefined);
+    this.readEvents(res);
     req.on("error", () => undefined);
+  }
+
+  /** Every `data:` line of the stream's body goes to `onData`. */
+  private readEvents(body: NodeJS.ReadableStream): void {
+    const parser = new SseParser((data) => this.onData(this, data), this.trackIds ? (id) => (this.lastEventId = id) : undefined);
+    body.on("data", (chunk: Buffer) => parser.push(chunk.toString("latin1")));
+    body.on("error", () => undefined);
   }
 }

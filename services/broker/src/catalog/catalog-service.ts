@@ -8,6 +8,12 @@ export function listNameOf(kind: CatalogKind): ListName {
 
 type CatalogChanged = Extract<BusMessage, { kind: "catalog.changed" }>;
 
+/** The lists clients see (their `list_changed` notifications). */
+export const LIST_NAMES: readonly ListName[] = ["tools", "prompts", "resources"];
+
+/** How soon a position for unplaced list changes is asked for again after it could not be had. */
+const UNPLACED_RETRY_MS = 1_000;
+
 /**
  * This member's view of the cluster catalog: the aggregated lists clients see. It never lists a
  * backend itself: it applies what the cluster catalog stores (reload jobs fetch and store it, see
@@ -28,9 +34,6 @@ type CatalogChanged = Extract<BusMessage, { kind: "catalog.changed" }>;
  * has a position, on every stream in order, and `changedPosition` tells a resumption from any older
  * position that the list changed, and one from the change or later that it did not.
  */
-/** How soon a position for unplaced list changes is asked for again after it could not be had. */
-const UNPLACED_RETRY_MS = 1_000;
-
 export class CatalogService {
   readonly catalog: Catalog;
   /** Connected backends (by this member's connection) and the stored version applied per kind. */
@@ -116,7 +119,7 @@ export class CatalogService {
     if (this.served) return;
     this.served = true;
     if (this.backendIds.every((id) => this.ready(id))) return;
-    for (const list of ["tools", "prompts", "resources"] as const) this.unplaced.add(list);
+    for (const list of LIST_NAMES) this.unplaced.add(list);
     this.placeUnplaced();
   }
 
@@ -222,10 +225,7 @@ export class CatalogService {
       // Nobody has seen this member's lists yet: a stored version stands at the position the cluster
       // stored it with (see `serving`), and nothing needs a place of its own.
       const diffs = change();
-      for (const [kind, position] of storedAt ?? []) {
-        const list = listNameOf(kind);
-        if (diffs.has(kind)) this.changedAt.set(list, Math.max(this.changedAt.get(list) ?? 0, position));
-      }
+      for (const [kind, position] of storedAt ?? []) if (diffs.has(kind)) this.changedAtLeast(listNameOf(kind), position);
       this.announce(diffs, undefined, false);
       return;
     }
@@ -250,7 +250,8 @@ export class CatalogService {
   /**
    * Places a position after the unplaced changes, which stands for them: a client that last saw an
    * older one is told its lists changed (again, if it saw the change itself), one that saw it or
-   * later is not. Tried once after a change could not be placed, and after every bus gap.
+   * later is not. Asked for when a change could not be placed, after every bus gap, and again each
+   * `UNPLACED_RETRY_MS` until it is had.
    */
   private placeUnplaced(): void {
     const place = this.deps.place;
@@ -258,7 +259,7 @@ export class CatalogService {
     this.placingUnplaced = true;
     void place((position) => {
       // Every unplaced change went out on the streams here before this position did.
-      for (const list of this.unplaced) this.changedAt.set(list, Math.max(this.changedAt.get(list) ?? 0, position));
+      for (const list of this.unplaced) this.changedAtLeast(list, position);
       this.unplaced.clear();
     })
       .then(
@@ -272,6 +273,11 @@ export class CatalogService {
           setTimeout(() => this.placeUnplaced(), UNPLACED_RETRY_MS).unref();
         },
       );
+  }
+
+  /** `list` changed at `position` (what a resumption compares with never goes down). */
+  private changedAtLeast(list: ListName, position: number): void {
+    this.changedAt.set(list, Math.max(this.changedAt.get(list) ?? 0, position));
   }
 
   private apply(backendId: string, kind: CatalogKind, stored: ListBody & { version: number }): CatalogDiff {
@@ -314,7 +320,7 @@ export class CatalogService {
         if (seen) this.unplaced.add(list);
       } else {
         // Every change of the list before this one came before it on each stream: this position covers them.
-        this.changedAt.set(list, Math.max(this.changedAt.get(list) ?? 0, position));
+        this.changedAtLeast(list, position);
         this.unplaced.delete(list);
       }
       for (const listener of this.listeners) listener(list, listDiffs, position);

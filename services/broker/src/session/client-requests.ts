@@ -29,10 +29,6 @@ export class ClientRequests {
   /** `asker`: this member's instance id, which every question's id carries. */
   constructor(private readonly asker: string) {}
 
-  get size(): number {
-    return this.pending.size;
-  }
-
   /** Whether a question asked in `session` waits for its answer. */
   hasOpen(session: QuestionOwner): boolean {
     for (const { owner } of this.pending.values()) if (owner.id === session.id) return true;

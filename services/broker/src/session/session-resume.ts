@@ -1,8 +1,7 @@
 import type { ListName, UpdateLog } from "@mcp-broker/shared";
+import { LIST_NAMES } from "../catalog/catalog-service.js";
 import type { SubscriptionTarget } from "../fanout/interest-table.js";
 import type { SinceReport } from "./legacy-session.js";
-
-const LISTS: readonly ListName[] = ["tools", "prompts", "resources"];
 
 /**
  * What the cluster can tell a resuming client: which of its subscriptions were updated after the
@@ -67,7 +66,7 @@ export class SessionResume {
         else if (stamp.updated > position) report.updated.push({ target, position: stamp.updated });
       });
     });
-    for (const list of LISTS) {
+    for (const list of LIST_NAMES) {
       const changed = this.deps.listPosition(list);
       if (changed === undefined) throw new Error(`the ${list} list changed where the cluster's order cannot place it`);
       if (changed > position) report.lists.push({ list, position: changed });

@@ -206,14 +206,17 @@ describe("HTTP/2 (h2c) beside HTTP/1.1", () => {
     let closed: boolean | undefined;
     const seen = new Promise<void>((resolve) => {
       const handle = (_req: unknown, res: ServerResponse) => {
-        // The broker looks its session up first (a Redis read): the client resets meanwhile.
-        setTimeout(() => {
-          const sse = new SseStream(res, {});
-          queueMicrotask(() => {
-            closed = sse.closed;
-            resolve();
-          });
-        }, 100);
+        // The broker looks its session up first (a Redis read): the client resets meanwhile, and
+        // the stream is made after the reset has closed the response.
+        res.once("close", () =>
+          setImmediate(() => {
+            const sse = new SseStream(res, {});
+            queueMicrotask(() => {
+              closed = sse.closed;
+              resolve();
+            });
+          }),
+        );
       };
       const plain = createServer(handle);
       serveH2cBeside(plain, handle, { sniffTimeoutMs: 1_000, requestTimeoutMs: 1_000, idleTimeoutMs: 5_000 });
