@@ -29,7 +29,7 @@ import type { ResumeCursors } from "./resume-cursor.js";
 import type { EventId } from "../fanout/event-ids.js";
 import { legacySessionMachine } from "./legacy-session-machine.js";
 import { listenMachine, targetsOf, type ListenEmitted, type ListenFlags } from "./listen-machine.js";
-import { subscribeMany, type SubscribeManyInput, type SubscribeManyOutput } from "./subscribe-many.js";
+import { subscribeMany, type HonoredUri, type SubscribeManyInput, type SubscribeManyOutput } from "./subscribe-many.js";
 import { movedError, runSubscriptionFlow, type FlowSteps, type SubscriptionTarget } from "./subscription-flow.js";
 import { LOG_LEVELS, type LogLevel } from "../routing/request-context.js";
 
@@ -83,7 +83,7 @@ export interface ListenSink extends NotificationSink {
  */
 export type ListenOutcome =
   | Extract<ListenEmitted, { type: "listen.rejected" }>
-  | (Extract<ListenEmitted, { type: "listen.acknowledged" }> & { refused: readonly { uri: string; error: BrokerError }[]; cursor: string; resumed?: "exact" | "everything" });
+  | { type: "listen.acknowledged"; honored: string[]; refused: readonly { uri: string; error: BrokerError }[]; cursor: string; resumed?: "exact" | "everything" };
 
 const LIST_NAMES: readonly ListName[] = ["tools", "prompts", "resources"];
 
@@ -584,10 +584,6 @@ export class SessionHost {
     const subscribing = { aborted: false };
     let acknowledged = false;
     let forgotten = false;
-    /** The bus SUBSCRIBEs of the honored URIs still under way: the acknowledgement waits for them. */
-    let subscribingBus: Promise<unknown> | undefined;
-    /** What the subscribe left out of the honored filter, for the acknowledgement. */
-    let refused: readonly { uri: string; error: BrokerError }[] = [];
     /** Once per listen, however it ends (closed, rejected, failed). */
     const forget = () => {
       if (forgotten) return;
@@ -607,51 +603,39 @@ export class SessionHost {
             (error: unknown) => actor.send({ type: "subscribe.failed", error }),
           );
           break;
-        case "release.run": {
-          subscribing.aborted = true;
-          const done = () => actor.send({ type: "release.done" });
-          this.releaseAll(effect.principal, effect.sessionId).then(done, done);
-          break;
-        }
-        case "interest.add":
-          // The acknowledgement comes next: it waits for the bus SUBSCRIBEs under way.
-          subscribingBus = this.interestIn(effect.targets, sink);
-          break;
-        case "interest.remove":
-          for (const target of effect.targets) this.deps.fanout.interest.remove(target, sink);
-          break;
-        case "listen.subscriptions.refused": {
-          const sample = effect.refused.slice(0, 5).map(({ uri, error }) => ({ uri, code: error.code }));
-          this.deps.logger.info({ principal, stream: id, refused: effect.refused.length, sample }, "listen: subscriptions left out of the honored filter");
-          refused = effect.refused;
+        case "listen.acknowledged": {
+          if (effect.refused.length > 0) {
+            const sample = effect.refused.slice(0, 5).map(({ uri, error }) => ({ uri, code: error.code }));
+            this.deps.logger.info({ principal, stream: id, refused: effect.refused.length, sample }, "listen: subscriptions left out of the honored filter");
+          }
+          // The acknowledgement waits for the bus SUBSCRIBEs under way for the honored targets.
+          const subscribingBus = this.interestIn(targetsOf(effect.honored), sink);
+          if (subscribingBus === undefined) acknowledge(effect.honored, effect.refused);
+          else
+            void subscribingBus.then(() => {
+              if (!forgotten) acknowledge(effect.honored, effect.refused);
+            });
           break;
         }
         case "listen.rejected":
           onOutcome(effect);
           break;
-        case "listen.acknowledged": {
-          if (subscribingBus !== undefined) {
-            const ready = subscribingBus;
-            subscribingBus = undefined;
-            void ready.then(() => {
-              if (!forgotten) acknowledge(effect);
-            });
-            break;
-          }
-          acknowledge(effect);
-          break;
-        }
-        case "listen.ended":
+        case "listen.closed":
+          subscribing.aborted = true;
+          for (const target of effect.targets) this.deps.fanout.interest.remove(target, sink);
+          // Tracked until it reached the registry (see `drain`); the stream is forgotten at once.
+          void this.releaseAll(effect.principal, effect.sessionId);
           forget();
           break;
       }
     });
-    const acknowledge = (effect: Extract<ListenEmitted, { type: "listen.acknowledged" }>): void => {
+    const acknowledge = (honored: readonly HonoredUri[], refused: readonly { uri: string; error: BrokerError }[]): void => {
       acknowledged = true;
       this.listens.add(sink);
       this.listensById.set(id, sink);
       this.listenHoldings.set(id, { principal, honored: () => targetsOf(actor.getSnapshot().context.honored), since: Date.now() });
       this.deps.fanout.listen(sink);
+      const outcome = { type: "listen.acknowledged" as const, honored: honored.map(({ uri }) => uri), refused };
       const cursorAt = (position: number) => this.deps.cursors.format(principal, { position, local: 0 });
       if (cursor === undefined) {
         // A position handed out now, after the honored URIs' upstream watches began, once every
@@ -659,7 +643,7 @@ export class SessionHost {
         // client that lists after the acknowledgement has it): a stream resumed from it is told
         // what changes later, and nothing from before it opened.
         void this.catchUp().then((position) => {
-          if (!forgotten) onOutcome({ ...effect, refused, cursor: cursorAt(position) });
+          if (!forgotten) onOutcome({ ...outcome, cursor: cursorAt(position) });
         });
         return;
       }
@@ -667,11 +651,11 @@ export class SessionHost {
       if (from === undefined) this.deps.logger.info({ principal, stream: id }, "listen: a cursor not of this cluster and principal; everything it honors is announced once");
       // Held from before the acknowledgement: nothing that arrived meanwhile may precede what the resumption tells.
       sink.hold?.();
-      void this.resumeListen(targetsOf(actor.getSnapshot().context.honored), sink, from, (exact, at) => {
+      void this.resumeListen(targetsOf(honored), sink, from, (exact, at) => {
         // Closed while the cluster was asked: nothing to acknowledge or tell.
         if (forgotten) return false;
         // The cursor it resumed from: broken before what follows arrives, it is told the same again.
-        onOutcome({ ...effect, refused, resumed: exact ? "exact" : "everything", cursor: typeof cursor === "string" ? cursor : cursorAt(at) });
+        onOutcome({ ...outcome, resumed: exact ? "exact" : "everything", cursor: typeof cursor === "string" ? cursor : cursorAt(at) });
         return true;
       });
     };

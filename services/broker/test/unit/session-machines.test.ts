@@ -73,11 +73,10 @@ function world(options: { maxPerSession?: number; upstreamFails?: boolean; reser
           (error: unknown) => actor.send({ type: "subscribe.failed", error }),
         );
       });
-      actor.on("release.run", ({ sessionId }) => {
+      actor.on("listen.closed", ({ sessionId }) => {
         subscribing.abort();
         calls.push("releaseAll");
         held.delete(sessionId);
-        queueMicrotask(() => actor.send({ type: "release.done" }));
       });
     },
     steps,
@@ -253,10 +252,9 @@ describe("listen actor", () => {
     const { events } = start(w, ["u1", "u2", "u3"]);
     await vi.waitFor(() => expect(events.some((e) => e.type === "listen.acknowledged")).toBe(true));
     const ack = events.find((e) => e.type === "listen.acknowledged") as Extract<ListenEmitted, { type: "listen.acknowledged" }>;
-    expect(ack.honored).toEqual(["u1", "u2"]);
-    const refused = events.find((e) => e.type === "listen.subscriptions.refused") as Extract<ListenEmitted, { type: "listen.subscriptions.refused" }>;
-    expect(refused.refused.map(({ uri, error }) => [uri, error.code, error.data?.limit])).toEqual([["u3", "SUBSCRIPTION_LIMIT", "session"]]);
-    expect(events.findIndex((e) => e.type === "interest.add")).toBeLessThan(events.findIndex((e) => e.type === "listen.acknowledged"));
+    expect(ack.honored.map(({ uri }) => uri)).toEqual(["u1", "u2"]);
+    expect(ack.refused.map(({ uri, error }) => [uri, error.code, error.data?.limit])).toEqual([["u3", "SUBSCRIPTION_LIMIT", "session"]]);
+    expect(events.map((e) => e.type)).toEqual(["subscribe.run", "listen.acknowledged"]);
   });
 
   it("refuses URIs past the session limit without trying them, keeping request order", async () => {
@@ -323,12 +321,12 @@ describe("listen actor", () => {
     const { actor, events } = start(w, ["__proto__", "toString"]);
     await vi.waitFor(() => expect(events.some((e) => e.type === "listen.acknowledged")).toBe(true));
     const ack = events.find((e) => e.type === "listen.acknowledged") as Extract<ListenEmitted, { type: "listen.acknowledged" }>;
-    expect(ack.honored).toEqual(["__proto__", "toString"]);
+    expect(ack.honored.map(({ uri, target }) => [uri, target.uri])).toEqual([["__proto__", "__proto__"], ["toString", "toString"]]);
     actor.send({ type: "stream.closed" });
     await waitFor(actor, (s) => s.status === "done");
     // One event for all of the stream's targets, as for the interest added.
-    expect(events.filter((e) => e.type === "interest.add").map((e) => "targets" in e && e.targets.map((t) => t.uri))).toEqual([["__proto__", "toString"]]);
-    expect(events.filter((e) => e.type === "interest.remove").map((e) => "targets" in e && e.targets.map((t) => t.uri))).toEqual([["__proto__", "toString"]]);
+    const closed = events.find((e) => e.type === "listen.closed") as Extract<ListenEmitted, { type: "listen.closed" }>;
+    expect(closed.targets.map((t) => t.uri)).toEqual(["__proto__", "toString"]);
   });
 
   it("releases everything when the stream closes", async () => {
@@ -338,6 +336,16 @@ describe("listen actor", () => {
     actor.send({ type: "stream.closed" });
     await waitFor(actor, (s) => s.status === "done");
     expect(w.calls.at(-1)).toBe("releaseAll");
-    expect(events.map((e) => e.type)).toEqual(expect.arrayContaining(["interest.remove", "listen.ended"]));
+    expect(events.map((e) => e.type)).toEqual(["subscribe.run", "listen.acknowledged", "listen.closed"]);
+  });
+
+  it("has what a subscribe under way reserved released when the stream closes first, and acknowledges nothing", () => {
+    const w = world();
+    const { actor, events } = start(w, ["u1"]);
+    actor.send({ type: "stream.closed" });
+    expect(actor.getSnapshot().status).toBe("done");
+    expect(events.map((e) => e.type)).toEqual(["subscribe.run", "listen.closed"]);
+    const closed = events.at(-1) as Extract<ListenEmitted, { type: "listen.closed" }>;
+    expect([closed.principal, closed.sessionId, closed.targets]).toEqual(["p", "l1", []]);
   });
 });
