@@ -132,6 +132,12 @@ describe("config", () => {
     expect(parseConfig({ backends: [], server: { host: "0.0.0.0" } }, "x.json", {}).server.host).toBe("0.0.0.0");
   });
 
+  it("refuses jobs.process false on the memory engine (nothing else would run its jobs), not on the Redis engine", () => {
+    expect(issuesOf(() => parseConfig({ backends: [], jobs: { process: false } }, "x.json", {}))).toEqual([expect.stringMatching(/^jobs\.process: false .* memory engine/)]);
+    expect(parseConfig({ backends: [], jobs: { process: false } }, "x.json", { REDIS_URL: "redis://r:6379" }).jobs.process).toBe(false);
+    expect(parseConfig({ backends: [], jobs: { process: false }, redis: { cluster: ["r:7000"] } }, "x.json", {}).jobs.process).toBe(false);
+  });
+
   it("applies PORT, HOST and REDIS_URL over the file, and command-line flags over both", () => {
     const config = parseConfig({ backends: [] }, "x.json", { PORT: "4100", HOST: "0.0.0.0", REDIS_URL: "redis://r:6379" });
     expect(config.server).toMatchObject({ port: 4100, host: "0.0.0.0" });
