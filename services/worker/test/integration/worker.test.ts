@@ -123,6 +123,19 @@ describe("mcp-broker-worker", () => {
     }
   });
 
+  it("exits at once when Redis cannot be reached at start, without waiting for it in its stop", async () => {
+    const closed = createServer();
+    await new Promise<void>((done) => closed.listen(0, "127.0.0.1", done));
+    const { port } = closed.address() as AddressInfo;
+    await new Promise<void>((done) => closed.close(() => done()));
+    const { file } = await configFile("http://127.0.0.1:9/mcp");
+    const worker = runWorker(["--config", file, "--port", "0"], { REDIS_URL: `redis://127.0.0.1:${port}` });
+    expect(await worker.exited).toBe(1);
+    expect(worker.stderr()).toContain("cannot be reached");
+    // The stop dropped the Redis connections instead of letting each step wait out its timeout (about 11 s).
+    expect(worker.stderr()).toContain("Redis does not answer: this instance stops without handing over");
+  });
+
   it("refuses the memory engine, and a port in use, before it joins any cluster", async () => {
     const { file } = await configFile("http://127.0.0.1:9/mcp");
     const memory = runWorker(["--config", file, "--port", "0"], { REDIS_URL: "" });
