@@ -78,7 +78,12 @@ function formatIssue(issue: z.core.$ZodIssue, value: unknown): string[] {
     const kind = has("command") && !has("url") ? 0 : has("url") && !has("command") ? 1 : undefined;
     const branch = kind === undefined ? undefined : issue.errors[kind];
     if (branch !== undefined && branch.length > 0) return branch.flatMap((inner) => formatIssue({ ...inner, path: [...issue.path, ...inner.path] }, value));
-    if (!has("command") && !has("url")) return [`${field}: a backend needs \`command\` (stdio) or \`url\` (Streamable HTTP)`];
+    if (!has("command") && !has("url")) {
+      // And what is wrong whatever its transport (a bad id, timeoutMs): the issues both kinds found, but the missing command or url.
+      const other = issue.errors[1] ?? [];
+      const common = (issue.errors[0] ?? []).filter((inner) => inner.path[0] !== "command" && other.some((o) => o.path.join(".") === inner.path.join(".") && o.message === inner.message));
+      return [`${field}: a backend needs \`command\` (stdio) or \`url\` (Streamable HTTP)`, ...common.flatMap((inner) => formatIssue({ ...inner, path: [...issue.path, ...inner.path] }, value))];
+    }
   }
   // A record's key that fails its check: what the check says ("Invalid key in record" says nothing).
   if (issue.code === "invalid_key" && issue.issues[0] !== undefined) return [`${field}: ${issue.issues[0].message}`];

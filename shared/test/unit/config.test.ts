@@ -85,6 +85,12 @@ describe("config", () => {
     expect(issues({ command: "x", env: { X: 5 } })).toEqual([expect.stringMatching(/^backends\.0\.env\.X: /)]);
     expect(issues({ url: "http://h/mcp", timeoutMs: "5" })).toEqual([expect.stringMatching(/^backends\.0\.timeoutMs: /)]);
     expect(issues({})).toEqual(["backends.0: a backend needs `command` (stdio) or `url` (Streamable HTTP)"]);
+    // Without either, what is wrong whatever the transport is named too.
+    expect(issuesOf(() => parseConfig({ backends: [{ id: "9b", timeoutMs: -1 }] }, "x.json"))).toEqual([
+      "backends.0: a backend needs `command` (stdio) or `url` (Streamable HTTP)",
+      expect.stringMatching(/^backends\.0\.id: /),
+      expect.stringMatching(/^backends\.0\.timeoutMs: /),
+    ]);
     expect(issues({ command: "x", url: "http://h/mcp" })).toEqual(["backends.0: a backend needs either `command` (stdio) or `url` (Streamable HTTP), not both"]);
   });
 
