@@ -488,7 +488,8 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
     abandonRedis() {
       if (redis === undefined || abandoned) return;
       abandoned = true;
-      logger.warn("Redis does not answer: this instance stops without handing over what is left (the cluster's reap takes its sessions and watches once Redis answers again, as after a crash)");
+      // Never started (its port was in use, say): it never reached Redis, and holds nothing there.
+      if (started) logger.warn("Redis does not answer: this instance stops without handing over what is left (the cluster's reap takes its sessions and watches once Redis answers again, as after a crash)");
       presence.close();
       redis.abandon();
     },

@@ -5,6 +5,7 @@ import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseConfig } from "@mcp-broker/shared";
+import { testRedisUrl, uniquePrefix } from "@mcp-broker/shared/testing";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createBroker } from "../../src/broker.js";
@@ -26,13 +27,13 @@ describe("startup: the port first", () => {
   });
 
   /** A config whose one stdio backend, when spawned, leaves `marker` behind (and exits: it is never connected). */
-  async function markerConfig(): Promise<{ configFile: string; marker: string }> {
+  async function markerConfig(extra: Record<string, unknown> = {}): Promise<{ configFile: string; marker: string }> {
     const dir = await mkdtemp(join(tmpdir(), "broker-startup-"));
     cleanup.push(() => rm(dir, { recursive: true, force: true }));
     const marker = join(dir, "backend-was-spawned");
     const configFile = join(dir, "broker.json");
     const backend = { id: "b", command: process.execPath, args: ["-e", `require("node:fs").writeFileSync(${JSON.stringify(marker)}, "")`] };
-    await writeFile(configFile, JSON.stringify({ backends: [backend], logging: { level: "warn" } }));
+    await writeFile(configFile, JSON.stringify({ backends: [backend], logging: { level: "warn" }, ...extra }));
     return { configFile, marker };
   }
 
@@ -59,6 +60,13 @@ describe("startup: the port first", () => {
     expect(await cli.exited).toBe(1);
     expect(existsSync(marker)).toBe(false);
     expect(cli.stderr()).toContain(`mcp-broker: cannot listen on 127.0.0.1:${port}: the port is in use`);
+
+    // On the Redis engine too, and without blaming Redis, which it never reached.
+    const onRedis = await markerConfig({ redisUrl: await testRedisUrl(), redis: { keyPrefix: uniquePrefix("startup") } });
+    const clustered = runCli(onRedis.configFile, port);
+    expect(await clustered.exited).toBe(1);
+    expect(clustered.stderr()).toContain(`mcp-broker: cannot listen on 127.0.0.1:${port}: the port is in use`);
+    expect(clustered.stderr()).not.toContain("Redis does not answer");
   });
 
   it("spawns that backend on a free port (so the marker does tell)", async () => {
