@@ -81,7 +81,9 @@ return 1
 /**
  * KEYS: orphans. ARGV: key prefix, retry (ms). Each let-go session whose time is up: gone when its
  * record expired (returned, to release its holdings, and re-scored `retry` ahead: it stays until
- * RELEASED), re-scored when its record is still there.
+ * RELEASED), re-scored when its record is still there, dropped when its record has no TTL (adopted).
+ * PTTL is 0 during the millisecond the record expires in (it still exists until then): not one
+ * adopted, it is looked at again a millisecond on.
  */
 const EXPIRED = `
 ${NOW}
@@ -90,8 +92,8 @@ for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT
   local key = cjson.decode(member)
   local record = ARGV[1] .. 'session:' .. key[3] .. ':' .. key[4]
   local ttl = redis.call('PTTL', record)
-  if ttl > 0 then
-    redis.call('ZADD', KEYS[1], now + ttl, member)
+  if ttl >= 0 then
+    redis.call('ZADD', KEYS[1], now + math.max(ttl, 1), member)
   elseif ttl == -2 then
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), member)
     table.insert(gone, member)
