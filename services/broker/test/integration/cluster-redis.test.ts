@@ -124,6 +124,26 @@ describe.each([
     expect(watching.sort()).toEqual([false, true]);
   });
 
+  it("releases what a listen stream held when it closes, in the cluster's counts too, and what its legacy neighbour holds stays", async () => {
+    const [a, b] = await cluster();
+    const legacy = await client(b, "legacy");
+    await legacy.subscribeResource({ uri: EXPOSED });
+    const modern = await client(a, "modern");
+    const listen = await modern.listen({ resourceSubscriptions: [EXPOSED, "leg+test://static/b", "leg+test://items/l1", "leg+test://items/l2"] });
+    const redis = state();
+    try {
+      expect(Number(await redis.get(key("sub-count:total")))).toBe(5);
+      await listen.close();
+      await eventually(async () => Number(await redis.get(key("sub-count:total"))) === 1, "the listen's four released");
+      expect(await redis.hgetall(key("refs:leg"))).toEqual({ [URI]: "1" });
+      expect(await redis.hgetall(key("sub-count:principal"))).toEqual({ anonymous: "1" });
+      await eventually(() => server.stats.activeSubscriptions.size === 1, "the upstream releases of what nobody else holds");
+      expect([...server.stats.activeSubscriptions.keys()]).toEqual([URI]);
+    } finally {
+      redis.disconnect();
+    }
+  });
+
   it("releases the upstream subscription once, when the last subscriber on any instance leaves", async () => {
     const [a, b] = await cluster();
     const watcher = a.broker.watchers.holds("leg") ? a : b;
