@@ -46,7 +46,7 @@ export function parseConfig(value: unknown, source: string, env: ConfigEnv = {},
   }
   // Nothing else runs a memory-engine broker's jobs: its backends' lists would never load.
   if (!config.jobs.process && config.redisUrl === undefined && config.redis.cluster === undefined) {
-    issues.push("jobs.process: false leaves the jobs (list reloads among them) to the other members of a cluster, and the memory engine has none: this broker would never load its backends' lists (set redisUrl or redis.cluster, or drop jobs.process)");
+    issues.push("jobs.process: false needs the Redis engine (redisUrl or redis.cluster, or REDIS_URL or REDIS_CLUSTER_NODES): it leaves the jobs, list reloads among them, to the other members of a cluster, and on the memory engine there are none (a broker would never load its backends' lists)");
   }
   if (overrides.host !== undefined) {
     if (overrides.host.trim() === "") issues.push("--host: '' names no address (0.0.0.0 or :: for every interface)");

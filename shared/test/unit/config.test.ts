@@ -139,7 +139,7 @@ describe("config", () => {
   });
 
   it("refuses jobs.process false on the memory engine (nothing else would run its jobs), not on the Redis engine", () => {
-    expect(issuesOf(() => parseConfig({ backends: [], jobs: { process: false } }, "x.json", {}))).toEqual([expect.stringMatching(/^jobs\.process: false .* memory engine/)]);
+    expect(issuesOf(() => parseConfig({ backends: [], jobs: { process: false } }, "x.json", {}))).toEqual([expect.stringMatching(/^jobs\.process: false needs the Redis engine .* memory engine/)]);
     expect(parseConfig({ backends: [], jobs: { process: false } }, "x.json", { REDIS_URL: "redis://r:6379" }).jobs.process).toBe(false);
     expect(parseConfig({ backends: [], jobs: { process: false }, redis: { cluster: ["r:7000"] } }, "x.json", {}).jobs.process).toBe(false);
   });

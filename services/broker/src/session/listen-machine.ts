@@ -35,7 +35,7 @@ export type ListenEmitted =
   /** Effect: add the stream's interest in every honored target (one event for all of them), then acknowledge the honored filter; tell what was refused. */
   | { type: "listen.acknowledged"; honored: readonly HonoredUri[]; refused: readonly { uri: string; error: BrokerError }[] }
   | { type: "listen.rejected"; error: BrokerError }
-  /** Effect: remove the stream's interest in `targets`, release everything it holds in the registry (what a half-done subscribe reserved too), forget it. */
+  /** Effect: remove the stream's interest in `targets`, release everything it holds in the registry (what a half-done subscribe reserved too), then forget it. */
   | { type: "listen.closed"; principal: string; sessionId: string; targets: SubscriptionTarget[] };
 
 /**
@@ -48,8 +48,8 @@ export type ListenEmitted =
  * The I/O is the host's, on the actor's `subscribe.run` and `listen.closed` effects, as a legacy
  * session's subscribes are. Three states and two events in a stream's life: each transition is a
  * measurable part of a short listen's cost (xstate makes a snapshot per step), and the release
- * needs no answer here (the host tracks it until it reached the registry: see `SessionHost.drain`);
- * the earlier shapes had an invoked promise actor for the subscribe and the release each, then a
+ * needs no answer here (the host forgets the stream once it is done, and `SessionHost.drain` waits
+ * for it); the earlier shapes had an invoked promise actor for the subscribe and the release each, then a
  * closing state waiting for the release (about a fifth less of the actor's cost per listen, in a
  * micro-benchmark). A `subscribe.done` that arrives after the stream closed is ignored here: the
  * host stops a subscribe whose stream closed and releases what it reserved.

@@ -623,12 +623,9 @@ export class SessionHost {
         case "listen.closed":
           subscribing.aborted = true;
           for (const target of effect.targets) this.deps.fanout.interest.remove(target, sink);
-          // Tracked until it reached the registry (see `drain`); the stream is forgotten at once.
-          // Acknowledged, it holds what it honored (its subscribe is over: each URI was held or
-          // rolled back, and a revoked one is removed already); otherwise whatever it holds is read
-          // (a subscribe still under way releases what it reserves once it stops: subscribeListen).
-          void this.releaseAll(effect.principal, effect.sessionId, acknowledged ? effect.targets : undefined);
-          forget();
+          // Forgotten once released (its principal's session slot is free only then, as a legacy
+          // session's); the release is tracked until it reached the registry (see `drain`).
+          void this.releaseAll(effect.principal, effect.sessionId).then(forget);
           break;
       }
     });
@@ -939,13 +936,13 @@ export class SessionHost {
    * and tried again (`retryReleases`): otherwise its subscriptions would count against the limits,
    * and be watched upstream, for as long as this instance lives.
    */
-  private releaseAll(principal: string, sessionId: string, held?: readonly SubscriptionTarget[]): Promise<void> {
+  private releaseAll(principal: string, sessionId: string): Promise<void> {
     const run = (async () => {
       try {
-        // In one step of the registry (one Redis script), however many it held; `held` when the
-        // caller knows them (a listen stream that was acknowledged: what it honored is what it
-        // holds), which spares the read of its holdings (a Redis round trip per closed listen).
-        const refs = held === undefined ? await this.deps.registry.ofSession(principal, sessionId) : held.map((target) => ({ principal, sessionId, backendId: target.backendId, uri: target.uri }));
+        // In one step of the registry (one Redis script), however many it held. Its holdings are
+        // read first even for a listen that honored what it asked: a refused URI can still be held
+        // (its rollback's release failed, or a reservation whose answer was lost did land).
+        const refs = await this.deps.registry.ofSession(principal, sessionId);
         const outcomes = await this.deps.registry.removeMany(refs);
         outcomes.forEach((outcome, i) => {
           const ref = refs[i] as SubscriptionRef;

@@ -8,7 +8,13 @@ import type { NotificationWriter } from "../../src/session/legacy-session.js";
 import { SessionHost, type ListenOutcome } from "../../src/session/session-host.js";
 import { ResumeCursors } from "../../src/session/resume-cursor.js";
 
-function host(registry = new MemoryRegistry(), released: string[] = [], clock: Clock = systemClock, caughtUp: () => Promise<number> = () => Promise.resolve(1)) {
+function host(
+  registry = new MemoryRegistry(),
+  released: string[] = [],
+  clock: Clock = systemClock,
+  caughtUp: () => Promise<number> = () => Promise.resolve(1),
+  ensure: (backendId: string, uri: string) => Promise<void> = async () => undefined,
+) {
   const bus = new MemoryBus();
   const catalog = new Catalog([{ id: "b", prefix: true }]);
   const fanout = new Fanout({ bus, clock: systemClock, logger: pino({ level: "silent" }), names: catalog, releaseGraceMs: 0 });
@@ -17,7 +23,7 @@ function host(registry = new MemoryRegistry(), released: string[] = [], clock: C
     catalog,
     subscriptionTarget: (uri) => ({ backendId: "b", uri: uri.slice("b+".length) }),
     registry,
-    upstream: { ensure: async () => undefined, release: (_backendId, uri) => void released.push(uri) },
+    upstream: { ensure, release: (_backendId, uri) => void released.push(uri) },
     fanout,
     sessions: store,
     bus,
@@ -161,6 +167,49 @@ describe("session host: a listen stream closed while its subscriptions are being
     await vi.waitFor(() => expect(released.sort()).toEqual(["x://1", "x://2", "x://3"]));
     for (const uri of ["x://1", "x://2", "x://3"]) expect(await registry.count("b", uri)).toBe(0);
     expect(sessions.listenCount()).toBe(0);
+    sessions.close();
+  });
+});
+
+describe("session host: an acknowledged listen stream that closes", () => {
+  const flags = { toolsListChanged: false, promptsListChanged: false, resourcesListChanged: false };
+
+  it("releases what it holds, not only what it honored: a refused URI can still be held", async () => {
+    /** The first remove fails (Redis away while the upstream subscribe failed too), and a batch's reservations land though its answer is lost. */
+    class Flaky extends MemoryRegistry {
+      failRemove = true;
+      loseAnswer = false;
+      override async remove(ref: SubscriptionRef) {
+        if (this.failRemove) throw new Error("Redis away");
+        return super.remove(ref);
+      }
+      override async addMany(refs: readonly SubscriptionRef[], limits: SubscriptionLimits): Promise<AddOutcome[]> {
+        const outcomes = await super.addMany(refs, limits);
+        if (this.loseAnswer) throw new Error("the command timed out after it ran");
+        return outcomes;
+      }
+    }
+    const registry = new Flaky();
+    const { sessions } = host(registry, undefined, undefined, undefined, async (_backendId, uri) => {
+      if (uri === "x://bad") throw new Error("the backend is down");
+    });
+    const outcomes: ListenOutcome[] = [];
+    const rolledBack = sessions.openListen("p", flags, ["b+x://good", "b+x://bad"], () => ({ principal: "p", flags, deliver: () => undefined }), (outcome) => outcomes.push(outcome));
+    await vi.waitFor(() => expect(outcomes).toHaveLength(1));
+    expect(outcomes[0]).toMatchObject({ type: "listen.acknowledged", honored: ["b+x://good"] });
+    // Its rollback's release failed: refused, and held.
+    expect(await registry.count("b", "x://bad")).toBe(1);
+    registry.failRemove = false;
+    rolledBack.close();
+    await vi.waitFor(async () => expect(await registry.count("b", "x://bad")).toBe(0));
+    expect(await registry.count("b", "x://good")).toBe(0);
+
+    registry.loseAnswer = true;
+    const lost = sessions.openListen("p", flags, ["b+x://1", "b+x://2"], () => ({ principal: "p", flags, deliver: () => undefined }), (outcome) => outcomes.push(outcome));
+    await vi.waitFor(() => expect(outcomes).toHaveLength(2));
+    expect(outcomes[1]).toMatchObject({ type: "listen.acknowledged", honored: [] });
+    lost.close();
+    await vi.waitFor(async () => expect((await registry.audit()).total).toBe(0));
     sessions.close();
   });
 });
