@@ -598,6 +598,11 @@ const ignoreError = (): void => undefined;
  */
 function readBody(req: IncomingMessage, limit: number): Promise<Buffer | "too-large" | "aborted"> {
   return new Promise((resolve) => {
+    // Its client left before it was read (held while the broker started): its events are over.
+    if (req.destroyed) {
+      resolve("aborted");
+      return;
+    }
     const declared = Number(req.headers["content-length"]);
     if (Number.isFinite(declared) && declared > limit) {
       req.resume();
@@ -611,6 +616,7 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer | "too-la
       req.off("end", onEnd);
       req.off("error", onAborted);
       req.off("aborted", onAborted);
+      req.off("close", onAborted);
       req.on("error", ignoreError);
       chunks = [];
       resolve(outcome);
@@ -630,6 +636,8 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer | "too-la
     req.on("end", onEnd);
     req.on("error", onAborted);
     req.on("aborted", onAborted);
+    // Closed before its end: gone, however it went.
+    req.on("close", onAborted);
   });
 }
 

@@ -2,6 +2,7 @@ import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
+import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseConfig } from "@mcp-broker/shared";
@@ -102,6 +103,37 @@ describe("startup: the port first", () => {
     expect(await early).toContain("t__echo");
     expect((await fetch(new URL("/readyz", url))).status).toBe(200);
   });
+
+  it("does not wait at its stop for a request held while it started whose client left meanwhile", async () => {
+    const backend = await startModernHttpBackend(createTestServer({ name: "early" }));
+    cleanup.push(() => backend.close());
+    // A stop that waited for it would wait out drainMs, past this test's timeout.
+    const broker = createBroker(parseConfig({ backends: [{ id: "t", url: backend.url }], server: { port: 0, drainMs: 60_000 } }, "test config"), {
+      logger: pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" }),
+    });
+    const url = new URL(await broker.bind());
+    const body = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "gone", version: "1" } } });
+    const headers = { "content-type": "application/json", accept: "application/json, text/event-stream", "content-length": Buffer.byteLength(body) };
+    const gone = await Promise.all(
+      [0, 1, 2].map(async () => {
+        const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: "POST", headers });
+        req.on("error", () => undefined);
+        await new Promise<void>((done) => req.end(body, done));
+        return req;
+      }),
+    );
+    // A round trip after the requests were sent: the broker has read them (they are held).
+    expect((await fetch(new URL("/healthz", url))).status).toBe(200);
+    for (const req of gone) req.destroy();
+    // The broker sees them go before it serves (clients that gave up on a slow start).
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await broker.startBackends();
+    expect(await broker.whenReady()).toBe(true);
+    broker.serve();
+    // The held requests go on now, and find their clients gone.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await broker.close();
+  }, 20_000);
 
   it("with server.whileStarting refuse, answers /mcp at once with 503, Retry-After and -32005 until it serves, then serves", async () => {
     const backend = await startModernHttpBackend(createTestServer({ name: "early" }));
