@@ -583,6 +583,10 @@ export class SessionHost {
      */
     const subscribing = { aborted: false };
     let acknowledged = false;
+    /** The subscribe (`subscribeListen`), then the actor told how it went. */
+    let subscribeRun: Promise<void> | undefined;
+    /** Its stream closed (it is released, then forgotten): nothing is acknowledged or told from then on. */
+    let closed = false;
     let forgotten = false;
     /** Once per listen, however it ends (closed, rejected, failed). */
     const forget = () => {
@@ -598,7 +602,7 @@ export class SessionHost {
     actor.on("*", (effect) => {
       switch (effect.type) {
         case "subscribe.run":
-          this.subscribeListen(effect.input, subscribing).then(
+          subscribeRun = this.subscribeListen(effect.input, subscribing).then(
             (output) => actor.send({ type: "subscribe.done", output }),
             (error: unknown) => actor.send({ type: "subscribe.failed", error }),
           );
@@ -613,7 +617,7 @@ export class SessionHost {
           if (subscribingBus === undefined) acknowledge(effect.honored, effect.refused);
           else
             void subscribingBus.then(() => {
-              if (!forgotten) acknowledge(effect.honored, effect.refused);
+              if (!closed && !forgotten) acknowledge(effect.honored, effect.refused);
             });
           break;
         }
@@ -621,7 +625,12 @@ export class SessionHost {
           onOutcome(effect);
           break;
         case "listen.closed":
+          closed = true;
           subscribing.aborted = true;
+          // A subscribe still under way releases what it reserved once it stops: a stop waits for that too.
+          if (subscribeRun !== undefined) this.track(subscribeRun);
+          // Not written back from now on (see `reregister`), nor shown in the console.
+          this.listenHoldings.delete(id);
           for (const target of effect.targets) this.deps.fanout.interest.remove(target, sink);
           // Forgotten once released (its principal's session slot is free only then, as a legacy
           // session's); the release is tracked until it reached the registry (see `drain`).
@@ -643,7 +652,7 @@ export class SessionHost {
         // client that lists after the acknowledgement has it): a stream resumed from it is told
         // what changes later, and nothing from before it opened.
         void this.catchUp().then((position) => {
-          if (!forgotten) onOutcome({ ...outcome, cursor: cursorAt(position) });
+          if (!closed && !forgotten) onOutcome({ ...outcome, cursor: cursorAt(position) });
         });
         return;
       }
@@ -653,7 +662,7 @@ export class SessionHost {
       sink.hold?.();
       void this.resumeListen(targetsOf(honored), sink, from, (exact, at) => {
         // Closed while the cluster was asked: nothing to acknowledge or tell.
-        if (forgotten) return false;
+        if (closed || forgotten) return false;
         // The cursor it resumed from: broken before what follows arrives, it is told the same again.
         onOutcome({ ...outcome, resumed: exact ? "exact" : "everything", cursor: typeof cursor === "string" ? cursor : cursorAt(at) });
         return true;
@@ -790,9 +799,15 @@ export class SessionHost {
         session.handOff("the session moved to another broker instance");
         continue;
       }
-      sessions++;
+      // Closed meanwhile: its release may have read its holdings before these adds landed.
+      if (session.closed) void this.releaseAll(session.principal, session.id);
+      else sessions++;
     }
-    for (const [id, { principal, honored }] of this.listenHoldings) await add(principal, id, honored());
+    for (const [id, holding] of [...this.listenHoldings]) {
+      await add(holding.principal, id, holding.honored());
+      // Closed meanwhile (it leaves listenHoldings as it closes): the same.
+      if (this.listenHoldings.get(id) !== holding) void this.releaseAll(holding.principal, id);
+    }
     this.deps.logger.warn({ sessions, listens: this.listenHoldings.size, subscriptions }, "wrote back the sessions and subscriptions this member holds");
   }
 
@@ -954,10 +969,15 @@ export class SessionHost {
         this.deps.logger.warn({ session: sessionId, err: (error as Error).message }, "releasing an ended session's subscriptions failed; will retry");
       }
     })();
-    this.releasing.add(run);
-    const done = () => void this.releasing.delete(run);
-    run.then(done, done);
+    this.track(run);
     return run;
+  }
+
+  /** `drain` waits for `work` (a release, or a subscribe that releases what it reserves once it stops). */
+  private track(work: Promise<void>): void {
+    this.releasing.add(work);
+    const done = () => void this.releasing.delete(work);
+    work.then(done, done);
   }
 
   /** Tries again the releases that failed (see `releaseAll`). */

@@ -214,6 +214,73 @@ describe("session host: an acknowledged listen stream that closes", () => {
   });
 });
 
+describe("session host: writing back what it holds (Redis lost it) while streams and sessions close", () => {
+  it("leaves nothing held by one that closed while its subscriptions were written back", async () => {
+    /** Write-back adds wait for the test once `gated`. */
+    class Gated extends SlowRegistry {
+      gated = false;
+      override async add(ref: SubscriptionRef, limits: SubscriptionLimits): Promise<AddOutcome> {
+        return this.gated ? super.add(ref, limits) : MemoryRegistry.prototype.add.call(this, ref, limits);
+      }
+      override async addMany(refs: readonly SubscriptionRef[], limits: SubscriptionLimits): Promise<AddOutcome[]> {
+        return MemoryRegistry.prototype.addMany.call(this, refs, limits);
+      }
+    }
+    const registry = new Gated();
+    const { sessions } = host(registry);
+    const flags = { toolsListChanged: false, promptsListChanged: false, resourcesListChanged: false };
+    const outcomes: ListenOutcome[] = [];
+    const listen = sessions.openListen("p", flags, ["b+x://1", "b+x://2"], () => ({ principal: "p", flags, deliver: () => undefined }), (outcome) => outcomes.push(outcome));
+    const session = await sessions.createLegacySession("p");
+    await session.subscribe("b+x://3");
+    await vi.waitFor(() => expect(outcomes).toHaveLength(1));
+    registry.gated = true;
+    const writtenBack = sessions.reregister();
+    // The session's add waits; the session closes and releases, then its add lands.
+    await vi.waitFor(() => expect(registry.waiting()).toBe(1));
+    await sessions.endLegacySession(session, "DELETE");
+    registry.openAll();
+    // The listen's first add waits; the listen closes and releases, then its adds land.
+    await vi.waitFor(() => expect(registry.waiting()).toBe(1));
+    listen.close();
+    await vi.waitFor(() => expect(sessions.listenCount()).toBe(0));
+    registry.openAll();
+    await vi.waitFor(() => expect(registry.waiting()).toBe(1));
+    registry.openAll();
+    await writtenBack;
+    await vi.waitFor(async () => expect((await registry.audit()).total).toBe(0));
+    for (const uri of ["x://1", "x://2", "x://3"]) expect(await registry.count("b", uri)).toBe(0);
+    sessions.close();
+  });
+});
+
+describe("session host: a stop while a closed listen's subscribe is still under way", () => {
+  it("waits for that subscribe to release what it reserved", async () => {
+    /** A batch's reservations land 50 ms after the test lets them go. */
+    class Late extends SlowRegistry {
+      landed = false;
+      override async addMany(refs: readonly SubscriptionRef[], limits: SubscriptionLimits): Promise<AddOutcome[]> {
+        const outcomes = await super.addMany(refs, limits);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        this.landed = true;
+        return outcomes;
+      }
+    }
+    const registry = new Late();
+    const { sessions } = host(registry);
+    const flags = { toolsListChanged: false, promptsListChanged: false, resourcesListChanged: false };
+    const listen = sessions.openListen("p", flags, ["b+x://1", "b+x://2"], () => ({ principal: "p", flags, deliver: () => undefined }), () => undefined);
+    await vi.waitFor(() => expect(registry.waiting()).toBe(2));
+    listen.close();
+    const drained = sessions.drain(10_000);
+    registry.openAll();
+    await drained;
+    expect(registry.landed).toBe(true);
+    expect((await registry.audit()).total).toBe(0);
+    sessions.close();
+  });
+});
+
 describe("session host: a listen's acknowledgement", () => {
   it("waits until every event before a reserved position has arrived, names that position in its cursor (not the clock, which may be past it), and moves the broker's clock up to it", async () => {
     let caughtUp: ((position: number) => void) | undefined;
