@@ -467,6 +467,7 @@ export function createMember(config: BrokerConfig, deps: MemberDeps = {}): Membe
       }
       await bus.subscribe(CHANNEL.catalog);
       await bus.subscribe(CHANNEL.revocations);
+      await bus.subscribe(CHANNEL.sessions);
       await bus.subscribe(CHANNEL.console);
       await scheduleHousekeeping();
       await presence.start();

@@ -120,6 +120,18 @@ export const busMessageSchema = z.discriminatedUnion("kind", [
     to: z.string(),
   }),
   /**
+   * A legacy session that had moved between members ended (DELETE, idle expiry), on
+   * `CHANNEL.sessions`: a member it left may still wait for its client's answer to a question it
+   * asked before the move (questions outlive a move), which fails now instead of at its call's timeout.
+   */
+  z.object({
+    kind: z.literal("session.ended"),
+    v: z.literal(1),
+    origin: z.string(),
+    principal: z.string(),
+    sessionId: z.string(),
+  }),
+  /**
    * To a legacy session's holder (on its `CHANNEL.replies`): the client's answer to a request the
    * holder passed on to it from a backend, which the client POSTed to another member.
    */
@@ -348,6 +360,8 @@ export const CHANNEL = {
   catalog: "catalog",
   /** Subscriptions removed by a limits job, for every member. */
   revocations: "revocations",
+  /** Legacy sessions that ended after moving between members, for every member (see `session.ended`). */
+  sessions: "sessions",
   /** The operator console's census requests and feed announcements, for every member. */
   console: "console",
   /** Backend updates copied for open console feeds (see `console.listen`). */

@@ -13,6 +13,7 @@ type ServedMessage = Exclude<BusMessage, { kind: `watch.${string}` | "console.li
  *   back out through the fan-out);
  * - `subscriptions.revoked` → the sessions, which drop what a limits job removed and say why;
  * - `session.moved` → the sessions: another member adopted one of this broker's, which lets go of it;
+ * - `session.ended` → the sessions: one that had moved ended elsewhere; what was asked of it here fails;
  * - `client.answer` → the sessions: a client's answer to this broker's question, POSTed to another member;
  * - `held.retry`, `held.cancel`, `held.round` → the held calls: a modern client's retry of a call held on another member, its client giving up on it, and its answer;
  * - `console.census`, `console.sessions` → the console: another member's console asks for this one's sessions, and answers to this one's;
@@ -30,6 +31,7 @@ export function busIntake(deps: {
     revoke(message: Extract<BusMessage, { kind: "subscriptions.revoked" }>): void;
     moved(message: Extract<BusMessage, { kind: "session.moved" }>): void;
     clientAnswered(message: Extract<BusMessage, { kind: "client.answer" }>): void;
+    endedElsewhere(message: Extract<BusMessage, { kind: "session.ended" }>): void;
     doubtHeld(): void;
   };
   held: {
@@ -59,6 +61,9 @@ export function busIntake(deps: {
           return;
         case "client.answer":
           sessions.clientAnswered(message);
+          return;
+        case "session.ended":
+          sessions.endedElsewhere(message);
           return;
         case "held.retry":
           held.retried(message);

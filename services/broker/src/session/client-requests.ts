@@ -89,7 +89,7 @@ export class ClientRequests {
   /** `session` ended: whatever it was asked fails. */
   failSession(session: QuestionOwner, reason: string): void {
     for (const [id, waiter] of this.pending) {
-      if (waiter.owner.id !== session.id) continue;
+      if (waiter.owner.id !== session.id || waiter.owner.principal !== session.principal) continue;
       this.pending.delete(id);
       waiter.reject(new ProtocolError(-32603, reason));
     }

@@ -362,6 +362,12 @@ export class SessionHost {
     this.env.questions.answer(message.answer, { id: message.sessionId, principal: message.principal });
   }
 
+  /** A session that had moved ended on another member (`session.ended`): what this member asked its client before the move fails. */
+  endedElsewhere(message: { origin: string; principal: string; sessionId: string }): void {
+    if (message.origin === this.deps.instanceId) return;
+    this.env.questions.failSession({ id: message.sessionId, principal: message.principal }, "the client's session ended");
+  }
+
   /** Another member took the session over (`session.moved`): this member lets go of it, unless it holds a newer epoch. */
   moved(message: { principal: string; sessionId: string; epoch: number; to: string }): void {
     const session = this.legacy.get(message.sessionId);
@@ -416,6 +422,10 @@ export class SessionHost {
           break;
         case "session.ended":
           session.failAsked("the client's session ended");
+          // Adopted at least once: a member it left may wait for an answer to a question asked before the move.
+          if (session.epoch > 1) {
+            this.deps.bus.publish(CHANNEL.sessions, { kind: "session.ended", v: 1, origin: this.deps.instanceId, principal, sessionId: id }).catch((error: unknown) => this.deps.logger.warn({ session: id, err: (error as Error).message }, "cannot tell the cluster the session ended"));
+          }
           this.forgetLegacy(session);
           this.deps.sessions.delete({ principal, sessionId: id }).catch((error: unknown) => this.deps.logger.warn({ session: id, err: (error as Error).message }, "cannot delete the ended session's record; it expires"));
           this.deps.logger.info({ session: id, principal }, "session ended");

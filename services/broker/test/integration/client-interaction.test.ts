@@ -375,6 +375,23 @@ describe("interaction across broker instances (Redis engine)", () => {
     }
   });
 
+  it("fails a question at once when its session, moved to another instance, ends there (not at the call's timeout)", async () => {
+    const { asking, other, sessionId, headers, call, close } = await askedOnOne();
+    try {
+      expect((await post(other.url, { jsonrpc: "2.0", id: 2, method: "ping" }, headers)).status).toBe(200);
+      await eventually(() => asking.broker.sessions.legacySession(sessionId, "anonymous") === undefined, "the session to leave the asking instance");
+      expect((await fetch(other.url, { method: "DELETE", headers })).status).toBe(200);
+      await call.ended;
+      const response = call.events.at(-1)?.data as { id: number };
+      expect(response.id).toBe(1);
+      // The backend was told the question failed because the session ended: the call did not wait out its 5 s timeout (-32001).
+      expect(JSON.stringify(response)).toContain("session ended");
+      expect(JSON.stringify(response)).not.toContain("-32001");
+    } finally {
+      await close();
+    }
+  });
+
   it("answers an answer without a session 400, and one in a session that ended or never was 404, on every instance", async () => {
     const backend = await startLegacyHttpBackend(createTestServer({ name: "asker", interactive: true }));
     const cluster = await startEngineBrokers("redis", { backends: [{ id: "b", url: backend.url, era: "legacy", timeoutMs: 5_000, healthIntervalMs: 60_000 }] });
