@@ -129,6 +129,7 @@ export function createBroker(config: BrokerConfig, deps: BrokerDeps = {}): Broke
     sessions: () => ({ legacy: sessions.legacySessions().length, listen: sessions.listenCount() }),
     catalogItems: () => Object.fromEntries(CATALOG_KINDS.map((kind) => [kind, catalog.catalog.list(kind).length])),
     heldTools: () => catalog.heldTools().length,
+    interaction: () => ({ questions: sessions.questionsPending(), heldCalls: held.size }),
     deliveries: () => fanout.deliveries(),
   });
   const security = new EdgeSecurity({

@@ -6,6 +6,8 @@ export interface ServerMetricsSources {
   sessions(): { legacy: number; listen: number };
   catalogItems(): Record<string, number>;
   heldTools(): number;
+  /** Backends' questions (sampling, elicitation, roots) waiting for a client's answer, and modern calls held between rounds. */
+  interaction(): { questions: number; heldCalls: number };
   /** Monotonic counts since start. */
   deliveries(): { resourceUpdated: number; listChanged: number };
 }
@@ -29,6 +31,8 @@ export function addServerMetrics(registry: Registry, sources: ServerMetricsSourc
     for (const [kind, count] of Object.entries(sources.catalogItems())) g.set({ kind }, count);
   });
   scrapedGauge(registry, "mcp_broker_held_tools", "Tool definitions held back (toolChanges: hold / pinnedTools).", [], (g) => g.set(sources.heldTools()));
+  scrapedGauge(registry, "mcp_broker_client_questions", "Backends' requests (sampling, elicitation, roots) this instance asked clients that wait for an answer.", [], (g) => g.set(sources.interaction().questions));
+  scrapedGauge(registry, "mcp_broker_held_calls", "Modern clients' calls to legacy backends held between rounds of questions.", [], (g) => g.set(sources.interaction().heldCalls));
   scrapedCounter(registry, "mcp_broker_resource_updated_delivered_total", "resources/updated written to client streams.", () => sources.deliveries().resourceUpdated);
   scrapedCounter(registry, "mcp_broker_list_changed_delivered_total", "list_changed written to client streams.", () => sources.deliveries().listChanged);
   const busLatency = new Histogram({

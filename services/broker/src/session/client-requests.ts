@@ -86,6 +86,11 @@ export class ClientRequests {
     return true;
   }
 
+  /** Questions waiting for a client's answer (`mcp_broker_client_questions`). */
+  get size(): number {
+    return this.pending.size;
+  }
+
   /** `session` ended: whatever it was asked fails. */
   failSession(session: QuestionOwner, reason: string): void {
     for (const [id, waiter] of this.pending) {

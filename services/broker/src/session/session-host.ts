@@ -535,6 +535,11 @@ export class SessionHost {
     return this.listens.size;
   }
 
+  /** Backends' questions this member asked clients that wait for an answer. */
+  questionsPending(): number {
+    return this.env.questions.size;
+  }
+
   /** This member's sessions and listen streams as the operator console shows them, at most `limit` of each (see `ConsoleCensus`). */
   census(limit: number): MemberCensus {
     const sessions = [...this.legacy.values()].slice(0, limit).map((session) => ({

@@ -60,18 +60,23 @@ describe("interaction: a backend's requests during a call reach the calling clie
       client.setRequestHandler("sampling/createMessage", async (request) => {
         const first = request.params.messages[0]?.content as { type: string; text?: string } | undefined;
         // Slow enough that both calls are in flight at once.
-        await new Promise((resolve) => setTimeout(resolve, 100));
+        await new Promise((resolve) => setTimeout(resolve, 300));
         return { role: "assistant", model: `${name}-model`, content: { type: "text", text: `${name} heard ${first?.type === "text" ? first.text : "?"}` } };
       });
       return client;
     };
     const [ann, bob] = await Promise.all([make("ann"), make("bob")]);
-    const [fromAnn, fromBob] = await Promise.all([
+    const calls = Promise.all([
       ann.callTool({ name: "b__ask_model", arguments: { prompt: "p-ann" } }),
       bob.callTool({ name: "b__ask_model", arguments: { prompt: "p-bob" } }),
     ]);
+    // The two questions wait for their answers, as /metrics shows.
+    const questions = async () => /^mcp_broker_client_questions (\d+)$/m.exec(await (await fetch(new URL("/metrics", running.url))).text())?.[1];
+    await eventually(async () => (await questions()) === "2", "two questions waiting, on /metrics");
+    const [fromAnn, fromBob] = await calls;
     expect(text(fromAnn)).toBe("model: ann heard p-ann");
     expect(text(fromBob)).toBe("model: bob heard p-bob");
+    expect(await questions()).toBe("0");
   });
 
   it("passes elicitation (form and url mode) with its schema unchanged, and the answer back", async () => {
@@ -428,10 +433,14 @@ describe("interaction across broker instances (Redis engine)", () => {
     try {
       const round = (await call(holding.url)).json as { result: { inputRequests: Record<string, unknown>; requestState: string } };
       const [key] = Object.keys(round.result.inputRequests);
+      const heldCalls = async (url: string) => /^mcp_broker_held_calls (\d+)$/m.exec(await (await fetch(new URL("/metrics", url))).text())?.[1];
+      // Held between rounds where it was asked, as /metrics shows.
+      expect([await heldCalls(holding.url), await heldCalls(other.url)]).toEqual(["1", "0"]);
       const done = (await call(other.url, { requestState: round.result.requestState, inputResponses: { [String(key)]: { action: "accept", content: { name: "Ray" } } } })).json as {
         result: { content: { text: string }[] };
       };
       expect(done.result.content[0]?.text).toBe('user: accept {"name":"Ray"}');
+      await eventually(async () => (await heldCalls(holding.url)) === "0", "the call no longer held once done");
     } finally {
       await cluster.close();
       await backend.close();
