@@ -80,8 +80,7 @@ export function createHttpServer(deps: {
       else if (deps.gate.state === "closed") refuse(req, res, "This broker instance is stopping; retry (through the load balancer, another instance answers).", true);
       else if (deps.whileStarting === "refuse") refuse(req, res, "This broker instance is starting and does not serve yet; retry (through the load balancer, another instance answers).");
       // Held while the broker starts; dropped if it shuts down first (its connection ends with the rest).
-      // A request whose client left while it was held is not handled.
-      else void deps.gate.pass().then((open) => (open && !req.destroyed ? handleMcp(req, res) : res.destroy()));
+      else void deps.gate.pass().then((open) => (open ? handleMcp(req, res) : res.destroy()));
       return;
     }
     if (serveOperations(req, res, operations)) return;

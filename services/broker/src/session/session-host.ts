@@ -600,13 +600,14 @@ export class SessionHost {
     let acknowledged = false;
     /** The subscribe (`subscribeListen`), then the actor told how it went. */
     let subscribeRun: Promise<void> | undefined;
-    /** Its stream closed (it is released, then forgotten): nothing is acknowledged or told from then on. */
+    /** Its stream closed (it is released, then forgotten), or the listen failed: nothing is acknowledged or told from then on. */
     let closed = false;
     let forgotten = false;
     /** Once per listen, however it ends (closed, rejected, failed). */
     const forget = () => {
       if (forgotten) return;
       forgotten = true;
+      closed = true;
       this.failureCleanups.delete(id);
       this.listens.delete(sink);
       this.listensById.delete(id);
@@ -632,7 +633,7 @@ export class SessionHost {
           if (subscribingBus === undefined) acknowledge(effect.honored, effect.refused);
           else
             void subscribingBus.then(() => {
-              if (!closed && !forgotten) acknowledge(effect.honored, effect.refused);
+              if (!closed) acknowledge(effect.honored, effect.refused);
             });
           break;
         }
@@ -667,7 +668,7 @@ export class SessionHost {
         // client that lists after the acknowledgement has it): a stream resumed from it is told
         // what changes later, and nothing from before it opened.
         void this.catchUp().then((position) => {
-          if (!closed && !forgotten) onOutcome({ ...outcome, cursor: cursorAt(position) });
+          if (!closed) onOutcome({ ...outcome, cursor: cursorAt(position) });
         });
         return;
       }
@@ -677,7 +678,7 @@ export class SessionHost {
       sink.hold?.();
       void this.resumeListen(targetsOf(honored), sink, from, (exact, at) => {
         // Closed while the cluster was asked: nothing to acknowledge or tell.
-        if (closed || forgotten) return false;
+        if (closed) return false;
         // The cursor it resumed from: broken before what follows arrives, it is told the same again.
         onOutcome({ ...outcome, resumed: exact ? "exact" : "everything", cursor: typeof cursor === "string" ? cursor : cursorAt(at) });
         return true;

@@ -55,12 +55,14 @@ describe("interaction: a backend's requests during a call reach the calling clie
   }
 
   it("passes sampling to the caller and its answer back, each of two concurrent callers answering its own", async () => {
+    /** Both answers wait until both questions are seen waiting: the two calls are in flight at once. */
+    let answer = (): void => undefined;
+    const bothAsked = new Promise<void>((resolve) => (answer = resolve));
     const make = async (name: string) => {
       const client = await connect(name, { sampling: {} });
       client.setRequestHandler("sampling/createMessage", async (request) => {
         const first = request.params.messages[0]?.content as { type: string; text?: string } | undefined;
-        // Slow enough that both calls are in flight at once.
-        await new Promise((resolve) => setTimeout(resolve, 300));
+        await bothAsked;
         return { role: "assistant", model: `${name}-model`, content: { type: "text", text: `${name} heard ${first?.type === "text" ? first.text : "?"}` } };
       });
       return client;
@@ -73,6 +75,7 @@ describe("interaction: a backend's requests during a call reach the calling clie
     // The two questions wait for their answers, as /metrics shows.
     const questions = async () => /^mcp_broker_client_questions (\d+)$/m.exec(await (await fetch(new URL("/metrics", running.url))).text())?.[1];
     await eventually(async () => (await questions()) === "2", "two questions waiting, on /metrics");
+    answer();
     const [fromAnn, fromBob] = await calls;
     expect(text(fromAnn)).toBe("model: ann heard p-ann");
     expect(text(fromBob)).toBe("model: bob heard p-bob");
